@@ -1,0 +1,275 @@
+// basic_communicator: a group of ranks over one transport.
+//
+// It owns (shared with its sub-groups) the transport, the store connection
+// and the settings; it knows its rank and size, maps its ranks to the
+// transport's ranks, and hands out per-call sequence numbers that go into the
+// wire tag (see tag.hpp). Every wait is bounded by the communicator's
+// timeout; failures are chorus::error naming the rank, peer and operation.
+// Ranks named in errors are transport (world) ranks.
+//
+// Not thread-safe: one thread calls a communicator at a time.
+#pragma once
+
+#include <chorus/bootstrap/store_client.hpp>
+#include <chorus/bootstrap/store_server.hpp>
+#include <chorus/comm/options.hpp>
+#include <chorus/comm/tag.hpp>
+#include <chorus/core/error.hpp>
+#include <chorus/core/log.hpp>
+#include <chorus/transport/transport.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace chorus {
+
+// What every communicator of one job on this process shares.
+template <transport::Transport T>
+struct world_state {
+  settings config;
+  std::unique_ptr<store::server> store_host;  // when this rank hosts the store
+  std::unique_ptr<store::client> store;       // null in a single-rank job
+  std::shared_ptr<T> transport;
+  std::uint32_t local_ids = 0;                // id source when there is no store
+
+  world_state() = default;
+  world_state(const world_state&) = delete;
+  world_state& operator=(const world_state&) = delete;
+
+  // Leave the store first, then (if hosting) wait for the other ranks to
+  // leave too, so a fast rank 0 does not pull the store from under them.
+  ~world_state() {
+    store.reset();
+    if (store_host) store_host->wait_until_no_clients(config.timeout);
+    transport.reset();
+    store_host.reset();
+  }
+};
+
+template <transport::Transport T>
+class basic_communicator {
+ public:
+  using transport_type = T;
+  using request = typename T::request;
+
+  basic_communicator() = default;  // an empty communicator: valid() is false
+
+  // The world communicator over a connected transport (see connect.hpp).
+  explicit basic_communicator(std::shared_ptr<world_state<T>> world)
+      : world_(std::move(world)), rank_(world_->transport->rank()) {
+    members_.resize(static_cast<std::size_t>(world_->transport->size()));
+    std::iota(members_.begin(), members_.end(), 0);
+  }
+
+  bool valid() const noexcept { return world_ != nullptr; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
+  std::uint32_t id() const noexcept { return id_; }
+  int world_rank(int rank) const { return members_.at(static_cast<std::size_t>(rank)); }
+  T& transport() const noexcept { return *world_->transport; }
+  const settings& config() const noexcept { return world_->config; }
+  std::chrono::milliseconds timeout() const noexcept { return world_->config.timeout; }
+  transport::clock::time_point deadline() const { return transport::clock::now() + timeout(); }
+
+  // A fresh sequence number for one collective call; see tag.hpp.
+  std::uint32_t next_sequence() noexcept {
+    const std::uint32_t current = sequence_;
+    sequence_ = tag::next_sequence(sequence_);
+    return current;
+  }
+  transport::tag_t wire_tag(std::uint32_t sequence, std::uint32_t step) const noexcept {
+    return tag::make(id_, sequence, step);
+  }
+
+  // Raw tagged byte transfers, for collectives.
+  request isend_bytes(std::span<const std::byte> data, int peer, transport::tag_t wire) {
+    return transport().isend(peer_world_rank(peer, "send"), wire, data);
+  }
+  request irecv_bytes(std::span<std::byte> data, int peer, transport::tag_t wire) {
+    return transport().irecv(peer_world_rank(peer, "recv"), wire, data);
+  }
+
+  // Typed point-to-point; `user_tag` in [0, 65535] separates streams.
+  template <class U>
+  request isend(std::span<const U> data, int peer, int user_tag = 0) {
+    static_assert(std::is_trivially_copyable_v<U>);
+    return isend_bytes(std::as_bytes(data), peer, user_wire_tag(user_tag, "send"));
+  }
+  template <class U>
+  request irecv(std::span<U> data, int peer, int user_tag = 0) {
+    static_assert(std::is_trivially_copyable_v<U> && !std::is_const_v<U>);
+    return irecv_bytes(std::as_writable_bytes(data), peer, user_wire_tag(user_tag, "recv"));
+  }
+
+  template <class U>
+  void send(std::span<const U> data, int peer, int user_tag = 0) {
+    request handle = isend(data, peer, user_tag);
+    wait(handle, "send");
+  }
+  template <class U>
+  void send(std::span<U> data, int peer, int user_tag = 0) {
+    send(std::span<const U>(data), peer, user_tag);
+  }
+
+  // Receives exactly data.size() elements; a message of another size is a
+  // mismatch error (a larger one never overruns the buffer).
+  template <class U>
+  void recv(std::span<U> data, int peer, int user_tag = 0) {
+    request handle = irecv(data, peer, user_tag);
+    wait(handle, "recv");
+    expect_bytes(handle, data.size_bytes(), "recv");
+  }
+
+  void wait(request& handle, std::string_view operation = "wait") {
+    transport().wait(handle, deadline(), operation);
+  }
+  void wait_all(std::span<request> handles, std::string_view operation = "wait_all") {
+    transport().wait_all(handles, deadline(), operation);
+  }
+  bool test(request& handle) { return transport().test(handle); }
+
+  void expect_bytes(const request& handle, std::size_t expected, std::string_view operation) const {
+    if (handle.received_bytes() != expected)
+      throw error(errc::mismatch,
+                  "expected " + std::to_string(expected) + " bytes, received " +
+                      std::to_string(handle.received_bytes()),
+                  {transport().rank(), handle.peer(), std::string(operation)});
+  }
+
+  // Dissemination barrier: ceil(log2 n) rounds; in round k rank r signals
+  // r + 2^k and hears from r - 2^k (mod n). Cost: ceil(log2 n) alpha.
+  void barrier() {
+    const std::uint32_t sequence = next_sequence();
+    const int n = size();
+    std::uint32_t round = 0;
+    for (int distance = 1; distance < n; distance *= 2, ++round) {
+      std::array<request, 2> pair;
+      pair[0] = irecv_bytes({}, (rank_ - distance + n) % n, wire_tag(sequence, round));
+      pair[1] = isend_bytes({}, (rank_ + distance) % n, wire_tag(sequence, round));
+      wait_all(pair, "barrier");
+    }
+  }
+
+  // Ranks with the same color form a new communicator, ordered by (key, old
+  // rank). A negative color yields an empty communicator (valid() false).
+  // Collective over this communicator.
+  basic_communicator split(int color, int key) {
+    const std::uint32_t sequence = next_sequence();
+    const std::array<std::int32_t, 2> mine{color, key};
+    if (rank_ != 0) {
+      send_step(std::span<const std::int32_t>(mine), 0, sequence, 0);
+      return receive_assignment(sequence);
+    }
+    std::vector<std::array<std::int32_t, 2>> wishes(members_.size());
+    wishes[0] = mine;
+    for (int peer = 1; peer < size(); ++peer) recv_step(std::span(wishes[static_cast<std::size_t>(peer)]), peer, sequence, 0);
+    return assign_groups(wishes, sequence);
+  }
+
+ private:
+  int peer_world_rank(int peer, const char* operation) const {
+    if (peer < 0 || peer >= size())
+      throw error(errc::invalid_argument,
+                  "peer " + std::to_string(peer) + " is not in [0, " + std::to_string(size()) + ")",
+                  {transport().rank(), -1, operation});
+    return members_[static_cast<std::size_t>(peer)];
+  }
+
+  transport::tag_t user_wire_tag(int user_tag, const char* operation) const {
+    if (user_tag < 0 || static_cast<std::uint32_t>(user_tag) > tag::max_step)
+      throw error(errc::invalid_argument,
+                  "tag " + std::to_string(user_tag) + " is not in [0, " + std::to_string(tag::max_step) + "]",
+                  {transport().rank(), -1, operation});
+    return tag::make(id_, tag::point_to_point, static_cast<std::uint32_t>(user_tag));
+  }
+
+  template <class U>
+  void send_step(std::span<const U> data, int peer, std::uint32_t sequence, std::uint32_t step) {
+    request handle = isend_bytes(std::as_bytes(data), peer, wire_tag(sequence, step));
+    wait(handle, "split");
+  }
+  template <class U>
+  void recv_step(std::span<U> data, int peer, std::uint32_t sequence, std::uint32_t step) {
+    request handle = irecv_bytes(std::as_writable_bytes(data), peer, wire_tag(sequence, step));
+    wait(handle, "split");
+    expect_bytes(handle, data.size_bytes(), "split");
+  }
+
+  std::uint32_t allocate_id() {
+    // Ids come from one job-wide counter so that live communicators sharing
+    // ranks never share an id; 0 is the world. They wrap after max_id.
+    const std::int64_t counter =
+        world_->store ? world_->store->add("chorus/communicator-ids", 1) : ++world_->local_ids;
+    return static_cast<std::uint32_t>((counter - 1) % tag::max_id) + 1;
+  }
+
+  // Rank 0 of the parent: sort the wishes into groups and tell each rank its
+  // place: [id, new rank, new size] then the group's parent ranks.
+  basic_communicator assign_groups(const std::vector<std::array<std::int32_t, 2>>& wishes,
+                                   std::uint32_t sequence) {
+    std::vector<int> order(wishes.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      const auto& wa = wishes[static_cast<std::size_t>(a)];
+      const auto& wb = wishes[static_cast<std::size_t>(b)];
+      return wa[0] != wb[0] ? wa[0] < wb[0] : wa[1] < wb[1];
+    });
+    basic_communicator own;
+    for (std::size_t begin = 0; begin < order.size();) {
+      const std::int32_t color = wishes[static_cast<std::size_t>(order[begin])][0];
+      std::size_t end = begin;
+      while (end < order.size() && wishes[static_cast<std::size_t>(order[end])][0] == color) ++end;
+      const std::vector<std::int32_t> group(order.begin() + static_cast<std::ptrdiff_t>(begin),
+                                            order.begin() + static_cast<std::ptrdiff_t>(end));
+      const std::uint32_t id = color < 0 ? 0 : allocate_id();
+      for (std::size_t position = 0; position < group.size(); ++position) {
+        const std::array<std::int32_t, 3> header{static_cast<std::int32_t>(id),
+                                                 static_cast<std::int32_t>(position),
+                                                 color < 0 ? 0 : static_cast<std::int32_t>(group.size())};
+        if (group[position] == 0) {
+          own = make_child(header, group);
+          continue;
+        }
+        send_step(std::span<const std::int32_t>(header), group[position], sequence, 1);
+        if (color >= 0) send_step(std::span<const std::int32_t>(group), group[position], sequence, 2);
+      }
+      begin = end;
+    }
+    return own;
+  }
+
+  basic_communicator receive_assignment(std::uint32_t sequence) {
+    std::array<std::int32_t, 3> header{};
+    recv_step(std::span(header), 0, sequence, 1);
+    std::vector<std::int32_t> group(static_cast<std::size_t>(header[2]));
+    if (!group.empty()) recv_step(std::span(group), 0, sequence, 2);
+    return make_child(header, group);
+  }
+
+  basic_communicator make_child(const std::array<std::int32_t, 3>& header,
+                                const std::vector<std::int32_t>& group) const {
+    basic_communicator child;
+    if (header[2] == 0) return child;
+    child.world_ = world_;
+    child.id_ = static_cast<std::uint32_t>(header[0]);
+    child.rank_ = header[1];
+    for (std::int32_t parent_rank : group) child.members_.push_back(members_[static_cast<std::size_t>(parent_rank)]);
+    return child;
+  }
+
+  std::shared_ptr<world_state<T>> world_;
+  std::vector<int> members_;  // this communicator's rank -> transport rank
+  int rank_ = -1;
+  std::uint32_t id_ = 0;
+  std::uint32_t sequence_ = 1;
+};
+
+}  // namespace chorus

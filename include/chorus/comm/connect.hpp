@@ -1,0 +1,79 @@
+// Building the world communicator over UCX.
+//
+//   chorus::communicator world = chorus::init();          // from the environment
+//   chorus::communicator world = chorus::connect(info);   // from a launch_info
+//
+// Steps: resolve settings; host the store if this is rank 0 and no launcher
+// does; join the store; create the UCX context and worker; publish this
+// worker's address; fetch every peer's address and create endpoints; finish
+// with a barrier so that every rank is known to be reachable.
+#pragma once
+
+#include <chorus/bootstrap/environment.hpp>
+#include <chorus/bootstrap/store_client.hpp>
+#include <chorus/bootstrap/store_server.hpp>
+#include <chorus/comm/communicator.hpp>
+#include <chorus/comm/options.hpp>
+#include <chorus/core/log.hpp>
+#include <chorus/transport/ucx_transport.hpp>
+
+#include <memory>
+#include <string>
+
+namespace chorus {
+
+using communicator = basic_communicator<ucx::ucx_transport>;
+
+namespace detail {
+
+inline std::string address_key(int rank) { return "chorus/address/" + std::to_string(rank); }
+
+inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
+  if (info.size == 1 && !info.store) return;
+  if (info.rank == 0 && !info.launcher_hosts_store) {
+    world.store_host = std::make_unique<store::server>(
+        store::server_options{info.store->host, info.store->port, info.token, {}, std::chrono::milliseconds(10000)});
+    log::debug(info.rank, "hosting the store at " + world.store_host->address());
+  }
+  world.store = std::make_unique<store::client>(
+      store::client_options{info.store->host, info.store->port, info.token, world.config.timeout, {}});
+}
+
+inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
+  ucx::ucx_transport& transport = *world.transport;
+  const auto own = transport.address();
+  if (!world.store) {
+    transport.connect(0, own);
+    return;
+  }
+  world.store->set(address_key(info.rank),
+                   std::string_view(reinterpret_cast<const char*>(own.data()), own.size()));
+  for (int peer = 0; peer < info.size; ++peer) {
+    const std::string address = peer == info.rank ? std::string(reinterpret_cast<const char*>(own.data()), own.size())
+                                                   : world.store->wait(address_key(peer));
+    transport.connect(peer, std::as_bytes(std::span(address)));
+  }
+}
+
+}  // namespace detail
+
+inline communicator connect(const bootstrap::launch_info& info, const options& given = {}) {
+  auto world = std::make_shared<world_state<ucx::ucx_transport>>();
+  world->config = resolve(given, info.local_size);
+  log::debug(info.rank, "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) +
+                            " (" + info.source + "), progress " +
+                            std::string(to_string(world->config.progress)) + " (" +
+                            world->config.progress_reason + "), timeout " +
+                            std::to_string(world->config.timeout.count()) + " ms");
+  detail::join_store(*world, info);
+  world->transport = std::make_shared<ucx::ucx_transport>(
+      ucx::config{info.rank, info.size, world->config.progress});
+  detail::exchange_addresses(*world, info);
+  communicator world_communicator(world);
+  world_communicator.barrier();
+  return world_communicator;
+}
+
+inline communicator init(const options& given = {}) { return connect(bootstrap::discover(), given); }
+
+}  // namespace chorus

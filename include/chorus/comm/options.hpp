@@ -1,0 +1,65 @@
+// Communicator settings: code first, then CHORUS_* environment variables,
+// then defaults. A field set in `options` wins over the environment.
+//
+//   timeout   CHORUS_TIMEOUT   (30, 30s, 500ms, 2m)       default 180 s
+//   progress  CHORUS_PROGRESS  (spin|yield|block|auto)    default auto:
+//             block when this node runs more ranks than the process may use
+//             cores, spin otherwise.
+#pragma once
+
+#include <chorus/core/env.hpp>
+#include <chorus/transport/transport.hpp>
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace chorus {
+
+inline constexpr std::chrono::milliseconds default_timeout{180000};
+
+struct options {
+  std::optional<std::chrono::milliseconds> timeout;
+  std::optional<transport::progress_mode> progress;
+};
+
+struct settings {
+  std::chrono::milliseconds timeout = default_timeout;
+  transport::progress_mode progress = transport::progress_mode::spin;
+  std::string progress_reason;  // why this mode, for the debug log
+};
+
+// Cores this process may run on (its affinity mask, which respects cpusets).
+inline int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+inline settings resolve(const options& given, int local_ranks) {
+  settings chosen;
+  chosen.timeout = given.timeout.value_or(env::get_duration("CHORUS_TIMEOUT").value_or(default_timeout));
+  using transport::progress_mode;
+  if (given.progress) {
+    chosen.progress = *given.progress;
+    chosen.progress_reason = "set in code";
+    return chosen;
+  }
+  const auto from_env = env::get_choice("CHORUS_PROGRESS", {"spin", "yield", "block", "auto"});
+  if (from_env && *from_env < 3) {
+    chosen.progress = static_cast<progress_mode>(*from_env);
+    chosen.progress_reason = "CHORUS_PROGRESS";
+    return chosen;
+  }
+  const int cores = usable_cores();
+  chosen.progress = local_ranks > cores ? progress_mode::block : progress_mode::spin;
+  chosen.progress_reason = std::to_string(local_ranks) + " local ranks, " + std::to_string(cores) + " cores";
+  return chosen;
+}
+
+}  // namespace chorus

@@ -1,0 +1,84 @@
+// Reduction operators as small function objects. They combine two values of
+// the accumulator type (see element_type.hpp), so the compiler can inline
+// and vectorise the inner loop. `avg` combines like `sum` and is divided by
+// the number of contributions once, at the end (finalize).
+//
+// A user-supplied operator is any callable `T(T, T)` that is associative and
+// commutative; give it a static `name` to have it reported in logs.
+//
+// min/max propagate NaN: if either input is NaN the result is NaN, so a
+// diverged replica is not hidden by its healthy peers.
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+
+namespace chorus::op {
+
+template <class T>
+constexpr bool is_nan(const T& value) noexcept {
+  if constexpr (std::is_floating_point_v<T>) return value != value;
+  else return false;
+}
+
+struct sum {
+  static constexpr std::string_view name = "sum";
+  template <class T>
+  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a + b); }
+};
+
+struct prod {
+  static constexpr std::string_view name = "prod";
+  template <class T>
+  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a * b); }
+};
+
+struct min {
+  static constexpr std::string_view name = "min";
+  template <class T>
+  constexpr T operator()(T a, T b) const noexcept {
+    if (is_nan(a)) return a;
+    if (is_nan(b)) return b;
+    return b < a ? b : a;
+  }
+};
+
+struct max {
+  static constexpr std::string_view name = "max";
+  template <class T>
+  constexpr T operator()(T a, T b) const noexcept {
+    if (is_nan(a)) return a;
+    if (is_nan(b)) return b;
+    return a < b ? b : a;
+  }
+};
+
+struct avg {
+  static constexpr std::string_view name = "avg";
+  template <class T>
+  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a + b); }
+  template <class T>
+  constexpr T finalize(T total, std::size_t contributions) const noexcept {
+    return static_cast<T>(total / static_cast<T>(contributions));
+  }
+};
+
+// The name an operator reports: its static `name`, or "user" for a lambda.
+template <class Op>
+constexpr std::string_view name_of() noexcept {
+  if constexpr (requires { Op::name; }) return Op::name;
+  else return "user";
+}
+
+// Applies the operator's final step, if it has one (avg divides by n).
+template <class Op, class T>
+constexpr T finalize(const Op& op, T total, std::size_t contributions) noexcept {
+  if constexpr (requires { op.finalize(total, contributions); })
+    return op.finalize(total, contributions);
+  else return total;
+}
+
+}  // namespace chorus::op

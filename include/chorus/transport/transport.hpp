@@ -1,0 +1,77 @@
+// The Transport concept: what chorus needs from a network layer.
+//
+// A transport connects `size` ranks and moves byte ranges between them with
+// non-blocking tagged send/recv. Requests are tested or waited; nothing moves
+// unless someone calls progress() (or waits). A transport declares the
+// memory kinds it can move; higher layers stage the others.
+//
+// Tag space: a transport may reserve high tag bits for its own matching (UCX
+// matches on tags only, so ucx_transport puts the sender's rank there). Callers
+// get `user_tag_bits` bits; the communicator encodes (communicator, sequence,
+// step) in them so that concurrent operations never steal each other's data.
+//
+// Threading: one thread drives a transport at a time from the caller's side;
+// the transport serialises internally so that a communicator-owned progress
+// thread may call progress() concurrently with the caller's calls.
+#pragma once
+
+#include <chorus/core/memory_kind.hpp>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace chorus::transport {
+
+using tag_t = std::uint64_t;
+using clock = std::chrono::steady_clock;
+
+inline constexpr int rank_bits = 20;
+inline constexpr int user_tag_bits = 64 - rank_bits;
+inline constexpr tag_t user_tag_mask = (tag_t{1} << user_tag_bits) - 1;
+inline constexpr int max_ranks = 1 << rank_bits;
+
+// How a thread waits for a request: spin (lowest latency, burns a core),
+// yield (spin but give the core away when nothing progressed), block (sleep
+// in the kernel until the network signals; for more ranks than cores).
+enum class progress_mode { spin, yield, block };
+
+constexpr std::string_view to_string(progress_mode mode) noexcept {
+  switch (mode) {
+    case progress_mode::spin: return "spin";
+    case progress_mode::yield: return "yield";
+    case progress_mode::block: return "block";
+  }
+  return "unknown";
+}
+
+template <class R>
+concept Request = std::movable<R> && requires(const R& request) {
+  { request.done() } -> std::same_as<bool>;
+  { request.peer() } -> std::same_as<int>;
+  { request.received_bytes() } -> std::same_as<std::size_t>;
+};
+
+template <class T>
+concept Transport =
+    Request<typename T::request> &&
+    requires(T& transport, const T& view, int peer, tag_t tag, std::span<const std::byte> input,
+             std::span<std::byte> output, typename T::request& request,
+             std::span<typename T::request> requests, clock::time_point deadline,
+             std::string_view operation) {
+      { view.rank() } -> std::same_as<int>;
+      { view.size() } -> std::same_as<int>;
+      { view.memory_kinds() } -> std::same_as<chorus::memory_kinds>;
+      { transport.isend(peer, tag, input) } -> std::same_as<typename T::request>;
+      { transport.irecv(peer, tag, output) } -> std::same_as<typename T::request>;
+      { transport.progress() } -> std::same_as<bool>;
+      { transport.test(request) } -> std::same_as<bool>;
+      // Waits until every request completed; throws chorus::error (timeout,
+      // peer_failure, mismatch on truncation, transport) naming `operation`.
+      { transport.wait_all(requests, deadline, operation) } -> std::same_as<void>;
+    };
+
+}  // namespace chorus::transport

@@ -1,0 +1,537 @@
+// ucx_transport: the Transport concept over the UCP tag API.
+//
+// One UCP context and one worker per rank; one endpoint per peer (self
+// included), created from worker addresses that the caller exchanges (the
+// communicator does it through the bootstrap store). Endpoints use
+// UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails the operations that
+// involve it instead of leaving them pending forever.
+//
+// Matching: UCP matches receives on the tag alone, not on the sender, so the
+// top `rank_bits` of every wire tag carry the sender's rank and a receive from
+// peer p matches only tags that p sent.
+//
+// Waiting: spin, yield or block (ucp_worker_arm + poll on the worker's event
+// fd). Block mode needs UCP_FEATURE_WAKEUP, which is requested only then, so
+// the spinning modes keep every UCX transport available.
+#pragma once
+
+#include <chorus/core/error.hpp>
+#include <chorus/core/memory_kind.hpp>
+#include <chorus/transport/transport.hpp>
+
+#include <ucp/api/ucp.h>
+
+#include <poll.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace chorus::ucx {
+
+using transport::clock;
+using transport::progress_mode;
+using transport::tag_t;
+
+struct config {
+  int rank = 0;
+  int size = 1;
+  progress_mode progress = progress_mode::spin;
+};
+
+namespace detail {
+
+// Shared between a request handle and the UCX completion callback. Whoever
+// lets go last frees it, so dropping a pending request can never make the
+// callback write into freed memory.
+struct operation_state {
+  std::atomic<int> references{1};
+  std::atomic<ucs_status_t> status{UCS_INPROGRESS};
+  std::size_t received = 0;
+  void* ucp_request = nullptr;
+};
+
+inline void release(operation_state* state) noexcept {
+  if (state != nullptr && state->references.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    delete state;
+}
+
+inline void on_send_done(void* ucp_request, ucs_status_t status, void* user_data) {
+  auto* state = static_cast<operation_state*>(user_data);
+  state->status.store(status, std::memory_order_release);
+  ucp_request_free(ucp_request);
+  release(state);
+}
+
+inline void on_recv_done(void* ucp_request, ucs_status_t status,
+                         const ucp_tag_recv_info_t* info, void* user_data) {
+  auto* state = static_cast<operation_state*>(user_data);
+  if (status == UCS_OK) state->received = info->length;
+  state->status.store(status, std::memory_order_release);
+  ucp_request_free(ucp_request);
+  release(state);
+}
+
+inline bool is_peer_failure(ucs_status_t status) noexcept {
+  return status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
+         status == UCS_ERR_UNREACHABLE || status == UCS_ERR_REJECTED ||
+         status == UCS_ERR_NOT_CONNECTED || status == UCS_ERR_CANCELED;
+}
+
+}  // namespace detail
+
+class ucx_transport;
+
+class request {
+ public:
+  request() = default;
+  request(request&& other) noexcept { *this = std::move(other); }
+  request& operator=(request&& other) noexcept {
+    if (this != &other) {
+      reset();
+      owner_ = std::exchange(other.owner_, nullptr);
+      state_ = std::exchange(other.state_, nullptr);
+      peer_ = other.peer_;
+      tag_ = other.tag_;
+      is_receive_ = other.is_receive_;
+    }
+    return *this;
+  }
+  request(const request&) = delete;
+  request& operator=(const request&) = delete;
+  ~request() { reset(); }
+
+  bool done() const noexcept {
+    return state_ == nullptr ||
+           state_->status.load(std::memory_order_acquire) != UCS_INPROGRESS;
+  }
+  bool succeeded() const noexcept { return state_ == nullptr || status() == UCS_OK; }
+  int peer() const noexcept { return peer_; }
+  tag_t tag() const noexcept { return tag_; }
+  bool is_receive() const noexcept { return is_receive_; }
+  std::size_t received_bytes() const noexcept { return state_ ? state_->received : 0; }
+  ucs_status_t status() const noexcept {
+    return state_ ? state_->status.load(std::memory_order_acquire) : UCS_OK;
+  }
+
+  // Cancels a pending operation (bounded wait for UCX to acknowledge).
+  inline void reset() noexcept;
+
+ private:
+  friend class ucx_transport;
+  ucx_transport* owner_ = nullptr;
+  detail::operation_state* state_ = nullptr;
+  int peer_ = -1;
+  tag_t tag_ = 0;
+  bool is_receive_ = false;
+};
+
+class ucx_transport {
+ public:
+  using request = ucx::request;
+
+  explicit ucx_transport(const config& settings)
+      : rank_(settings.rank), size_(settings.size), mode_(settings.progress) {
+    require(size_ >= 1 && size_ <= transport::max_ranks, "ucx_transport: size out of range");
+    require(rank_ >= 0 && rank_ < size_, "ucx_transport: rank out of range");
+    create_context();
+    create_worker();
+    peers_.resize(static_cast<std::size_t>(size_));
+    for (int peer = 0; peer < size_; ++peer) {
+      peers_[static_cast<std::size_t>(peer)] = std::make_unique<peer_slot>();
+      peers_[static_cast<std::size_t>(peer)]->owner = this;
+      peers_[static_cast<std::size_t>(peer)]->rank = peer;
+    }
+  }
+
+  ucx_transport(const ucx_transport&) = delete;
+  ucx_transport& operator=(const ucx_transport&) = delete;
+
+  ~ucx_transport() {
+    close_endpoints();
+    if (worker_address_ != nullptr) ucp_worker_release_address(worker_, worker_address_);
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  progress_mode mode() const noexcept { return mode_; }
+  chorus::memory_kinds memory_kinds() const noexcept { return memory_kinds_; }
+
+  // This worker's address, to be published for the peers.
+  std::span<const std::byte> address() const noexcept {
+    return {reinterpret_cast<const std::byte*>(worker_address_), worker_address_length_};
+  }
+
+  void connect(int peer, std::span<const std::byte> peer_address) {
+    check_peer(peer, "connect");
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &on_endpoint_error;
+    params.err_handler.arg = peers_[static_cast<std::size_t>(peer)].get();
+    std::lock_guard lock(mutex_);
+    ucp_ep_h endpoint = nullptr;
+    const ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint);
+    if (status != UCS_OK)
+      throw error(errc::transport, std::string("ucp_ep_create: ") + ucs_status_string(status),
+                  {rank_, peer, "connect"});
+    peers_[static_cast<std::size_t>(peer)]->endpoint = endpoint;
+  }
+
+  // The failure UCX reported for a peer's endpoint, if any.
+  std::optional<ucs_status_t> peer_failure(int peer) const noexcept {
+    const ucs_status_t status =
+        peers_[static_cast<std::size_t>(peer)]->failure.load(std::memory_order_acquire);
+    if (status == UCS_OK) return std::nullopt;
+    return status;
+  }
+
+  request isend(int peer, tag_t tag, std::span<const std::byte> data) {
+    check_peer(peer, "send");
+    check_tag(tag, peer, "send");
+    ucp_ep_h endpoint = peers_[static_cast<std::size_t>(peer)]->endpoint;
+    if (endpoint == nullptr)
+      throw error(errc::invalid_argument, "no endpoint: connect() was not called", {rank_, peer, "send"});
+    if (auto failure = peer_failure(peer))
+      throw error(errc::peer_failure, std::string("peer is gone: ") + ucs_status_string(*failure),
+                  {rank_, peer, "send"});
+    request handle = make_request(peer, tag, false);
+    ucp_request_param_t params{};
+    params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    params.cb.send = &detail::on_send_done;
+    params.user_data = handle.state_;
+    std::lock_guard lock(mutex_);
+    const ucs_status_ptr_t result = ucp_tag_send_nbx(
+        endpoint, data.empty() ? static_cast<const void*>(&empty_) : data.data(), data.size(),
+        wire_tag(rank_, tag), &params);
+    track(handle, result);
+    return handle;
+  }
+
+  request irecv(int peer, tag_t tag, std::span<std::byte> data) {
+    check_peer(peer, "recv");
+    check_tag(tag, peer, "recv");
+    request handle = make_request(peer, tag, true);
+    ucp_request_param_t params{};
+    params.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
+    params.cb.recv = &detail::on_recv_done;
+    params.user_data = handle.state_;
+    params.recv_info.tag_info = &immediate_info_;
+    std::lock_guard lock(mutex_);
+    const ucs_status_ptr_t result = ucp_tag_recv_nbx(
+        worker_, data.empty() ? static_cast<void*>(&empty_) : data.data(), data.size(),
+        wire_tag(peer, tag), ~tag_t{0}, &params);
+    if (result == nullptr) handle.state_->received = immediate_info_.length;
+    track(handle, result);
+    return handle;
+  }
+
+  // One round of network progress; true if anything happened.
+  bool progress() {
+    std::lock_guard lock(mutex_);
+    return ucp_worker_progress(worker_) != 0;
+  }
+
+  // True once the request completed successfully; throws if it failed.
+  bool test(request& handle) {
+    if (!handle.done()) progress();
+    if (!handle.done()) {
+      if (handle.is_receive() && peer_failure(handle.peer())) raise(handle, "test");
+      return false;
+    }
+    if (!handle.succeeded()) raise(handle, "test");
+    return true;
+  }
+
+  void wait(request& handle, clock::time_point deadline, std::string_view operation) {
+    wait_all(std::span<request>(&handle, 1), deadline, operation);
+  }
+
+  void wait_all(std::span<request> handles, clock::time_point deadline,
+                std::string_view operation) {
+    const bool finished = progress_until([&] { return settled(handles); }, deadline);
+    for (request& handle : handles) {
+      if (handle.done() && handle.succeeded()) continue;
+      if (handle.done() || peer_failure(handle.peer())) raise(handle, operation);
+      if (!finished) raise_timeout(handle, deadline, operation);
+    }
+  }
+
+  // Progresses until `done()` is true or the deadline passes; returns done().
+  template <class Predicate>
+  bool progress_until(Predicate&& done, clock::time_point deadline) {
+    for (;;) {
+      if (done()) return true;
+      if (progress()) continue;
+      if (done()) return true;
+      const auto now = clock::now();
+      if (now >= deadline) return done();
+      switch (mode_) {
+        case progress_mode::spin: break;
+        case progress_mode::yield: std::this_thread::yield(); break;
+        case progress_mode::block: sleep_until_event(deadline - now); break;
+      }
+    }
+  }
+
+ private:
+  struct peer_slot {
+    ucx_transport* owner = nullptr;
+    int rank = -1;
+    ucp_ep_h endpoint = nullptr;
+    std::atomic<ucs_status_t> failure{UCS_OK};
+  };
+
+  friend class ucx::request;
+
+  static tag_t wire_tag(int sender, tag_t tag) noexcept {
+    return (static_cast<tag_t>(sender) << transport::user_tag_bits) | tag;
+  }
+
+  static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* slot = static_cast<peer_slot*>(arg);
+    slot->failure.store(status, std::memory_order_release);
+  }
+
+  // Shared-memory transports can detect a dead peer (they check that its
+  // process is alive) but UCX hides that unless asked; without it the PEER
+  // error mode pushes intra-node traffic onto TCP, 30x slower. UCT options
+  // cannot be set through ucp_config_modify, so this sets the environment
+  // once per process, before any context reads it; a user's value wins.
+  static void enable_shared_memory_error_handling() {
+    static const bool done = [] {
+      ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+      ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+      return true;
+    }();
+    (void)done;
+  }
+
+  void create_context() {
+    enable_shared_memory_error_handling();
+    ucp_config_t* ucx_config = nullptr;
+    ucs_status_t status = ucp_config_read(nullptr, nullptr, &ucx_config);
+    if (status != UCS_OK) fail_setup("ucp_config_read", status);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                        UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_TAG;
+    if (mode_ == progress_mode::block) params.features |= UCP_FEATURE_WAKEUP;
+    params.estimated_num_eps = static_cast<std::size_t>(size_);
+    params.mt_workers_shared = 0;
+    status = ucp_init(&params, ucx_config, &context_);
+    ucp_config_release(ucx_config);
+    if (status != UCS_OK) fail_setup("ucp_init", status);
+    query_memory_kinds();
+  }
+
+  void query_memory_kinds() {
+    ucp_context_attr_t attributes{};
+    attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    memory_kinds_ = {memory_kind::host, memory_kind::cuda_pinned};
+    if (ucp_context_query(context_, &attributes) == UCS_OK &&
+        (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)))
+      memory_kinds_.insert(memory_kind::cuda_device);
+  }
+
+  void create_worker() {
+    ucp_worker_params_t params{};
+    params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    // Calls are serialised by mutex_, so UCX need not lock.
+    params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    ucs_status_t status = ucp_worker_create(context_, &params, &worker_);
+    if (status != UCS_OK) fail_setup("ucp_worker_create", status);
+    status = ucp_worker_get_address(worker_, &worker_address_, &worker_address_length_);
+    if (status != UCS_OK) fail_setup("ucp_worker_get_address", status);
+    if (mode_ == progress_mode::block) {
+      status = ucp_worker_get_efd(worker_, &event_fd_);
+      if (status != UCS_OK) fail_setup("ucp_worker_get_efd", status);
+    }
+  }
+
+  [[noreturn]] void fail_setup(const char* call, ucs_status_t status) {
+    if (worker_address_ != nullptr) ucp_worker_release_address(worker_, worker_address_);
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+    worker_address_ = nullptr;
+    worker_ = nullptr;
+    context_ = nullptr;
+    throw error(errc::transport, std::string(call) + ": " + ucs_status_string(status),
+                {rank_, -1, "ucx setup"});
+  }
+
+  // Flush-closes every endpoint (force-closes those of failed peers), waiting
+  // a bounded time: teardown must not hang on a peer that left first.
+  void close_endpoints() noexcept {
+    std::vector<void*> pending;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& slot : peers_) {
+        if (slot->endpoint == nullptr) continue;
+        ucp_request_param_t params{};
+        params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        params.flags = slot->failure.load() == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+        const ucs_status_ptr_t result = ucp_ep_close_nbx(slot->endpoint, &params);
+        if (UCS_PTR_IS_PTR(result)) pending.push_back(result);
+        slot->endpoint = nullptr;
+      }
+    }
+    const auto deadline = clock::now() + std::chrono::seconds(2);
+    for (void* close_request : pending) {
+      for (;;) {
+        std::lock_guard lock(mutex_);
+        ucp_worker_progress(worker_);
+        if (ucp_request_check_status(close_request) != UCS_INPROGRESS || clock::now() > deadline) {
+          ucp_request_free(close_request);
+          break;
+        }
+      }
+    }
+  }
+
+  request make_request(int peer, tag_t tag, bool is_receive) {
+    request handle;
+    handle.owner_ = this;
+    handle.state_ = new detail::operation_state();
+    handle.peer_ = peer;
+    handle.tag_ = tag;
+    handle.is_receive_ = is_receive;
+    return handle;
+  }
+
+  // Records what a UCP call returned: done at once, failed at once, or a
+  // request whose callback will fire exactly once and drop one reference.
+  static void track(request& handle, ucs_status_ptr_t result) noexcept {
+    detail::operation_state* state = handle.state_;
+    if (result == nullptr) {
+      state->status.store(UCS_OK, std::memory_order_release);
+    } else if (UCS_PTR_IS_ERR(result)) {
+      state->status.store(UCS_PTR_STATUS(result), std::memory_order_release);
+    } else {
+      state->references.fetch_add(1, std::memory_order_relaxed);
+      state->ucp_request = result;
+    }
+  }
+
+  void check_peer(int peer, const char* operation) const {
+    if (peer < 0 || peer >= size_)
+      throw error(errc::invalid_argument,
+                  "peer " + std::to_string(peer) + " is not in [0, " + std::to_string(size_) + ")",
+                  {rank_, peer, operation});
+  }
+
+  void check_tag(tag_t tag, int peer, const char* operation) const {
+    if (tag > transport::user_tag_mask)
+      throw error(errc::invalid_argument, "tag does not fit in the user tag bits",
+                  {rank_, peer, operation});
+  }
+
+  bool settled(std::span<request> handles) const noexcept {
+    for (const request& handle : handles) {
+      if (handle.done()) {
+        if (!handle.succeeded()) return true;
+      } else if (!peer_failure(handle.peer())) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  [[noreturn]] void raise(request& handle, std::string_view operation) {
+    const ucs_status_t status = handle.done() ? handle.status() : *peer_failure(handle.peer());
+    const int peer = handle.peer();
+    const bool truncated = status == UCS_ERR_MESSAGE_TRUNCATED;
+    std::string detail = truncated ? "message is larger than the receive buffer"
+                                   : std::string(handle.is_receive() ? "receive" : "send") +
+                                         " failed: " + ucs_status_string(status);
+    handle.reset();
+    const errc category = truncated                          ? errc::mismatch
+                          : detail::is_peer_failure(status) ? errc::peer_failure
+                                                            : errc::transport;
+    throw error(category, detail, {rank_, peer, std::string(operation)});
+  }
+
+  [[noreturn]] void raise_timeout(request& handle, clock::time_point, std::string_view operation) {
+    const int peer = handle.peer();
+    const std::string detail = std::string(handle.is_receive() ? "receive from" : "send to") +
+                               " peer did not complete before the deadline (tag 0x" +
+                               to_hex(handle.tag()) + ")";
+    handle.reset();
+    throw error(errc::timeout, detail, {rank_, peer, std::string(operation)});
+  }
+
+  static std::string to_hex(tag_t value) {
+    char text[20];
+    std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(value));
+    return text;
+  }
+
+  void sleep_until_event(clock::duration remaining) {
+    ucs_status_t status;
+    {
+      std::lock_guard lock(mutex_);
+      status = ucp_worker_arm(worker_);
+    }
+    if (status != UCS_OK) return;  // UCS_ERR_BUSY: events are pending, progress again
+    // Sleep in slices so a failed peer or a deadline is noticed even if the
+    // transport that would have signalled it stays silent.
+    const auto slice = std::min<clock::duration>(remaining, std::chrono::milliseconds(100));
+    pollfd descriptor{event_fd_, POLLIN, 0};
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(slice).count();
+    ::poll(&descriptor, 1, static_cast<int>(std::max<long long>(ms, 1)));
+  }
+
+  void cancel(request& handle) noexcept {
+    detail::operation_state* state = handle.state_;
+    {
+      std::lock_guard lock(mutex_);
+      if (state->status.load(std::memory_order_acquire) == UCS_INPROGRESS && state->ucp_request)
+        ucp_request_cancel(worker_, state->ucp_request);
+    }
+    const auto deadline = clock::now() + std::chrono::seconds(1);
+    while (state->status.load(std::memory_order_acquire) == UCS_INPROGRESS &&
+           clock::now() < deadline)
+      progress();
+  }
+
+  int rank_;
+  int size_;
+  progress_mode mode_;
+  chorus::memory_kinds memory_kinds_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_address_t* worker_address_ = nullptr;
+  std::size_t worker_address_length_ = 0;
+  int event_fd_ = -1;
+  std::vector<std::unique_ptr<peer_slot>> peers_;
+  ucp_tag_recv_info_t immediate_info_{};
+  std::byte empty_{};
+  std::mutex mutex_;
+};
+
+inline void request::reset() noexcept {
+  if (state_ == nullptr) return;
+  if (!done() && owner_ != nullptr) owner_->cancel(*this);
+  detail::release(state_);
+  state_ = nullptr;
+  owner_ = nullptr;
+}
+
+static_assert(transport::Transport<ucx_transport>);
+
+}  // namespace chorus::ucx

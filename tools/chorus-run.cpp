@@ -1,0 +1,358 @@
+// chorus-run: start N local ranks of a chorus program.
+//
+//   chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT]
+//              [--no-prefix] [--] program [args...]
+//
+// It hosts the rendezvous store, spawns N processes with CHORUS_RANK,
+// CHORUS_SIZE, CHORUS_LOCAL_RANK, CHORUS_LOCAL_SIZE, CHORUS_ADDR, CHORUS_TOKEN
+// and CHORUS_LAUNCHER set, prefixes each output line with "[rank] ", and
+// exits with the first failing rank's exit code (128+signal if it was
+// killed), after ending every other rank. --timeout ends the whole job with
+// exit code 124. SIGINT/SIGTERM to chorus-run are passed to every rank.
+#include <chorus/bootstrap/store_server.hpp>
+#include <chorus/bootstrap/token.hpp>
+#include <chorus/core/env.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct arguments {
+  int ranks = 0;
+  std::optional<std::chrono::milliseconds> timeout;
+  std::string bind_host = "127.0.0.1";
+  std::uint16_t port = 0;
+  bool prefix = true;
+  std::vector<std::string> command;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "chorus-run: %s\n"
+               "usage: chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT] "
+               "[--no-prefix] [--] program [args...]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+arguments parse(int argc, char** argv) {
+  arguments parsed;
+  int i = 1;
+  const auto value = [&](std::string_view flag) -> std::string {
+    if (i + 1 >= argc) usage(std::string(flag) + " needs a value");
+    return argv[++i];
+  };
+  for (; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--") {
+      ++i;
+      break;
+    }
+    if (flag.empty() || flag[0] != '-') break;
+    if (flag == "-n" || flag == "--ranks") {
+      const auto ranks = chorus::env::parse_integer(value(flag));
+      if (!ranks || *ranks < 1 || *ranks > 4096) usage("-n needs a rank count in 1..4096");
+      parsed.ranks = static_cast<int>(*ranks);
+    } else if (flag == "--timeout") {
+      const std::string text = value(flag);
+      parsed.timeout = chorus::env::parse_duration(text);
+      if (!parsed.timeout || parsed.timeout->count() <= 0) usage("--timeout needs a duration (30, 30s, 2m)");
+    } else if (flag == "--bind") {
+      parsed.bind_host = value(flag);
+    } else if (flag == "--port") {
+      const auto port = chorus::env::parse_integer(value(flag));
+      if (!port || *port < 0 || *port > 65535) usage("--port needs 0..65535");
+      parsed.port = static_cast<std::uint16_t>(*port);
+    } else if (flag == "--no-prefix") {
+      parsed.prefix = false;
+    } else {
+      usage("unknown option " + std::string(flag));
+    }
+  }
+  if (parsed.ranks == 0) usage("-n is required");
+  for (; i < argc; ++i) parsed.command.emplace_back(argv[i]);
+  if (parsed.command.empty()) usage("no program given");
+  return parsed;
+}
+
+volatile std::sig_atomic_t forwarded_signal = 0;
+void remember_signal(int signal_number) { forwarded_signal = signal_number; }
+
+// One rank's process and its two output pipes.
+struct rank_process {
+  pid_t pid = -1;
+  bool running = false;
+  int fds[2] = {-1, -1};  // stdout, stderr read ends
+  std::string pending[2];
+};
+
+class launcher {
+ public:
+  explicit launcher(arguments parsed) : args_(std::move(parsed)) {}
+
+  int run() {
+    const std::string token = chorus::bootstrap::random_token();
+    chorus::store::server store({args_.bind_host, args_.port, token, {}, std::chrono::milliseconds(10000)});
+    const std::string address = args_.bind_host + ":" + std::to_string(store.port());
+    std::signal(SIGINT, remember_signal);
+    std::signal(SIGTERM, remember_signal);
+    std::signal(SIGPIPE, SIG_IGN);
+    ranks_.resize(static_cast<std::size_t>(args_.ranks));
+    for (int rank = 0; rank < args_.ranks; ++rank) {
+      if (!spawn(rank, address, token)) {
+        finish_with(127);
+        terminate_all();
+        break;
+      }
+    }
+    if (args_.timeout) deadline_ = clock_type::now() + *args_.timeout;
+    supervise();
+    return exit_code_.value_or(0);
+  }
+
+ private:
+  std::vector<std::string> environment(int rank, const std::string& address, const std::string& token) const {
+    std::vector<std::string> entries;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      const std::string_view text = *entry;
+      if (text.starts_with("CHORUS_RANK=") || text.starts_with("CHORUS_SIZE=") ||
+          text.starts_with("CHORUS_LOCAL_RANK=") || text.starts_with("CHORUS_LOCAL_SIZE=") ||
+          text.starts_with("CHORUS_ADDR=") || text.starts_with("CHORUS_TOKEN=") ||
+          text.starts_with("CHORUS_LAUNCHER="))
+        continue;
+      entries.emplace_back(text);
+    }
+    const std::string size = std::to_string(args_.ranks);
+    entries.push_back("CHORUS_RANK=" + std::to_string(rank));
+    entries.push_back("CHORUS_SIZE=" + size);
+    entries.push_back("CHORUS_LOCAL_RANK=" + std::to_string(rank));
+    entries.push_back("CHORUS_LOCAL_SIZE=" + size);
+    entries.push_back("CHORUS_ADDR=" + address);
+    entries.push_back("CHORUS_TOKEN=" + token);
+    entries.push_back("CHORUS_LAUNCHER=chorus-run");
+    return entries;
+  }
+
+  bool spawn(int rank, const std::string& address, const std::string& token) {
+    rank_process& process = ranks_[static_cast<std::size_t>(rank)];
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+      std::fprintf(stderr, "chorus-run: pipe: %s\n", std::strerror(errno));
+      return false;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setpgroup(&attributes, 0);  // own process group: we end it whole
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGPIPE);
+    posix_spawnattr_setsigdefault(&attributes, &defaults);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+
+    std::vector<std::string> env_entries = environment(rank, address, token);
+    std::vector<char*> envp, argv;
+    for (auto& entry : env_entries) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+    for (auto& word : args_.command) argv.push_back(word.data());
+    argv.push_back(nullptr);
+    const int status = posix_spawnp(&process.pid, argv[0], &actions, &attributes, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    close(out[1]);
+    close(err[1]);
+    process.fds[0] = out[0];
+    process.fds[1] = err[0];
+    if (status != 0) {
+      std::fprintf(stderr, "chorus-run: cannot start '%s': %s\n", argv[0], std::strerror(status));
+      close(out[0]);
+      close(err[0]);
+      process.fds[0] = process.fds[1] = -1;
+      return false;
+    }
+    process.running = true;
+    return true;
+  }
+
+  void supervise() {
+    for (;;) {
+      pump_output(100);
+      reap();
+      handle_signals();
+      handle_deadlines();
+      if (running_count() == 0 && open_pipe_count() == 0) break;
+      if (running_count() == 0 && !drain_until_) drain_until_ = clock_type::now() + std::chrono::seconds(1);
+      if (drain_until_ && clock_type::now() > *drain_until_) break;  // a grandchild holds a pipe
+    }
+    for (int rank = 0; rank < args_.ranks; ++rank)
+      for (int stream = 0; stream < 2; ++stream) flush_partial(rank, stream);
+  }
+
+  void pump_output(int timeout_ms) {
+    std::vector<pollfd> watched;
+    std::vector<std::pair<int, int>> owners;  // (rank, stream)
+    for (int rank = 0; rank < args_.ranks; ++rank)
+      for (int stream = 0; stream < 2; ++stream)
+        if (int fd = ranks_[static_cast<std::size_t>(rank)].fds[stream]; fd >= 0) {
+          watched.push_back({fd, POLLIN, 0});
+          owners.emplace_back(rank, stream);
+        }
+    if (watched.empty()) {
+      poll(nullptr, 0, timeout_ms);
+      return;
+    }
+    if (poll(watched.data(), watched.size(), timeout_ms) <= 0) return;
+    for (std::size_t i = 0; i < watched.size(); ++i)
+      if (watched[i].revents != 0) read_from(owners[i].first, owners[i].second);
+  }
+
+  void read_from(int rank, int stream) {
+    rank_process& process = ranks_[static_cast<std::size_t>(rank)];
+    char chunk[65536];
+    const ssize_t count = read(process.fds[stream], chunk, sizeof chunk);
+    if (count <= 0) {
+      if (count < 0 && errno == EINTR) return;
+      close(process.fds[stream]);
+      process.fds[stream] = -1;
+      flush_partial(rank, stream);
+      return;
+    }
+    std::string& pending = process.pending[stream];
+    pending.append(chunk, static_cast<std::size_t>(count));
+    std::size_t start = 0;
+    for (std::size_t newline; (newline = pending.find('\n', start)) != std::string::npos; start = newline + 1)
+      emit(rank, stream, std::string_view(pending).substr(start, newline + 1 - start));
+    pending.erase(0, start);
+  }
+
+  void flush_partial(int rank, int stream) {
+    std::string& pending = ranks_[static_cast<std::size_t>(rank)].pending[stream];
+    if (pending.empty()) return;
+    pending.push_back('\n');
+    emit(rank, stream, pending);
+    pending.clear();
+  }
+
+  // One write per line, so lines of different ranks never interleave.
+  void emit(int rank, int stream, std::string_view line) const {
+    std::string text = args_.prefix ? "[" + std::to_string(rank) + "] " : std::string();
+    text.append(line);
+    const int fd = stream == 0 ? 1 : 2;
+    for (std::size_t written = 0; written < text.size();) {
+      const ssize_t count = write(fd, text.data() + written, text.size() - written);
+      if (count < 0 && errno == EINTR) continue;
+      if (count <= 0) return;
+      written += static_cast<std::size_t>(count);
+    }
+  }
+
+  void reap() {
+    for (int status = 0;;) {
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;
+      for (int rank = 0; rank < args_.ranks; ++rank) {
+        rank_process& process = ranks_[static_cast<std::size_t>(rank)];
+        if (process.pid != pid) continue;
+        process.running = false;
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0 && !terminating_) {
+          std::fprintf(stderr, "chorus-run: rank %d %s %d; ending the other ranks\n", rank,
+                       WIFEXITED(status) ? "exited with code" : "was killed by signal",
+                       WIFEXITED(status) ? code : WTERMSIG(status));
+          finish_with(code);
+          terminate_all();
+        }
+      }
+    }
+  }
+
+  void handle_signals() {
+    if (forwarded_signal == 0 || terminating_) return;
+    std::fprintf(stderr, "chorus-run: got signal %d; ending all ranks\n", static_cast<int>(forwarded_signal));
+    finish_with(128 + forwarded_signal);
+    terminate_all(forwarded_signal);
+  }
+
+  void handle_deadlines() {
+    const auto now = clock_type::now();
+    if (deadline_ && now > *deadline_ && !terminating_ && running_count() > 0) {
+      std::fprintf(stderr, "chorus-run: timeout after %lld ms; ending all ranks\n",
+                   static_cast<long long>(args_.timeout->count()));
+      finish_with(124);
+      terminate_all();
+    }
+    if (kill_at_ && now > *kill_at_) {
+      for (auto& process : ranks_)
+        if (process.running) kill(-process.pid, SIGKILL);
+      kill_at_.reset();
+    }
+  }
+
+  // SIGTERM every running rank's process group; SIGKILL after a grace period.
+  void terminate_all(int signal_number = SIGTERM) {
+    terminating_ = true;
+    for (auto& process : ranks_)
+      if (process.running) kill(-process.pid, signal_number);
+    kill_at_ = clock_type::now() + std::chrono::seconds(3);
+  }
+
+  void finish_with(int code) {
+    if (!exit_code_) exit_code_ = code;
+  }
+
+  int running_count() const {
+    int count = 0;
+    for (const auto& process : ranks_) count += process.running;
+    return count;
+  }
+
+  int open_pipe_count() const {
+    int count = 0;
+    for (const auto& process : ranks_) count += (process.fds[0] >= 0) + (process.fds[1] >= 0);
+    return count;
+  }
+
+  arguments args_;
+  std::vector<rank_process> ranks_;
+  std::optional<int> exit_code_;
+  bool terminating_ = false;
+  std::optional<clock_type::time_point> deadline_;
+  std::optional<clock_type::time_point> kill_at_;
+  std::optional<clock_type::time_point> drain_until_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return launcher(parse(argc, argv)).run();
+  } catch (const std::exception& failure) {
+    std::fprintf(stderr, "chorus-run: %s\n", failure.what());
+    return 1;
+  }
+}

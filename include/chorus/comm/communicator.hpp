@@ -98,31 +98,27 @@ class basic_communicator {
   }
 
   // Typed point-to-point; `user_tag` in [0, 65535] separates streams.
-  template <class U>
-  request isend(std::span<const U> data, int peer, int user_tag = 0) {
+  template <class U, std::size_t E>
+  request isend(std::span<U, E> data, int peer, int user_tag = 0) {
     static_assert(std::is_trivially_copyable_v<U>);
     return isend_bytes(std::as_bytes(data), peer, user_wire_tag(user_tag, "send"));
   }
-  template <class U>
-  request irecv(std::span<U> data, int peer, int user_tag = 0) {
+  template <class U, std::size_t E>
+  request irecv(std::span<U, E> data, int peer, int user_tag = 0) {
     static_assert(std::is_trivially_copyable_v<U> && !std::is_const_v<U>);
     return irecv_bytes(std::as_writable_bytes(data), peer, user_wire_tag(user_tag, "recv"));
   }
 
-  template <class U>
-  void send(std::span<const U> data, int peer, int user_tag = 0) {
+  template <class U, std::size_t E>
+  void send(std::span<U, E> data, int peer, int user_tag = 0) {
     request handle = isend(data, peer, user_tag);
     wait(handle, "send");
-  }
-  template <class U>
-  void send(std::span<U> data, int peer, int user_tag = 0) {
-    send(std::span<const U>(data), peer, user_tag);
   }
 
   // Receives exactly data.size() elements; a message of another size is a
   // mismatch error (a larger one never overruns the buffer).
-  template <class U>
-  void recv(std::span<U> data, int peer, int user_tag = 0) {
+  template <class U, std::size_t E>
+  void recv(std::span<U, E> data, int peer, int user_tag = 0) {
     request handle = irecv(data, peer, user_tag);
     wait(handle, "recv");
     expect_bytes(handle, data.size_bytes(), "recv");
@@ -191,13 +187,13 @@ class basic_communicator {
     return tag::make(id_, tag::point_to_point, static_cast<std::uint32_t>(user_tag));
   }
 
-  template <class U>
-  void send_step(std::span<const U> data, int peer, std::uint32_t sequence, std::uint32_t step) {
+  template <class U, std::size_t E>
+  void send_step(std::span<U, E> data, int peer, std::uint32_t sequence, std::uint32_t step) {
     request handle = isend_bytes(std::as_bytes(data), peer, wire_tag(sequence, step));
     wait(handle, "split");
   }
-  template <class U>
-  void recv_step(std::span<U> data, int peer, std::uint32_t sequence, std::uint32_t step) {
+  template <class U, std::size_t E>
+  void recv_step(std::span<U, E> data, int peer, std::uint32_t sequence, std::uint32_t step) {
     request handle = irecv_bytes(std::as_writable_bytes(data), peer, wire_tag(sequence, step));
     wait(handle, "split");
     expect_bytes(handle, data.size_bytes(), "split");

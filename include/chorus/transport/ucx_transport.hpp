@@ -55,7 +55,7 @@ namespace detail {
 // lets go last frees it, so dropping a pending request can never make the
 // callback write into freed memory.
 struct operation_state {
-  std::atomic<int> references{1};
+  std::atomic<int> references{2};  // the handle's and the callback's
   std::atomic<ucs_status_t> status{UCS_INPROGRESS};
   std::size_t received = 0;
   void* ucp_request = nullptr;
@@ -227,16 +227,16 @@ class ucx_transport {
     check_tag(tag, peer, "recv");
     request handle = make_request(peer, tag, true);
     ucp_request_param_t params{};
+    // UCX 1.13 leaves recv_info empty when a receive completes inside the
+    // call, so the length would be lost: always complete through the callback.
     params.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     params.cb.recv = &detail::on_recv_done;
     params.user_data = handle.state_;
-    params.recv_info.tag_info = &immediate_info_;
     std::lock_guard lock(mutex_);
     const ucs_status_ptr_t result = ucp_tag_recv_nbx(
         worker_, data.empty() ? static_cast<void*>(&empty_) : data.data(), data.size(),
         wire_tag(peer, tag), ~tag_t{0}, &params);
-    if (result == nullptr) handle.state_->received = immediate_info_.length;
     track(handle, result);
     return handle;
   }
@@ -414,18 +414,17 @@ class ucx_transport {
     return handle;
   }
 
-  // Records what a UCP call returned: done at once, failed at once, or a
-  // request whose callback will fire exactly once and drop one reference.
+  // Records what a UCP call returned: done at once or failed at once (no
+  // callback will come, so its reference is dropped here), or a request whose
+  // callback fires exactly once, possibly already inside the UCP call.
   static void track(request& handle, ucs_status_ptr_t result) noexcept {
     detail::operation_state* state = handle.state_;
-    if (result == nullptr) {
-      state->status.store(UCS_OK, std::memory_order_release);
-    } else if (UCS_PTR_IS_ERR(result)) {
-      state->status.store(UCS_PTR_STATUS(result), std::memory_order_release);
-    } else {
-      state->references.fetch_add(1, std::memory_order_relaxed);
+    if (UCS_PTR_IS_PTR(result)) {
       state->ucp_request = result;
+      return;
     }
+    state->status.store(result == nullptr ? UCS_OK : UCS_PTR_STATUS(result), std::memory_order_release);
+    detail::release(state);
   }
 
   void check_peer(int peer, const char* operation) const {
@@ -519,7 +518,6 @@ class ucx_transport {
   std::size_t worker_address_length_ = 0;
   int event_fd_ = -1;
   std::vector<std::unique_ptr<peer_slot>> peers_;
-  ucp_tag_recv_info_t immediate_info_{};
   std::byte empty_{};
   std::mutex mutex_;
 };

@@ -1,0 +1,106 @@
+// Reduction operators, element traits, errors, memory kinds and the
+// environment parsers.
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/env.hpp>
+#include <chorus/core/error.hpp>
+#include <chorus/core/memory_kind.hpp>
+#include <chorus/core/reduce_op.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+using namespace std::chrono_literals;
+
+TEST_CASE("reduction operators combine like their definitions") {
+  CHECK(chorus::op::sum{}(3, 4) == 7);
+  CHECK(chorus::op::prod{}(3, 4) == 12);
+  CHECK(chorus::op::min{}(3, -4) == -4);
+  CHECK(chorus::op::max{}(3, -4) == 3);
+  CHECK(chorus::op::avg{}(3.0, 4.0) == 7.0);
+  CHECK(chorus::op::finalize(chorus::op::avg{}, 12.0, 4) == 3.0);
+  CHECK(chorus::op::finalize(chorus::op::sum{}, 12.0, 4) == 12.0);
+  CHECK(chorus::op::sum{}(std::int8_t{100}, std::int8_t{100}) == static_cast<std::int8_t>(-56));  // wraps
+  CHECK(chorus::op::name_of<chorus::op::max>() == "max");
+  auto user = [](int a, int b) { return a ^ b; };
+  CHECK(chorus::op::name_of<decltype(user)>() == "user");
+}
+
+TEST_CASE("min and max propagate NaN from either side") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(std::isnan(chorus::op::max{}(nan, 1.0)));
+  CHECK(std::isnan(chorus::op::max{}(1.0, nan)));
+  CHECK(std::isnan(chorus::op::min{}(nan, 1.0)));
+  CHECK(std::isnan(chorus::op::min{}(1.0, nan)));
+  CHECK(chorus::op::max{}(-0.0, 2.0) == 2.0);
+}
+
+TEST_CASE("element traits") {
+  CHECK(chorus::dtype_of<float> == chorus::dtype::float32);
+  CHECK(chorus::dtype_of<chorus::half> == chorus::dtype::float16);
+  CHECK(chorus::dtype_of<const std::int64_t> == chorus::dtype::int64);
+  CHECK(chorus::size_of(chorus::dtype::bfloat16) == 2);
+  CHECK(chorus::size_of(chorus::dtype::float64) == 8);
+  CHECK(chorus::to_string(chorus::dtype::uint8) == "uint8");
+  static_assert(std::is_same_v<chorus::accumulator_t<chorus::bfloat16>, float>);
+  static_assert(std::is_same_v<chorus::accumulator_t<std::int32_t>, std::int32_t>);
+  static_assert(chorus::element<double>);
+  static_assert(!chorus::element<long double>);
+}
+
+TEST_CASE("errors carry category, rank, peer and operation") {
+  const chorus::error failure(chorus::errc::timeout, "no message after 5 s", {2, 3, "recv"});
+  CHECK(failure.category() == chorus::errc::timeout);
+  CHECK(failure.rank() == 2);
+  CHECK(failure.peer() == 3);
+  CHECK(failure.operation() == "recv");
+  CHECK(std::string(failure.what()) == "chorus timeout: rank 2, peer 3, in recv: no message after 5 s");
+  const chorus::error bare(chorus::errc::invalid_argument, "bad");
+  CHECK(std::string(bare.what()) == "chorus invalid_argument: bad");
+  CHECK_THROWS_AS(chorus::require(false, "nope"), chorus::error);
+}
+
+TEST_CASE("memory kinds") {
+  const chorus::memory_kinds host_only{chorus::memory_kind::host};
+  CHECK(host_only.contains(chorus::memory_kind::host));
+  CHECK_FALSE(host_only.contains(chorus::memory_kind::cuda_device));
+  chorus::memory_kinds all = host_only;
+  all.insert(chorus::memory_kind::cuda_device).insert(chorus::memory_kind::cuda_pinned);
+  CHECK(all.contains(chorus::memory_kind::cuda_pinned));
+  CHECK(chorus::to_string(chorus::memory_kind::cuda_device) == "cuda_device");
+}
+
+TEST_CASE("durations parse with units and reject garbage") {
+  CHECK(chorus::env::parse_duration("30") == 30000ms);
+  CHECK(chorus::env::parse_duration("30s") == 30000ms);
+  CHECK(chorus::env::parse_duration("500ms") == 500ms);
+  CHECK(chorus::env::parse_duration("1.5s") == 1500ms);
+  CHECK(chorus::env::parse_duration("2m") == 120000ms);
+  CHECK_FALSE(chorus::env::parse_duration("abc"));
+  CHECK_FALSE(chorus::env::parse_duration("10 parsecs"));
+  CHECK_FALSE(chorus::env::parse_duration(""));
+  CHECK_FALSE(chorus::env::parse_duration("1..2s"));
+}
+
+TEST_CASE("environment variables: unset, valid and invalid") {
+  ::unsetenv("CHORUS_TEST_VALUE");
+  CHECK_FALSE(chorus::env::get_integer("CHORUS_TEST_VALUE", 0, 10));
+  ::setenv("CHORUS_TEST_VALUE", "7", 1);
+  CHECK(chorus::env::get_integer("CHORUS_TEST_VALUE", 0, 10) == 7);
+  ::setenv("CHORUS_TEST_VALUE", "11", 1);
+  CHECK_THROWS_WITH_AS(chorus::env::get_integer("CHORUS_TEST_VALUE", 0, 10),
+                       "chorus invalid_argument: CHORUS_TEST_VALUE='11' is not an integer in [0, 10]",
+                       chorus::error);
+  ::setenv("CHORUS_TEST_VALUE", "-0s", 1);
+  CHECK_THROWS_AS(chorus::env::get_duration("CHORUS_TEST_VALUE"), chorus::error);
+  ::setenv("CHORUS_TEST_VALUE", "yield", 1);
+  CHECK(chorus::env::get_choice("CHORUS_TEST_VALUE", {"spin", "yield"}) == 1u);
+  ::setenv("CHORUS_TEST_VALUE", "hop", 1);
+  CHECK_THROWS_WITH_AS(chorus::env::get_choice("CHORUS_TEST_VALUE", {"spin", "yield"}),
+                       "chorus invalid_argument: CHORUS_TEST_VALUE='hop' is not one of spin|yield",
+                       chorus::error);
+  ::unsetenv("CHORUS_TEST_VALUE");
+}

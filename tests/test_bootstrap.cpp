@@ -11,6 +11,8 @@
 #include <boost/asio/write.hpp>
 #include <doctest/doctest.h>
 
+#include "expect_error.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -125,13 +127,7 @@ TEST_CASE("store: wait on a key that never comes is a timeout error") {
   store::server host(server_settings());
   store::client client(client_settings(host));
   const auto start = steady::now();
-  try {
-    client.wait("never", 200ms);
-    FAIL("wait returned");
-  } catch (const chorus::error& failure) {
-    CHECK(failure.category() == chorus::errc::timeout);
-    CHECK(std::string(failure.what()).find("never") != std::string::npos);
-  }
+  chorus_test::expect_error([&] { client.wait("never", 200ms); }, chorus::errc::timeout, "'never'");
   CHECK(steady::now() - start < 3s);
   client.set("after", "ok");  // the connection is still usable
   CHECK(client.get("after") == "ok");
@@ -155,12 +151,8 @@ TEST_CASE("store: add is atomic across concurrent clients") {
 
 TEST_CASE("store: a client with the wrong token is refused") {
   store::server host(server_settings("right"));
-  try {
-    store::client intruder(client_settings(host, "wrong"));
-    FAIL("connected with a wrong token");
-  } catch (const chorus::error& failure) {
-    CHECK(std::string(failure.what()).find("bad token") != std::string::npos);
-  }
+  chorus_test::expect_error([&] { store::client intruder(client_settings(host, "wrong")); },
+                            chorus::errc::invalid_argument, "bad token");
   store::client member(client_settings(host, "right"));
   member.set("k", "v");
   CHECK(member.get("k") == "v");
@@ -220,24 +212,15 @@ TEST_CASE("store: oversized values are rejected on both sides") {
     store::client_options options = client_settings(host);
     options.limits.max_value_bytes = 16;
     store::client client(options);
-    try {
-      client.set("k", std::string(17, 'v'));
-      FAIL("oversized value accepted");
-    } catch (const chorus::error& failure) {
-      CHECK(failure.category() == chorus::errc::invalid_argument);
-      CHECK(std::string(failure.what()).find("17 bytes exceeds the store limit of 16") != std::string::npos);
-    }
+    chorus_test::expect_error([&] { client.set("k", std::string(17, 'v')); }, chorus::errc::invalid_argument,
+                              "17 bytes exceeds the store limit of 16");
     client.set("k", std::string(16, 'v'));
     CHECK(client.get("k") == std::string(16, 'v'));
   }
   SUBCASE("by the server, from a client that allows more") {
     store::client client(client_settings(host));
-    try {
-      client.set("k", std::string(100, 'v'));
-      FAIL("server accepted an oversized value");
-    } catch (const chorus::error& failure) {
-      CHECK(std::string(failure.what()).find("exceeds the limit") != std::string::npos);
-    }
+    chorus_test::expect_error([&] { client.set("k", std::string(100, 'v')); }, chorus::errc::invalid_argument,
+                              "value of 100 bytes exceeds the limit of 16");
   }
 }
 
@@ -259,13 +242,7 @@ TEST_CASE("store: connecting where no store listens times out with a clear error
   options.port = port;
   options.timeout = 300ms;
   const auto start = steady::now();
-  try {
-    store::client client(options);
-    FAIL("connected to nothing");
-  } catch (const chorus::error& failure) {
-    CHECK(failure.category() == chorus::errc::timeout);
-    CHECK(std::string(failure.what()).find("no store answered") != std::string::npos);
-  }
+  chorus_test::expect_error([&] { store::client client(options); }, chorus::errc::timeout, "no store answered");
   CHECK(steady::now() - start < 5s);
 }
 
@@ -363,12 +340,8 @@ TEST_CASE("discovery: inconsistent or missing variables are clear errors") {
   SUBCASE("multi-rank without an address") {
     ::setenv("SLURM_PROCID", "0", 1);
     ::setenv("SLURM_NTASKS", "2", 1);
-    try {
-      chorus::bootstrap::discover();
-      FAIL("no error");
-    } catch (const chorus::error& failure) {
-      CHECK(std::string(failure.what()).find("CHORUS_ADDR is not set") != std::string::npos);
-    }
+    chorus_test::expect_error([] { chorus::bootstrap::discover(); }, chorus::errc::invalid_argument,
+                              "CHORUS_ADDR is not set");
   }
   SUBCASE("not a number") {
     ::setenv("CHORUS_RANK", "zero", 1);

@@ -104,3 +104,34 @@ TEST_CASE("environment variables: unset, valid and invalid") {
                        chorus::error);
   ::unsetenv("CHORUS_TEST_VALUE");
 }
+
+#include <chorus/comm/options.hpp>
+
+TEST_CASE("settings: code wins over the environment, auto progress follows the core count") {
+  using chorus::transport::progress_mode;
+  ::unsetenv("CHORUS_PROGRESS");
+  ::unsetenv("CHORUS_TIMEOUT");
+  const int cores = chorus::usable_cores();
+  CHECK(cores >= 1);
+  CHECK(chorus::resolve({}, 1).progress == progress_mode::spin);
+  CHECK(chorus::resolve({}, cores).progress == progress_mode::spin);
+  CHECK(chorus::resolve({}, cores + 1).progress == progress_mode::block);  // oversubscribed
+  CHECK(chorus::resolve({}, 1).timeout == chorus::default_timeout);
+
+  ::setenv("CHORUS_PROGRESS", "yield", 1);
+  ::setenv("CHORUS_TIMEOUT", "2m", 1);
+  CHECK(chorus::resolve({}, cores + 1).progress == progress_mode::yield);
+  CHECK(chorus::resolve({}, 1).timeout == 120000ms);
+  chorus::options in_code;
+  in_code.progress = progress_mode::spin;
+  in_code.timeout = 5000ms;
+  CHECK(chorus::resolve(in_code, cores + 1).progress == progress_mode::spin);
+  CHECK(chorus::resolve(in_code, 1).timeout == 5000ms);
+
+  ::setenv("CHORUS_PROGRESS", "auto", 1);
+  CHECK(chorus::resolve({}, cores + 1).progress == progress_mode::block);
+  ::setenv("CHORUS_PROGRESS", "busy", 1);
+  CHECK_THROWS_AS(chorus::resolve({}, 1), chorus::error);
+  ::unsetenv("CHORUS_PROGRESS");
+  ::unsetenv("CHORUS_TIMEOUT");
+}

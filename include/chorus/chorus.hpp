@@ -20,3 +20,5 @@
 #include <chorus/comm/communicator.hpp>
 #include <chorus/comm/connect.hpp>
 #include <chorus/comm/run_threads.hpp>
+
+#include <chorus/collective.hpp>

@@ -12,6 +12,7 @@
 
 #include <chorus/bootstrap/store_client.hpp>
 #include <chorus/bootstrap/store_server.hpp>
+#include <chorus/comm/background.hpp>
 #include <chorus/comm/options.hpp>
 #include <chorus/comm/tag.hpp>
 #include <chorus/core/error.hpp>
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <span>
 #include <string>
@@ -39,6 +41,8 @@ struct world_state {
   std::unique_ptr<store::client> store;       // null in a single-rank job
   std::shared_ptr<T> transport;
   std::uint32_t local_ids = 0;                // id source when there is no store
+  std::mutex background_mutex;
+  std::unique_ptr<background_worker> background;  // started on first use
 
   world_state() = default;
   world_state(const world_state&) = delete;
@@ -47,6 +51,7 @@ struct world_state {
   // Leave the store first, then (if hosting) wait for the other ranks to
   // leave too, so a fast rank 0 does not pull the store from under them.
   ~world_state() {
+    background.reset();  // finishes queued collectives while the transport lives
     store.reset();
     if (store_host) store_host->wait_until_no_clients(config.timeout);
     transport.reset();
@@ -87,6 +92,30 @@ class basic_communicator {
   }
   transport::tag_t wire_tag(std::uint32_t sequence, std::uint32_t step) const noexcept {
     return tag::make(id_, sequence, step);
+  }
+
+  // A copy that will use the next `count` sequence numbers, which this
+  // communicator skips: a non-blocking collective takes its numbers at call
+  // time, in call order, and runs on the background thread with the copy.
+  // The copy does not keep the world alive (else the background thread could
+  // end up destroying the world and joining itself); it is valid while the
+  // world lives, and the world finishes all background work before it dies.
+  basic_communicator fork_sequences(std::uint32_t count) {
+    basic_communicator copy = *this;
+    copy.world_ = std::shared_ptr<world_state<T>>(std::shared_ptr<world_state<T>>(), world_.get());
+    for (std::uint32_t i = 0; i < count; ++i) next_sequence();
+    return copy;
+  }
+
+  // The thread that runs this job's non-blocking collectives, in order.
+  background_worker& background() {
+    std::lock_guard lock(world_->background_mutex);
+    if (!world_->background)
+      world_->background = std::make_unique<background_worker>([] {
+        if constexpr (requires { T::set_thread_progress_mode(transport::progress_mode::yield); })
+          T::set_thread_progress_mode(transport::progress_mode::yield);
+      });
+    return *world_->background;
   }
 
   // Raw tagged byte transfers, for collectives.

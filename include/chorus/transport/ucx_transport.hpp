@@ -272,16 +272,23 @@ class ucx_transport {
     }
   }
 
+  // Overrides the waiting mode for the calling thread (a background thread
+  // should yield rather than spin). Block needs the context's wakeup
+  // support, so without it the override falls back to yield.
+  static void set_thread_progress_mode(progress_mode mode) noexcept { thread_mode() = mode; }
+
   // Progresses until `done()` is true or the deadline passes; returns done().
   template <class Predicate>
   bool progress_until(Predicate&& done, clock::time_point deadline) {
+    progress_mode mode = thread_mode().value_or(mode_);
+    if (mode == progress_mode::block && event_fd_ < 0) mode = progress_mode::yield;
     for (;;) {
       if (done()) return true;
       if (progress()) continue;
       if (done()) return true;
       const auto now = clock::now();
       if (now >= deadline) return done();
-      switch (mode_) {
+      switch (mode) {
         case progress_mode::spin: break;
         case progress_mode::yield: std::this_thread::yield(); break;
         case progress_mode::block: sleep_until_event(deadline - now); break;
@@ -290,6 +297,11 @@ class ucx_transport {
   }
 
  private:
+  static std::optional<progress_mode>& thread_mode() noexcept {
+    thread_local std::optional<progress_mode> mode;
+    return mode;
+  }
+
   struct peer_slot {
     ucx_transport* owner = nullptr;
     int rank = -1;

@@ -1,0 +1,81 @@
+// chorus::allreduce: every rank ends with op over all ranks' data, with the
+// same bits on every rank.
+//
+//   chorus::allreduce(comm, grads);                          // sum, in place
+//   chorus::allreduce(comm, grads, chorus::op::avg{});
+//   chorus::allreduce(comm, input, output, chorus::op::max{});
+//   chorus::allreduce(comm, grads, chorus::algo::ring);      // force an algorithm
+//
+// Returns the algorithm that ran (see allreduce_select.hpp). half and
+// bfloat16 are reduced in float and rounded once; integer avg truncates.
+#pragma once
+
+#include <chorus/collective/allreduce_rabenseifner.hpp>
+#include <chorus/collective/allreduce_recursive_doubling.hpp>
+#include <chorus/collective/allreduce_ring.hpp>
+#include <chorus/collective/allreduce_select.hpp>
+#include <chorus/collective/allreduce_tree.hpp>
+#include <chorus/collective/arguments.hpp>
+#include <chorus/collective/check.hpp>
+#include <chorus/collective/exchange.hpp>
+#include <chorus/collective/report.hpp>
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/reduce_op.hpp>
+
+#include <algorithm>
+#include <concepts>
+#include <ranges>
+#include <span>
+#include <string>
+
+namespace chorus {
+
+template <class Op>
+concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
+
+template <class Communicator, element T, reduction_operator Op = op::sum>
+algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm forced = algorithm::automatic) {
+  collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
+  const allreduce_choice choice = choose_allreduce(comm.size(), data.size_bytes(), forced);
+  collective::report(comm, "allreduce", data.size_bytes(), dtype_of<T>, choice.chosen, choice.reason);
+  collective::exchange ex(comm, "allreduce");
+  collective::with_accumulator(data, [&](auto work) {
+    switch (choice.chosen) {
+      case algorithm::ring: collective::allreduce_ring(ex, work, op); break;
+      case algorithm::rabenseifner: collective::allreduce_rabenseifner(ex, work, op); break;
+      case algorithm::tree: collective::allreduce_tree(ex, work, op); break;
+      default: collective::allreduce_recursive_doubling(ex, work, op); break;
+    }
+  });
+  return choice.chosen;
+}
+
+template <class Communicator, element T>
+algorithm allreduce(Communicator& comm, std::span<T> data, algorithm forced) {
+  return allreduce(comm, data, op::sum{}, forced);
+}
+
+// Out of place: `output` receives the result; `input` is not modified.
+template <class Communicator, element T, reduction_operator Op = op::sum>
+algorithm allreduce(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
+                    algorithm forced = algorithm::automatic) {
+  collective::check_output(input, output, input.size(), comm.transport().rank(), "allreduce");
+  if (input.data() != output.data()) std::copy(input.begin(), input.end(), output.begin());
+  return allreduce(comm, output.first(input.size()), op, forced);
+}
+
+template <class Communicator, element T>
+algorithm allreduce(Communicator& comm, std::span<const T> input, std::span<T> output, algorithm forced) {
+  return allreduce(comm, input, output, op::sum{}, forced);
+}
+
+// Any contiguous container of elements (std::vector<float>, std::array, ...).
+template <class Communicator, std::ranges::contiguous_range Range, reduction_operator Op = op::sum>
+  requires element<std::ranges::range_value_t<Range>> && (!std::is_const_v<std::remove_reference_t<
+                                                              std::ranges::range_reference_t<Range>>>)
+algorithm allreduce(Communicator& comm, Range&& data, Op op = {}, algorithm forced = algorithm::automatic) {
+  return allreduce(comm, std::span<std::ranges::range_value_t<Range>>(std::ranges::data(data), std::ranges::size(data)),
+                   op, forced);
+}
+
+}  // namespace chorus

@@ -1,0 +1,51 @@
+// Which allreduce algorithm runs: the caller's choice, else
+// CHORUS_ALLREDUCE_ALGO, else the decision table below, measured on the
+// development machine (see the table's comment). The choice is reported:
+// allreduce() returns it, choose_allreduce() predicts it, and CHORUS_DEBUG=1
+// logs it.
+#pragma once
+
+#include <chorus/collective/algorithm.hpp>
+#include <chorus/core/env.hpp>
+#include <chorus/core/error.hpp>
+
+#include <cstddef>
+#include <string>
+
+namespace chorus {
+
+// Decision table keyed on (ranks, bytes), from bench/allreduce_sweep on the
+// development machine (2 cores, shared memory; figures in
+// docs/decision_table.md). Recursive doubling wins while latency dominates;
+// above that the bandwidth-optimal algorithms take over: the ring at 2 and 3
+// ranks, Rabenseifner (log instead of linear latency) from 4 ranks up.
+inline algorithm allreduce_table(int ranks, std::size_t bytes) noexcept {
+  if (ranks <= 1) return algorithm::recursive_doubling;
+  if (bytes <= (ranks <= 2 ? 32u << 10 : 16u << 10)) return algorithm::recursive_doubling;
+  if (ranks <= 3) return algorithm::ring;
+  return algorithm::rabenseifner;
+}
+
+struct allreduce_choice {
+  algorithm chosen;
+  const char* reason;  // "caller", "CHORUS_ALLREDUCE_ALGO" or "table"
+};
+
+inline allreduce_choice choose_allreduce(int ranks, std::size_t bytes, algorithm forced = algorithm::automatic) {
+  const auto valid = [](algorithm a, const char* source) {
+    if (a == algorithm::ring || a == algorithm::recursive_doubling || a == algorithm::rabenseifner ||
+        a == algorithm::tree)
+      return a;
+    throw error(errc::invalid_argument,
+                std::string(source) + " names " + std::string(to_string(a)) +
+                    ", which is not an allreduce algorithm (ring, recursive_doubling, rabenseifner, tree)");
+  };
+  if (forced != algorithm::automatic) return {valid(forced, "the caller"), "caller"};
+  if (const auto text = env::get("CHORUS_ALLREDUCE_ALGO")) {
+    const algorithm from_env = parse_algorithm(*text, "CHORUS_ALLREDUCE_ALGO");
+    if (from_env != algorithm::automatic) return {valid(from_env, "CHORUS_ALLREDUCE_ALGO"), "CHORUS_ALLREDUCE_ALGO"};
+  }
+  return {allreduce_table(ranks, bytes), "table"};
+}
+
+}  // namespace chorus

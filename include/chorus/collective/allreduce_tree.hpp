@@ -1,0 +1,26 @@
+// Binomial-tree allreduce: reduce to rank 0 (reduce_tree.hpp), then
+// broadcast from it (broadcast_tree.hpp).
+//
+// Cost: 2 ceil(log2 n) (alpha + S beta) + log2(n) S gamma: never
+// bandwidth-optimal, and the root works hardest. Offered for comparison and
+// for transports where point-to-point latency varies a lot; the decision
+// table picks it only where it measured fastest.
+//
+// Only the root computes the result, so every rank gets the same bits.
+#pragma once
+
+#include <chorus/collective/broadcast_tree.hpp>
+#include <chorus/collective/reduce_tree.hpp>
+
+#include <span>
+
+namespace chorus::collective {
+
+template <class X, class A, class Op>
+void allreduce_tree(X& ex, std::span<A> data, const Op& op) {
+  reduce_tree(ex, data, 0, op, 0);
+  if (ex.rank() == 0) finalize_all(data, op, static_cast<std::size_t>(ex.size()));
+  broadcast_tree(ex, data, 0, 40);
+}
+
+}  // namespace chorus::collective

@@ -1,0 +1,43 @@
+// chorus::alltoall: block j of rank i's input becomes block i of rank j's
+// output. Pairwise exchange: in step s rank r sends to r+s and receives from
+// r-s, so every step is a perfect matching with no hot spot.
+//
+// Cost: (n-1) alpha + (n-1)/n S beta for S = n * block bytes.
+//
+//   chorus::alltoall(comm, input, output);   // both hold size() blocks of equal count
+#pragma once
+
+#include <chorus/collective/arguments.hpp>
+#include <chorus/collective/check.hpp>
+#include <chorus/collective/exchange.hpp>
+#include <chorus/collective/report.hpp>
+#include <chorus/core/element_type.hpp>
+
+#include <algorithm>
+#include <span>
+
+namespace chorus {
+
+template <class Communicator, element T>
+algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> output) {
+  const int n = comm.size(), rank = comm.rank();
+  if (input.size() % static_cast<std::size_t>(n) != 0)
+    throw error(errc::invalid_argument,
+                std::to_string(input.size()) + " elements do not split into " + std::to_string(n) + " equal blocks",
+                {comm.transport().rank(), -1, "alltoall"});
+  collective::check_output(input, output, input.size(), comm.transport().rank(), "alltoall", false);
+  const std::size_t block = input.size() / static_cast<std::size_t>(n);
+  collective::check_if_enabled(comm, {"alltoall", block, dtype_of<T>, "", -1});
+  collective::report(comm, "alltoall", input.size_bytes(), dtype_of<T>, algorithm::automatic, "pairwise exchange");
+  collective::exchange ex(comm, "alltoall");
+  const auto in = [&](int b) { return input.subspan(static_cast<std::size_t>(b) * block, block); };
+  const auto out = [&](int b) { return output.subspan(static_cast<std::size_t>(b) * block, block); };
+  std::copy(in(rank).begin(), in(rank).end(), out(rank).begin());
+  for (int step = 1; step < n; ++step) {
+    const int to = (rank + step) % n, from = (rank - step + n) % n;
+    ex.sendrecv(in(to), to, out(from), from, static_cast<std::uint32_t>(step));
+  }
+  return algorithm::automatic;
+}
+
+}  // namespace chorus

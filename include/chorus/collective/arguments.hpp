@@ -1,0 +1,60 @@
+// Argument checks shared by the collective front doors, and the working
+// buffer: half and bfloat16 are reduced in float and rounded once at the end.
+#pragma once
+
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/error.hpp>
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace chorus::collective {
+
+template <class T>
+bool overlap(std::span<const T> a, std::span<const T> b) noexcept {
+  if (a.empty() || b.empty()) return false;
+  const auto* a_begin = a.data();
+  const auto* b_begin = b.data();
+  return std::less<const T*>{}(a_begin, b_begin + b.size()) && std::less<const T*>{}(b_begin, a_begin + a.size());
+}
+
+// Out-of-place calls: the output must be large enough and must not partly
+// overlap the input (exactly the same range means in place).
+template <class T>
+void check_output(std::span<const T> input, std::span<T> output, std::size_t needed, int rank,
+                  const char* operation, bool same_allowed = true) {
+  if (output.size() < needed)
+    throw error(errc::invalid_argument,
+                "output holds " + std::to_string(output.size()) + " elements, needs " + std::to_string(needed),
+                {rank, -1, operation});
+  const std::span<const T> out(output.data(), output.size());
+  const bool same = input.data() == output.data();
+  if (overlap(input, out) && !(same && same_allowed))
+    throw error(errc::invalid_argument, "input and output overlap", {rank, -1, operation});
+}
+
+inline void check_root(int root, int size, int rank, const char* operation) {
+  if (root < 0 || root >= size)
+    throw error(errc::invalid_argument,
+                "root " + std::to_string(root) + " is not in [0, " + std::to_string(size) + ")",
+                {rank, -1, operation});
+}
+
+// Runs `work` on a span of the accumulator type: the data itself, or a
+// float copy for half and bfloat16 whose result is rounded back once.
+template <element T, class Work>
+void with_accumulator(std::span<T> data, Work&& work) {
+  using A = accumulator_t<T>;
+  if constexpr (std::is_same_v<A, T>) {
+    work(data);
+  } else {
+    std::vector<A> wide(data.begin(), data.end());
+    work(std::span<A>(wide));
+    std::transform(wide.begin(), wide.end(), data.begin(), [](A value) { return T(value); });
+  }
+}
+
+}  // namespace chorus::collective

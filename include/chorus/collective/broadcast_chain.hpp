@@ -1,0 +1,41 @@
+// Pipelined chain broadcast: ranks form a chain from the root; the message is
+// cut into segments and each rank forwards segment k while segment k+1 is
+// still arriving.
+//
+// Cost: (n - 2 + S/s) (alpha + s beta) for segment size s: close to S beta
+// for large S, independent of n. Chosen for large messages.
+#pragma once
+
+#include <chorus/collective/exchange.hpp>
+#include <chorus/core/error.hpp>
+
+#include <algorithm>
+#include <span>
+#include <vector>
+
+namespace chorus::collective {
+
+template <class X, class A>
+void broadcast_chain(X& ex, std::span<A> data, int root, std::size_t segment_bytes = 512u << 10) {
+  const int n = ex.size();
+  if (n == 1 || data.empty()) return;
+  const int relative = (ex.rank() - root + n) % n;
+  const int previous = (ex.rank() - 1 + n) % n, next = (ex.rank() + 1) % n;
+  std::size_t segment = std::max<std::size_t>(1, segment_bytes / sizeof(A));
+  segment = std::max(segment, (data.size() + tag::max_step - 1) / tag::max_step);
+  const std::size_t segments = (data.size() + segment - 1) / segment;
+  const auto piece = [&](std::size_t k) {
+    const std::size_t begin = k * segment;
+    return data.subspan(begin, std::min(segment, data.size() - begin));
+  };
+  std::vector<typename X::request> arriving, sends;
+  if (relative != 0)
+    for (std::size_t k = 0; k < segments; ++k) arriving.push_back(ex.irecv(piece(k), previous, static_cast<std::uint32_t>(k)));
+  for (std::size_t k = 0; k < segments; ++k) {
+    if (relative != 0) ex.finish_receive(arriving[k], piece(k).size_bytes());
+    if (relative != n - 1) sends.push_back(ex.isend(std::span<const A>(piece(k)), next, static_cast<std::uint32_t>(k)));
+  }
+  ex.wait_all(sends);
+}
+
+}  // namespace chorus::collective

@@ -1,0 +1,32 @@
+// Binomial-tree broadcast: the root sends to the ranks 2^k away (relative to
+// it), each of which forwards down its own subtree.
+//
+// Cost: ceil(log2 n) (alpha + S beta). Chosen for small and medium messages.
+#pragma once
+
+#include <chorus/collective/exchange.hpp>
+
+#include <span>
+
+namespace chorus::collective {
+
+template <class X, class A>
+void broadcast_tree(X& ex, std::span<A> data, int root, std::uint32_t first_step = 0) {
+  const int n = ex.size();
+  const int relative = (ex.rank() - root + n) % n;
+  const auto real = [&](int r) { return (r + root) % n; };
+  int mask = 1;
+  while (mask < n) {
+    if (relative & mask) {
+      ex.recv(data, real(relative - mask), first_step);
+      break;
+    }
+    mask <<= 1;
+  }
+  std::vector<typename X::request> sends;
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (relative + mask < n) sends.push_back(ex.isend(std::span<const A>(data), real(relative + mask), first_step));
+  ex.wait_all(sends);
+}
+
+}  // namespace chorus::collective

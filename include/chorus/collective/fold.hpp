@@ -1,0 +1,60 @@
+// Folding a non-power-of-two group into p = 2^floor(log2 n) participants, the
+// pattern recursive doubling, Rabenseifner and recursive halving share.
+//
+// With rem = n - p, ranks 0..2rem-1 pair up: the even rank of each pair
+// hands its data to the odd one (which reduces it) and sits out; the odd
+// rank takes participant number r/2. Ranks from 2rem on take r - rem. At the
+// end the odd ranks hand the result back. Cost: 2 (alpha + S beta) extra on
+// the folded ranks, none when n is a power of two.
+#pragma once
+
+#include <chorus/collective/exchange.hpp>
+#include <chorus/collective/reduce_local.hpp>
+
+#include <span>
+
+namespace chorus::collective {
+
+struct folding {
+  int size = 1;          // n
+  int participants = 1;  // p
+  int remainder = 0;     // n - p
+  int participant = 0;   // this rank's number among the p, or -1 if it sits out
+
+  explicit folding(int n, int rank) : size(n) {
+    while (participants * 2 <= n) participants *= 2;
+    remainder = n - participants;
+    if (rank < 2 * remainder) participant = rank % 2 == 0 ? -1 : rank / 2;
+    else participant = rank - remainder;
+  }
+
+  // The real rank of participant i.
+  int rank_of(int i) const noexcept { return i < remainder ? 2 * i + 1 : i + remainder; }
+  bool sits_out() const noexcept { return participant < 0; }
+};
+
+// Even ranks of the folded pairs send `data`; odd ones receive into
+// `scratch` and reduce it into `data` (the even rank is the lower operand).
+template <class X, class A, class Op>
+void fold_in(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch, const Op& op,
+             std::uint32_t step) {
+  const int rank = ex.rank();
+  if (rank >= 2 * shape.remainder) return;
+  if (shape.sits_out()) {
+    ex.send(std::span<const A>(data), rank + 1, step);
+  } else {
+    ex.recv(scratch.first(data.size()), rank - 1, step);
+    reduce_into(data, std::span<const A>(scratch.first(data.size())), op, true);
+  }
+}
+
+// The odd ranks give the finished `data` back to their even partners.
+template <class X, class A>
+void fold_out(X& ex, const folding& shape, std::span<A> data, std::uint32_t step) {
+  const int rank = ex.rank();
+  if (rank >= 2 * shape.remainder) return;
+  if (shape.sits_out()) ex.recv(data, rank + 1, step);
+  else ex.send(std::span<const A>(data), rank - 1, step);
+}
+
+}  // namespace chorus::collective

@@ -1,0 +1,92 @@
+// Non-blocking collectives: iallreduce, ibroadcast, iallgather start the
+// operation on the communicator's background thread and return at once, so
+// a trainer can overlap communication with its backward pass.
+//
+//   auto pending = chorus::iallreduce(comm, grads_of_last_layer);
+//   ... compute ...
+//   pending.wait();            // or pending.test()
+//
+// Each call takes its sequence numbers when it is made, so ranks agree on
+// tags as long as they issue collectives in the same order (the usual rule),
+// and blocking collectives may run on the caller's thread meanwhile. The
+// buffers must stay alive and untouched until the request completes. The
+// request's wait is bounded by the communicator's timeout per operation
+// queued ahead of it.
+#pragma once
+
+#include <chorus/collective/allgather.hpp>
+#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/broadcast.hpp>
+#include <chorus/collective/check.hpp>
+#include <chorus/core/error.hpp>
+
+#include <chrono>
+#include <future>
+#include <span>
+#include <string>
+
+namespace chorus {
+
+class collective_request {
+ public:
+  collective_request() = default;
+  collective_request(std::future<void> done, std::chrono::milliseconds limit, std::string operation)
+      : done_(std::move(done)), limit_(limit), operation_(std::move(operation)) {}
+
+  bool valid() const noexcept { return done_.valid(); }
+
+  // True once finished; rethrows the operation's error, if it failed.
+  bool test() {
+    require(done_.valid(), "test() on an empty or finished collective_request");
+    if (done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+    done_.get();
+    return true;
+  }
+
+  void wait() {
+    require(done_.valid(), "wait() on an empty or finished collective_request");
+    // The operation bounds each of its own waits; this guards the queue.
+    if (done_.wait_for(limit_ * queued_ahead_bound + std::chrono::seconds(5)) != std::future_status::ready)
+      throw error(errc::timeout, "the background collective did not finish", {-1, -1, operation_});
+    done_.get();
+  }
+
+ private:
+  static constexpr int queued_ahead_bound = 4;
+  std::future<void> done_;
+  std::chrono::milliseconds limit_{0};
+  std::string operation_;
+};
+
+namespace collective {
+
+// Sequence numbers a collective takes: its own, plus one for the check.
+inline std::uint32_t sequences_per_call() { return check_enabled() ? 2 : 1; }
+
+template <class Communicator, class Work>
+collective_request start(Communicator& comm, const char* operation, Work work) {
+  Communicator forked = comm.fork_sequences(sequences_per_call());
+  return {comm.background().submit([forked, work]() mutable { work(forked); }), comm.timeout(), operation};
+}
+
+}  // namespace collective
+
+template <class Communicator, element T, reduction_operator Op = op::sum>
+collective_request iallreduce(Communicator& comm, std::span<T> data, Op op = {},
+                              algorithm forced = algorithm::automatic) {
+  return collective::start(comm, "iallreduce", [data, op, forced](Communicator& c) { allreduce(c, data, op, forced); });
+}
+
+template <class Communicator, element T>
+collective_request ibroadcast(Communicator& comm, std::span<T> data, int root,
+                              algorithm forced = algorithm::automatic) {
+  return collective::start(comm, "ibroadcast", [data, root, forced](Communicator& c) { broadcast(c, data, root, forced); });
+}
+
+template <class Communicator, element T>
+collective_request iallgather(Communicator& comm, std::span<const T> mine, std::span<T> all,
+                              algorithm forced = algorithm::automatic) {
+  return collective::start(comm, "iallgather", [mine, all, forced](Communicator& c) { allgather(c, mine, all, forced); });
+}
+
+}  // namespace chorus

@@ -1,0 +1,65 @@
+// The recursive-halving reduce-scatter pattern over p = 2^k participants and
+// its mirror, the recursive-doubling allgather, shared by Rabenseifner's
+// allreduce and the halving reduce_scatter.
+//
+// The buffer is cut into p super-blocks at `bounds` (p+1 offsets). Halving:
+// with distance d = p/2, p/4, ..., 1 each participant keeps the half of its
+// current range on its side of the partner (participant ^ d), sends the
+// other half, and reduces what the partner sends for the kept half; it ends
+// owning super-block `participant`, fully reduced. Doubling: the reverse,
+// exchanging owned ranges until everyone has everything.
+//
+// Cost (each): log2(p) alpha + (p-1)/p S beta (+ the same in gamma for halving).
+#pragma once
+
+#include <chorus/collective/exchange.hpp>
+#include <chorus/collective/fold.hpp>
+#include <chorus/collective/reduce_local.hpp>
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace chorus::collective {
+
+template <class X, class A, class Op>
+void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch,
+                            const std::vector<std::size_t>& bounds, const Op& op, std::uint32_t first_step) {
+  int low = 0, high = shape.participants;
+  std::uint32_t step = first_step;
+  for (int distance = shape.participants / 2; distance >= 1; distance /= 2, ++step) {
+    const int partner = shape.rank_of(shape.participant ^ distance);
+    const int middle = low + distance;
+    const bool upper = (shape.participant & distance) != 0;
+    const int keep_low = upper ? middle : low, keep_high = upper ? high : middle;
+    const int send_low = upper ? low : middle, send_high = upper ? middle : high;
+    const auto range = [&](int from, int to) {
+      return data.subspan(bounds[static_cast<std::size_t>(from)],
+                          bounds[static_cast<std::size_t>(to)] - bounds[static_cast<std::size_t>(from)]);
+    };
+    const std::span<A> kept = range(keep_low, keep_high);
+    const std::span<A> incoming = scratch.first(kept.size());
+    ex.sendrecv(std::span<const A>(range(send_low, send_high)), partner, incoming, partner, step);
+    reduce_into(kept, std::span<const A>(incoming), op, partner < ex.rank());
+    low = keep_low;
+    high = keep_high;
+  }
+}
+
+template <class X, class A>
+void doubling_allgather(X& ex, const folding& shape, std::span<A> data, const std::vector<std::size_t>& bounds,
+                        std::uint32_t first_step) {
+  std::uint32_t step = first_step;
+  for (int distance = 1; distance < shape.participants; distance *= 2, ++step) {
+    const int partner_number = shape.participant ^ distance;
+    const int mine = shape.participant & ~(distance - 1), theirs = partner_number & ~(distance - 1);
+    const auto range = [&](int from) {
+      const std::size_t begin = bounds[static_cast<std::size_t>(from)];
+      return data.subspan(begin, bounds[static_cast<std::size_t>(from + distance)] - begin);
+    };
+    ex.sendrecv(std::span<const A>(range(mine)), shape.rank_of(partner_number), range(theirs),
+                shape.rank_of(partner_number), step);
+  }
+}
+
+}  // namespace chorus::collective

@@ -1,0 +1,45 @@
+// chorus::reduce: the root receives op over all ranks' data (binomial tree,
+// cost ceil(log2 n) (alpha + S beta + S gamma)).
+//
+//   chorus::reduce(comm, input, output, root);      // output used at the root only
+//   chorus::reduce(comm, data, root);               // in place at the root; others keep theirs
+#pragma once
+
+#include <chorus/collective/arguments.hpp>
+#include <chorus/collective/check.hpp>
+#include <chorus/collective/exchange.hpp>
+#include <chorus/collective/reduce_tree.hpp>
+#include <chorus/collective/report.hpp>
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/reduce_op.hpp>
+
+#include <algorithm>
+#include <span>
+#include <vector>
+
+namespace chorus {
+
+template <class Communicator, element T, class Op = op::sum>
+algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> output, int root, Op op = {}) {
+  const int rank = comm.transport().rank();
+  collective::check_root(root, comm.size(), rank, "reduce");
+  if (comm.rank() == root) collective::check_output(input, output, input.size(), rank, "reduce");
+  collective::check_if_enabled(comm, {"reduce", input.size(), dtype_of<T>, op::name_of<Op>(), root});
+  collective::report(comm, "reduce", input.size_bytes(), dtype_of<T>, algorithm::tree, "only algorithm");
+  collective::exchange ex(comm, "reduce");
+  using A = accumulator_t<T>;
+  std::vector<A> work(input.begin(), input.end());
+  collective::reduce_tree(ex, std::span<A>(work), root, op);
+  if (comm.rank() == root) {
+    collective::finalize_all(std::span<A>(work), op, static_cast<std::size_t>(comm.size()));
+    std::transform(work.begin(), work.end(), output.begin(), [](A value) { return static_cast<T>(value); });
+  }
+  return algorithm::tree;
+}
+
+template <class Communicator, element T, class Op = op::sum>
+algorithm reduce(Communicator& comm, std::span<T> data, int root, Op op = {}) {
+  return reduce(comm, std::span<const T>(data), data, root, op);
+}
+
+}  // namespace chorus

@@ -1,0 +1,61 @@
+// chorus::reduce_scatter: the input holds size() blocks of `count` elements;
+// rank r receives block r reduced over all ranks.
+//
+//   chorus::reduce_scatter(comm, input, output);   // output.size() >= input.size() / size
+//
+// Algorithms: recursive halving (any n, by folding) up to 64 KiB of input,
+// ring above; force one with chorus::algo::recursive_halving / ring.
+#pragma once
+
+#include <chorus/collective/arguments.hpp>
+#include <chorus/collective/check.hpp>
+#include <chorus/collective/exchange.hpp>
+#include <chorus/collective/reduce_scatter_halving.hpp>
+#include <chorus/collective/reduce_scatter_ring.hpp>
+#include <chorus/collective/report.hpp>
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/reduce_op.hpp>
+
+#include <algorithm>
+#include <span>
+#include <vector>
+
+namespace chorus {
+
+inline algorithm reduce_scatter_table(int, std::size_t input_bytes) noexcept {
+  return input_bytes <= (64u << 10) ? algorithm::recursive_halving : algorithm::ring;
+}
+
+template <class Communicator, element T, class Op = op::sum>
+  requires(!std::same_as<Op, algorithm>)
+algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
+                         algorithm forced = algorithm::automatic) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const int rank = comm.transport().rank();
+  if (input.size() % n != 0)
+    throw error(errc::invalid_argument,
+                std::to_string(input.size()) + " elements do not split into " + std::to_string(n) + " equal blocks",
+                {rank, -1, "reduce_scatter"});
+  const std::size_t block = input.size() / n;
+  collective::check_output(input, output, block, rank, "reduce_scatter", false);
+  collective::check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1});
+  const algorithm chosen = collective::pick(forced, reduce_scatter_table(comm.size(), input.size_bytes()),
+                                            {algorithm::ring, algorithm::recursive_halving}, "reduce_scatter");
+  collective::report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, chosen, forced == algorithm::automatic ? "table" : "caller");
+  collective::exchange ex(comm, "reduce_scatter");
+  using A = accumulator_t<T>;
+  std::vector<A> work(input.begin(), input.end());
+  if (chosen == algorithm::ring) collective::reduce_scatter_ring(ex, std::span<A>(work), block, op);
+  else collective::reduce_scatter_halving(ex, std::span<A>(work), block, op);
+  const std::span<A> mine = std::span<A>(work).subspan(static_cast<std::size_t>(comm.rank()) * block, block);
+  collective::finalize_all(mine, op, n);
+  std::transform(mine.begin(), mine.end(), output.begin(), [](A value) { return static_cast<T>(value); });
+  return chosen;
+}
+
+template <class Communicator, element T>
+algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span<T> output, algorithm forced) {
+  return reduce_scatter(comm, input, output, op::sum{}, forced);
+}
+
+}  // namespace chorus

@@ -1,0 +1,41 @@
+// Recursive-halving reduce-scatter (recursive_halving.hpp) for any rank
+// count: non-power-of-two groups fold first, each participant's super-block
+// being the blocks of the ranks folded into it, and the odd rank of a folded
+// pair hands the even one its block at the end.
+//
+// Cost: log2(p) alpha + (p-1)/p S beta + (p-1)/p S gamma, plus
+// 2 alpha + S beta + block beta on folded ranks. Chosen for small messages.
+#pragma once
+
+#include <chorus/collective/fold.hpp>
+#include <chorus/collective/recursive_halving.hpp>
+
+#include <span>
+#include <vector>
+
+namespace chorus::collective {
+
+// `data` holds n blocks of `block` elements and is the work buffer; on return
+// block `rank` holds the reduction over all ranks.
+template <class X, class A, class Op>
+void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const Op& op) {
+  const int n = ex.size(), rank = ex.rank();
+  if (n == 1) return;
+  const folding shape(n, rank);
+  std::vector<A> scratch(data.size());
+  fold_in(ex, shape, data, std::span<A>(scratch), op, 0);
+  if (!shape.sits_out()) {
+    std::vector<std::size_t> bounds(static_cast<std::size_t>(shape.participants) + 1);
+    for (int i = 0; i < shape.participants; ++i)  // first block of participant i's ranks
+      bounds[static_cast<std::size_t>(i)] = static_cast<std::size_t>(i < shape.remainder ? 2 * i : i + shape.remainder) * block;
+    bounds.back() = data.size();
+    halving_reduce_scatter(ex, shape, data, std::span<A>(scratch), bounds, op, 1);
+  }
+  const std::span<A> even_block = data.subspan(static_cast<std::size_t>(rank - rank % 2) * block, block);
+  if (rank < 2 * shape.remainder) {
+    if (shape.sits_out()) ex.recv(even_block, rank + 1, 63);
+    else ex.send(std::span<const A>(even_block), rank - 1, 63);
+  }
+}
+
+}  // namespace chorus::collective

@@ -1,0 +1,44 @@
+// chorus::scatter: rank r receives block r of the root's data. The root
+// posts all sends at once (linear): S beta out of the root, the bound for
+// any scatter.
+//
+//   chorus::scatter(comm, all, mine, root);   // all (size() * mine.size()) read at the root
+#pragma once
+
+#include <chorus/collective/arguments.hpp>
+#include <chorus/collective/check.hpp>
+#include <chorus/collective/exchange.hpp>
+#include <chorus/core/element_type.hpp>
+
+#include <algorithm>
+#include <span>
+#include <vector>
+
+namespace chorus {
+
+template <class Communicator, element T>
+void scatter(Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
+  const int n = comm.size(), rank = comm.rank(), world = comm.transport().rank();
+  collective::check_root(root, n, world, "scatter");
+  const std::size_t block = mine.size();
+  if (rank == root && all.size() < block * static_cast<std::size_t>(n))
+    throw error(errc::invalid_argument,
+                "input holds " + std::to_string(all.size()) + " elements, needs " +
+                    std::to_string(block * static_cast<std::size_t>(n)),
+                {world, -1, "scatter"});
+  if (rank == root) collective::check_output(all, mine, block, world, "scatter", false);
+  collective::check_if_enabled(comm, {"scatter", block, dtype_of<T>, "", root});
+  collective::exchange ex(comm, "scatter");
+  if (rank != root) {
+    ex.recv(mine, root, 0);
+    return;
+  }
+  const auto slot = [&](int r) { return all.subspan(static_cast<std::size_t>(r) * block, block); };
+  std::vector<typename collective::exchange<Communicator>::request> sends;
+  for (int r = 0; r < n; ++r)
+    if (r != root) sends.push_back(ex.isend(slot(r), r, 0));
+  std::copy(slot(root).begin(), slot(root).end(), mine.begin());
+  ex.wait_all(sends);
+}
+
+}  // namespace chorus

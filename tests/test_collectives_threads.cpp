@@ -1,0 +1,417 @@
+// Every collective and every algorithm over real UCX, 1..9 ranks as threads,
+// against serial references (collective_cases.hpp), with bitwise identity of
+// the results across ranks.
+#include "collective_cases.hpp"
+#include "expect_error.hpp"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+
+using chorus::communicator;
+using namespace chorus_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+chorus::options quick() {
+  chorus::options options;
+  options.timeout = 60000ms;
+  return options;
+}
+
+const chorus::algorithm allreduce_algorithms[] = {chorus::algo::ring, chorus::algo::recursive_doubling,
+                                                  chorus::algo::rabenseifner, chorus::algo::tree};
+
+std::vector<std::size_t> counts_for(int n, bool large) {
+  std::vector<std::size_t> counts{0, 1, static_cast<std::size_t>(n - 1 > 0 ? n - 1 : 2), static_cast<std::size_t>(n + 1)};
+  if (large) counts.push_back(99991);  // an odd prime near 10^5
+  return counts;
+}
+
+// What every rank saw, to check bitwise identity after the threads finish.
+struct fingerprints {
+  std::mutex mutex;
+  std::map<std::string, std::map<int, std::uint64_t>> seen;
+  void add(const std::string& key, int rank, std::uint64_t print) {
+    std::lock_guard lock(mutex);
+    seen[key][rank] = print;
+  }
+  std::size_t disagreements() {
+    std::size_t bad = 0;
+    for (auto& [key, by_rank] : seen)
+      for (auto& [rank, print] : by_rank)
+        if (print != by_rank.begin()->second) {
+          ++bad;
+          MESSAGE("ranks disagree on " << key);
+        }
+    return bad;
+  }
+};
+
+struct tally {
+  std::mutex mutex;
+  std::size_t checked = 0, wrong = 0;
+  std::vector<std::string> failures;
+  void record(const std::string& what, std::size_t bad) {
+    std::lock_guard lock(mutex);
+    ++checked;
+    wrong += bad;
+    if (bad && failures.size() < 20) failures.push_back(what + ": " + std::to_string(bad) + " wrong");
+  }
+  void report() {
+    for (auto& failure : failures) MESSAGE(failure);
+    CHECK(checked > 0);
+    CHECK(wrong == 0);
+  }
+};
+
+template <class T, class Op>
+void allreduce_case(communicator& comm, chorus::algorithm algorithm, std::size_t count, Op op, flavour kind,
+                    std::uint64_t seed, tally& results, fingerprints& prints) {
+  std::vector<T> data = inputs<T>(comm.rank(), count, seed, kind);
+  const auto used = chorus::allreduce(comm, std::span(data), op, algorithm);
+  const auto expected = reference<T>(all_ranks(comm.size()), count, seed, kind, op);
+  const std::string key = std::string(chorus::to_string(chorus::dtype_of<T>)) + " " +
+                          std::string(chorus::op::name_of<Op>()) + " " + std::string(chorus::to_string(algorithm)) +
+                          " n=" + std::to_string(comm.size()) + " count=" + std::to_string(count);
+  results.record(key, count_different(data, expected) + (used != algorithm));
+  prints.add(key, comm.rank(), fingerprint(data.data(), data.size() * sizeof(T)));
+}
+
+template <class T>
+void allreduce_type(communicator& comm, chorus::algorithm algorithm, std::size_t count, std::uint64_t seed,
+                    tally& results, fingerprints& prints) {
+  allreduce_case<T>(comm, algorithm, count, chorus::op::sum{}, flavour::general, seed, results, prints);
+  allreduce_case<T>(comm, algorithm, count, chorus::op::max{}, flavour::general, seed + 1, results, prints);
+}
+
+template <class T>
+void allreduce_all_ops(communicator& comm, chorus::algorithm algorithm, std::size_t count, std::uint64_t seed,
+                       tally& results, fingerprints& prints) {
+  allreduce_type<T>(comm, algorithm, count, seed, results, prints);
+  allreduce_case<T>(comm, algorithm, count, chorus::op::min{}, flavour::general, seed + 2, results, prints);
+  allreduce_case<T>(comm, algorithm, count, chorus::op::avg{}, flavour::general, seed + 3, results, prints);
+  allreduce_case<T>(comm, algorithm, count, chorus::op::prod{}, flavour::product, seed + 4, results, prints);
+}
+
+void run_for_each_rank_count(const std::function<void(communicator&)>& body) {
+  for (int ranks = 1; ranks <= 9; ++ranks) {
+    CAPTURE(ranks);
+    chorus::run_threads(ranks, body, quick());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: every algorithm, type and op against the serial reference, identical on all ranks") {
+  tally results;
+  fingerprints prints;
+  run_for_each_rank_count([&](communicator& comm) {
+    for (const auto algorithm : allreduce_algorithms) {
+      std::uint64_t seed = 100;
+      for (const std::size_t count : counts_for(comm.size(), true)) {
+        seed += 10;
+        allreduce_all_ops<float>(comm, algorithm, count, seed, results, prints);
+        allreduce_all_ops<std::int32_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<double>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<chorus::half>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<chorus::bfloat16>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<std::int8_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<std::int16_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<std::int64_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<std::uint8_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<std::uint32_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<std::uint64_t>(comm, algorithm, count, seed, results, prints);
+      }
+      // Several MiB, so the ring cuts blocks into many pipelined segments.
+      const std::size_t large = (3u << 20) / 4 + 7;
+      allreduce_case<float>(comm, algorithm, large, chorus::op::sum{}, flavour::general, 7, results, prints);
+      allreduce_case<std::int32_t>(comm, algorithm, large, chorus::op::max{}, flavour::general, 8, results, prints);
+    }
+  });
+  results.report();
+  CHECK(prints.disagreements() == 0);
+}
+
+TEST_CASE("allreduce of random floats: within (n-1) u sum|x| of the exact sum, same bits everywhere") {
+  // Any summation order of n floats is within gamma_{n-1} * sum |x_i| of the
+  // exact sum (u = 2^-24); the bound below adds 1% for the gamma's denominator.
+  tally results;
+  fingerprints prints;
+  run_for_each_rank_count([&](communicator& comm) {
+    const std::size_t count = 4099;
+    const auto values_of = [](int rank, std::size_t count_) {
+      std::mt19937 random(static_cast<unsigned>(rank) * 31u + 5u);
+      std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+      std::vector<float> values(count_);
+      for (auto& value : values) value = uniform(random) * std::ldexp(1.0f, static_cast<int>(random() % 16) - 8);
+      return values;
+    };
+    for (const auto algorithm : allreduce_algorithms) {
+      std::vector<float> data = values_of(comm.rank(), count);
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, algorithm);
+      std::size_t outside = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        double exact = 0, magnitude = 0;
+        for (int r = 0; r < comm.size(); ++r) {
+          const double x = values_of(r, i + 1)[i];
+          exact += x;
+          magnitude += std::fabs(x);
+        }
+        const double bound = (comm.size() - 1) * std::ldexp(1.0, -24) * magnitude * 1.01;
+        outside += std::fabs(data[i] - exact) > bound;
+      }
+      const std::string key = "random sum " + std::string(chorus::to_string(algorithm)) + " n=" + std::to_string(comm.size());
+      results.record(key, outside);
+      prints.add(key, comm.rank(), fingerprint(data.data(), data.size() * 4));
+    }
+  });
+  results.report();
+  CHECK(prints.disagreements() == 0);
+}
+
+TEST_CASE("allreduce: out of place, user operators, containers and automatic choice") {
+  tally results;
+  fingerprints prints;
+  run_for_each_rank_count([&](communicator& comm) {
+    const std::size_t count = 1001;
+    const auto input = inputs<std::int32_t>(comm.rank(), count, 5, flavour::general);
+    std::vector<std::int32_t> output(count + 3, -77);
+    const auto used = chorus::allreduce(comm, std::span(input), std::span(output), chorus::op::sum{});
+    CHECK(used == chorus::choose_allreduce(comm.size(), count * 4).chosen);
+    auto expected = reference<std::int32_t>(all_ranks(comm.size()), count, 5, flavour::general, chorus::op::sum{});
+    expected.resize(count + 3, -77);  // the tail stays untouched
+    results.record("out of place", count_different(output, expected));
+    CHECK(input == inputs<std::int32_t>(comm.rank(), count, 5, flavour::general));  // input untouched
+
+    std::vector<std::uint32_t> bits(257);
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<std::uint32_t>(mix(i * 131 + comm.rank()));
+    chorus::allreduce(comm, bits, [](std::uint32_t a, std::uint32_t b) { return a ^ b; });
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      std::uint32_t x = 0;
+      for (int r = 0; r < comm.size(); ++r) x ^= static_cast<std::uint32_t>(mix(i * 131 + r));
+      wrong += bits[i] != x;
+    }
+    results.record("user xor", wrong);
+    prints.add("user xor n=" + std::to_string(comm.size()), comm.rank(), fingerprint(bits.data(), bits.size() * 4));
+  });
+  results.report();
+  CHECK(prints.disagreements() == 0);
+}
+
+TEST_CASE("broadcast, reduce, gather and scatter from every kind of root") {
+  tally results;
+  run_for_each_rank_count([&](communicator& comm) {
+    const int n = comm.size();
+    for (const int root : {0, n - 1, n / 2}) {
+      for (const std::size_t count : counts_for(n, true)) {
+        for (const auto algorithm : {chorus::algo::tree, chorus::algo::chain}) {
+          auto data = comm.rank() == root ? inputs<chorus::half>(root, count, 9, flavour::general)
+                                          : std::vector<chorus::half>(count, chorus::half(-99.0f));
+          chorus::broadcast(comm, std::span(data), root, algorithm);
+          results.record("broadcast " + std::string(chorus::to_string(algorithm)),
+                         count_different(data, inputs<chorus::half>(root, count, 9, flavour::general)));
+        }
+        const auto mine = inputs<double>(comm.rank(), count, 11, flavour::general);
+        std::vector<double> reduced(count, -1.0);
+        chorus::reduce(comm, std::span(mine), std::span(reduced), root, chorus::op::max{});
+        if (comm.rank() == root)
+          results.record("reduce max", count_different(reduced, reference<double>(all_ranks(n), count, 11, flavour::general, chorus::op::max{})));
+
+        const auto block = inputs<std::int64_t>(comm.rank(), count, 13, flavour::general);
+        std::vector<std::int64_t> gathered(count * static_cast<std::size_t>(n), -1);
+        chorus::gather(comm, std::span(block), std::span(gathered), root);
+        if (comm.rank() == root) {
+          std::vector<std::int64_t> expected;
+          for (int r = 0; r < n; ++r) {
+            const auto theirs = inputs<std::int64_t>(r, count, 13, flavour::general);
+            expected.insert(expected.end(), theirs.begin(), theirs.end());
+          }
+          results.record("gather", count_different(gathered, expected));
+        }
+        std::vector<std::int64_t> everything;
+        for (int r = 0; r < n; ++r) {
+          const auto part = inputs<std::int64_t>(r, count, 17, flavour::general);
+          everything.insert(everything.end(), part.begin(), part.end());
+        }
+        std::vector<std::int64_t> piece(count, -1);
+        chorus::scatter(comm, std::span<const std::int64_t>(everything), std::span(piece), root);
+        results.record("scatter", count_different(piece, inputs<std::int64_t>(comm.rank(), count, 17, flavour::general)));
+      }
+    }
+  });
+  results.report();
+}
+
+TEST_CASE("allgather, reduce_scatter and alltoall with every algorithm") {
+  tally results;
+  fingerprints prints;
+  run_for_each_rank_count([&](communicator& comm) {
+    const int n = comm.size();
+    for (const std::size_t count : counts_for(n, true)) {
+      std::vector<float> expected_all;
+      for (int r = 0; r < n; ++r) {
+        const auto theirs = inputs<float>(r, count, 21, flavour::general);
+        expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+      }
+      for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling}) {
+        const auto mine = inputs<float>(comm.rank(), count, 21, flavour::general);
+        std::vector<float> all(count * static_cast<std::size_t>(n), -5.0f);
+        chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
+        results.record("allgather " + std::string(chorus::to_string(algorithm)), count_different(all, expected_all));
+      }
+      for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
+        const std::size_t total = count * static_cast<std::size_t>(n);
+        const auto input = inputs<chorus::bfloat16>(comm.rank(), total, 23, flavour::general);
+        std::vector<chorus::bfloat16> output(count);
+        chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
+        const auto full = reference<chorus::bfloat16>(all_ranks(n), total, 23, flavour::general, chorus::op::sum{});
+        const std::vector<chorus::bfloat16> expected(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+                                                     full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
+        results.record("reduce_scatter " + std::string(chorus::to_string(algorithm)), count_different(output, expected));
+
+        const auto ints = inputs<std::int32_t>(comm.rank(), total, 25, flavour::general);
+        std::vector<std::int32_t> averaged(count);
+        chorus::reduce_scatter(comm, std::span(ints), std::span(averaged), chorus::op::avg{}, algorithm);
+        const auto full_avg = reference<std::int32_t>(all_ranks(n), total, 25, flavour::general, chorus::op::avg{});
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < count; ++i) wrong += averaged[i] != full_avg[count * comm.rank() + i];
+        results.record("reduce_scatter avg", wrong);
+      }
+      const std::size_t total = count * static_cast<std::size_t>(n);
+      std::vector<std::uint16_t> send(total), receive(total, 0xffff);
+      for (std::size_t i = 0; i < total; ++i) send[i] = static_cast<std::uint16_t>(comm.rank() * 1000 + i);
+      chorus::alltoall(comm, std::span<const std::uint16_t>(send), std::span(receive));
+      std::size_t wrong = 0;
+      for (int from = 0; from < n; ++from)
+        for (std::size_t i = 0; i < count; ++i)
+          wrong += receive[from * count + i] != static_cast<std::uint16_t>(from * 1000 + comm.rank() * count + i);
+      results.record("alltoall", wrong);
+    }
+    chorus::barrier(comm);
+  });
+  results.report();
+}
+
+TEST_CASE("non-blocking collectives complete in any order, overlapping blocking ones") {
+  tally results;
+  run_for_each_rank_count([&](communicator& comm) {
+    const int n = comm.size();
+    auto a = inputs<float>(comm.rank(), 50001, 31, flavour::general);
+    auto b = inputs<std::int32_t>(comm.rank(), 17, 32, flavour::general);
+    auto c = comm.rank() == 0 ? inputs<double>(0, 1000, 33, flavour::general) : std::vector<double>(1000);
+    const auto mine = inputs<std::int16_t>(comm.rank(), 5, 34, flavour::general);
+    std::vector<std::int16_t> all(5 * static_cast<std::size_t>(n));
+    auto first = chorus::iallreduce(comm, std::span(a));
+    auto second = chorus::iallreduce(comm, std::span(b), chorus::op::max{}, chorus::algo::ring);
+    auto third = chorus::ibroadcast(comm, std::span(c), 0);
+    auto fourth = chorus::iallgather(comm, std::span(mine), std::span(all));
+    auto d = inputs<float>(comm.rank(), 333, 35, flavour::general);
+    chorus::allreduce(comm, std::span(d));  // blocking, on this thread, meanwhile
+    fourth.wait();
+    third.wait();
+    while (!second.test()) std::this_thread::yield();
+    first.wait();
+    results.record("iallreduce a", count_different(a, reference<float>(all_ranks(n), 50001, 31, flavour::general, chorus::op::sum{})));
+    results.record("iallreduce b", count_different(b, reference<std::int32_t>(all_ranks(n), 17, 32, flavour::general, chorus::op::max{})));
+    results.record("ibroadcast", count_different(c, inputs<double>(0, 1000, 33, flavour::general)));
+    results.record("blocking meanwhile", count_different(d, reference<float>(all_ranks(n), 333, 35, flavour::general, chorus::op::sum{})));
+    std::vector<std::int16_t> expected;
+    for (int r = 0; r < n; ++r) {
+      const auto theirs = inputs<std::int16_t>(r, 5, 34, flavour::general);
+      expected.insert(expected.end(), theirs.begin(), theirs.end());
+    }
+    results.record("iallgather", count_different(all, expected));
+  });
+  results.report();
+}
+
+TEST_CASE("collectives on sub-groups from split") {
+  tally results;
+  run_for_each_rank_count([&](communicator& world) {
+    communicator group = world.split(world.rank() % 3, world.rank());
+    std::vector<int> members;
+    for (int r = world.rank() % 3; r < world.size(); r += 3) members.push_back(r);
+    REQUIRE(group.size() == static_cast<int>(members.size()));
+    for (const auto algorithm : allreduce_algorithms) {
+      auto data = inputs<std::int64_t>(world.rank(), 1000, 41, flavour::general);
+      chorus::allreduce(group, std::span(data), chorus::op::sum{}, algorithm);
+      results.record("group allreduce", count_different(data, reference<std::int64_t>(members, 1000, 41, flavour::general, chorus::op::sum{})));
+    }
+    auto whole = inputs<std::int64_t>(world.rank(), 10, 43, flavour::general);
+    chorus::allreduce(world, std::span(whole));  // the world still works alongside
+    results.record("world allreduce", count_different(whole, reference<std::int64_t>(all_ranks(world.size()), 10, 43, flavour::general, chorus::op::sum{})));
+  });
+  results.report();
+}
+
+TEST_CASE("fusion packs many small tensors into few allreduces") {
+  chorus::run_threads(3, [](communicator& comm) {
+    std::vector<std::vector<float>> layers;
+    for (int t = 0; t < 40; ++t) layers.push_back(inputs<float>(comm.rank(), 100 + 37 * t, 50 + t, flavour::general));
+    layers.push_back(inputs<float>(comm.rank(), 70000, 99, flavour::general));  // bigger than a bucket
+    std::vector<std::span<float>> views(layers.begin(), layers.end());
+    const std::size_t calls = chorus::fused_allreduce(comm, views, chorus::op::sum{}, 64u << 10);
+    CHECK(calls < 10);
+    CHECK(calls >= 3);
+    for (int t = 0; t < 40; ++t)
+      CHECK(count_different(layers[t], reference<float>(all_ranks(3), 100 + 37 * t, 50 + t, flavour::general, chorus::op::sum{})) == 0);
+    CHECK(count_different(layers[40], reference<float>(all_ranks(3), 70000, 99, flavour::general, chorus::op::sum{})) == 0);
+  }, quick());
+}
+
+TEST_CASE("CHORUS_CHECK=1: disagreeing calls are mismatch errors naming the ranks") {
+  ::setenv("CHORUS_CHECK", "1", 1);
+  chorus::run_threads(4, [](communicator& comm) {
+    std::vector<float> data(comm.rank() == 2 ? 12 : 10);
+    expect_error([&] { chorus::allreduce(comm, std::span(data)); }, chorus::errc::mismatch,
+                 "rank 0 calls allreduce(count 10, float32, sum); rank 2 calls allreduce(count 12, float32, sum)");
+    std::vector<float> other(10);
+    if (comm.rank() == 3)
+      expect_error([&] { chorus::broadcast(comm, std::span(other), 0); }, chorus::errc::mismatch, "rank 3 calls broadcast");
+    else
+      expect_error([&] { chorus::allreduce(comm, std::span(other)); }, chorus::errc::mismatch, "rank 3 calls broadcast");
+    chorus::allreduce(comm, std::span(other));  // agreement again: it works
+  }, quick());
+  ::unsetenv("CHORUS_CHECK");
+}
+
+TEST_CASE("invalid arguments are invalid_argument errors") {
+  chorus::run_threads(3, [](communicator& comm) {
+    std::vector<float> data(10), small(5);
+    expect_error([&] { chorus::broadcast(comm, std::span(data), 3); }, chorus::errc::invalid_argument, "root 3 is not in [0, 3)");
+    expect_error([&] { chorus::reduce(comm, std::span(data), -1); }, chorus::errc::invalid_argument, "root -1");
+    expect_error([&] { chorus::allreduce(comm, std::span<const float>(data), std::span(small)); },
+                 chorus::errc::invalid_argument, "output holds 5 elements, needs 10");
+    expect_error([&] { chorus::allreduce(comm, std::span<const float>(data).first(8), std::span(data).subspan(2)); },
+                 chorus::errc::invalid_argument, "overlap");
+    expect_error([&] { chorus::reduce_scatter(comm, std::span<const float>(data), std::span(small)); },
+                 chorus::errc::invalid_argument, "do not split into 3 equal blocks");
+    expect_error([&] { chorus::allgather(comm, std::span(data), chorus::algo::chain); }, chorus::errc::invalid_argument,
+                 "10 elements do not split");
+    std::vector<float> nine(9);
+    expect_error([&] { chorus::allgather(comm, std::span(nine), chorus::algo::chain); }, chorus::errc::invalid_argument,
+                 "chain is not an algorithm of allgather");
+    expect_error([&] { chorus::allreduce(comm, std::span(data), chorus::algo::chain); }, chorus::errc::invalid_argument,
+                 "not an allreduce algorithm");
+    chorus::allreduce(comm, std::span(data));  // nothing was left half-done
+  }, quick());
+}
+
+TEST_CASE("selection: table, CHORUS_ALLREDUCE_ALGO and the caller, in that order of precedence") {
+  CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::recursive_doubling);
+  CHECK(chorus::choose_allreduce(4, 64u << 20).chosen != chorus::algo::recursive_doubling);
+  CHECK(std::string(chorus::choose_allreduce(4, 8).reason) == "table");
+  ::setenv("CHORUS_ALLREDUCE_ALGO", "tree", 1);
+  CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::tree);
+  CHECK(std::string(chorus::choose_allreduce(4, 8).reason) == "CHORUS_ALLREDUCE_ALGO");
+  CHECK(chorus::choose_allreduce(4, 8, chorus::algo::ring).chosen == chorus::algo::ring);
+  ::setenv("CHORUS_ALLREDUCE_ALGO", "fastest", 1);
+  expect_error([] { chorus::choose_allreduce(4, 8); }, chorus::errc::invalid_argument, "CHORUS_ALLREDUCE_ALGO='fastest'");
+  ::unsetenv("CHORUS_ALLREDUCE_ALGO");
+}

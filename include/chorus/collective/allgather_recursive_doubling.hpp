@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/scratch.hpp>
 
 #include <algorithm>
 #include <span>
@@ -21,13 +22,13 @@ void allgather_recursive_doubling(X& ex, std::span<A> data, std::size_t block) {
   const int n = ex.size(), rank = ex.rank();
   if (n == 1 || block == 0) return;
   // gathered[i] is the block of rank (rank + i) mod n.
-  std::vector<A> gathered(data.size());
+  const std::span<A> gathered = collective::scratch<A>(data.size());
   const auto own = data.subspan(static_cast<std::size_t>(rank) * block, block);
   std::copy(own.begin(), own.end(), gathered.begin());
   std::uint32_t step = 0;
   for (int have = 1; have < n; have *= 2, ++step) {
     const int count = std::min(have, n - have);
-    const std::span<A> all(gathered);
+    const std::span<A> all = gathered;
     ex.sendrecv(std::span<const A>(all.first(static_cast<std::size_t>(count) * block)), (rank - have + n) % n,
                 all.subspan(static_cast<std::size_t>(have) * block, static_cast<std::size_t>(count) * block),
                 (rank + have) % n, step);

@@ -10,6 +10,8 @@
 // Each super-block is finished by one rank, so all ranks agree bitwise.
 #pragma once
 
+#include <chorus/collective/scratch.hpp>
+
 #include <chorus/collective/blocks.hpp>
 #include <chorus/collective/fold.hpp>
 #include <chorus/collective/recursive_halving.hpp>
@@ -24,13 +26,13 @@ void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op) {
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
     const folding shape(n, ex.rank());
-    std::vector<A> scratch(data.size());
-    fold_in(ex, shape, data, std::span<A>(scratch), op, 0);
+    const std::span<A> scratch = collective::scratch<A>(data.size());
+    fold_in(ex, shape, data, scratch, op, 0);
     if (!shape.sits_out()) {
       const block_partition blocks{data.size(), static_cast<std::size_t>(shape.participants)};
       std::vector<std::size_t> bounds(static_cast<std::size_t>(shape.participants) + 1);
       for (std::size_t i = 0; i < bounds.size(); ++i) bounds[i] = blocks.offset(i);
-      halving_reduce_scatter(ex, shape, data, std::span<A>(scratch), bounds, op, 1);
+      halving_reduce_scatter(ex, shape, data, scratch, bounds, op, 1);
       const std::span<A> mine = data.subspan(bounds[static_cast<std::size_t>(shape.participant)],
                                              blocks.size(static_cast<std::size_t>(shape.participant)));
       finalize_all(mine, op, static_cast<std::size_t>(n));

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/fold.hpp>
 #include <chorus/collective/reduce_local.hpp>
 
@@ -24,13 +25,13 @@ void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op) {
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
     const folding shape(n, ex.rank());
-    std::vector<A> scratch(data.size());
-    fold_in(ex, shape, data, std::span<A>(scratch), op, 0);
+    const std::span<A> scratch = collective::scratch<A>(data.size());
+    fold_in(ex, shape, data, scratch, op, 0);
     if (!shape.sits_out()) {
       std::uint32_t step = 1;
       for (int distance = 1; distance < shape.participants; distance *= 2, ++step) {
         const int partner = shape.rank_of(shape.participant ^ distance);
-        ex.sendrecv(std::span<const A>(data), partner, std::span<A>(scratch), partner, step);
+        ex.sendrecv(std::span<const A>(data), partner, scratch, partner, step);
         reduce_into(data, std::span<const A>(scratch), op, partner < ex.rank());
       }
     }

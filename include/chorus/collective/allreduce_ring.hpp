@@ -16,6 +16,7 @@
 
 #include <chorus/collective/blocks.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_local.hpp>
 
 #include <algorithm>
@@ -65,13 +66,13 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
     sends.push_back(ex.isend(std::span<const A>(piece(block_of(rank), k)), right, step_of(0, k)));
 
   // Reduce-scatter: at hop h, block r-h-1 arrives from the left.
-  std::vector<A> scratch(depth * segment);
+  const std::span<A> window = collective::scratch<A>(depth * segment);
   std::vector<typename X::request> receives(depth);
   for (std::size_t hop = 0; hop + 1 < static_cast<std::size_t>(n); ++hop) {
     const std::size_t block = block_of(rank - static_cast<int>(hop) - 1);
     const std::size_t count = pieces(block);
     const auto slot = [&](std::size_t k) {
-      return std::span<A>(scratch).subspan((k % depth) * segment, piece(block, k).size());
+      return window.subspan((k % depth) * segment, piece(block, k).size());
     };
     for (std::size_t k = 0; k < std::min(depth, count); ++k) receives[k] = ex.irecv(slot(k), left, step_of(hop, k));
     for (std::size_t k = 0; k < count; ++k) {

@@ -15,15 +15,20 @@
 namespace chorus {
 
 // Decision table keyed on (ranks, bytes), from bench/allreduce_sweep on the
-// development machine (2 cores, shared memory; figures in
-// docs/decision_table.md). Recursive doubling wins while latency dominates;
-// above that the bandwidth-optimal algorithms take over: the ring at 2 and 3
-// ranks, Rabenseifner (log instead of linear latency) from 4 ranks up.
+// development machine (2 cores, UCX shared memory; the sweeps for 2, 3, 4
+// and 8 ranks are in docs/decision_table.md):
+// - up to 8 KiB (4 KiB at 2 ranks) latency dominates: recursive doubling,
+//   fewest rounds, wins at every rank count (2x faster than the ring at 4);
+// - 2 ranks: the ring above that (pipelined segments beat one big swap);
+// - 3+ ranks, 8 KiB..2 MiB: Rabenseifner, bandwidth-optimal with log(n)
+//   latency terms where the ring pays 2(n-1);
+// - 3+ ranks, 2 MiB and up: the ring, whose segment pipelining keeps both
+//   directions busy (15-50% ahead of Rabenseifner at 4 and 8 ranks).
 inline algorithm allreduce_table(int ranks, std::size_t bytes) noexcept {
-  if (ranks <= 1) return algorithm::recursive_doubling;
-  if (bytes <= (ranks <= 2 ? 32u << 10 : 16u << 10)) return algorithm::recursive_doubling;
-  if (ranks <= 3) return algorithm::ring;
-  return algorithm::rabenseifner;
+  if (ranks <= 1 || bytes <= (ranks == 2 ? 4u << 10 : 8u << 10)) return algorithm::recursive_doubling;
+  if (ranks == 2) return algorithm::ring;
+  if (bytes < (2u << 20)) return algorithm::rabenseifner;
+  return algorithm::ring;
 }
 
 struct allreduce_choice {

@@ -2,6 +2,8 @@
 // buffer: half and bfloat16 are reduced in float and rounded once at the end.
 #pragma once
 
+#include <chorus/collective/scratch.hpp>
+
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/error.hpp>
 
@@ -51,8 +53,9 @@ void with_accumulator(std::span<T> data, Work&& work) {
   if constexpr (std::is_same_v<A, T>) {
     work(data);
   } else {
-    std::vector<A> wide(data.begin(), data.end());
-    work(std::span<A>(wide));
+    const std::span<A> wide = scratch<A>(data.size(), 1);
+    std::copy(data.begin(), data.end(), wide.begin());
+    work(wide);
     std::transform(wide.begin(), wide.end(), data.begin(), [](A value) { return T(value); });
   }
 }

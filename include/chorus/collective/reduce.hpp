@@ -8,6 +8,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_tree.hpp>
 #include <chorus/collective/report.hpp>
 #include <chorus/core/element_type.hpp>
@@ -28,10 +29,11 @@ algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> outp
   collective::report(comm, "reduce", input.size_bytes(), dtype_of<T>, algorithm::tree, "only algorithm");
   collective::exchange ex(comm, "reduce");
   using A = accumulator_t<T>;
-  std::vector<A> work(input.begin(), input.end());
-  collective::reduce_tree(ex, std::span<A>(work), root, op);
+  const std::span<A> work = collective::scratch<A>(input.size(), 1);
+  std::copy(input.begin(), input.end(), work.begin());
+  collective::reduce_tree(ex, work, root, op);
   if (comm.rank() == root) {
-    collective::finalize_all(std::span<A>(work), op, static_cast<std::size_t>(comm.size()));
+    collective::finalize_all(work, op, static_cast<std::size_t>(comm.size()));
     std::transform(work.begin(), work.end(), output.begin(), [](A value) { return static_cast<T>(value); });
   }
   return algorithm::tree;

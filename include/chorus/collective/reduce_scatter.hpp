@@ -10,6 +10,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_scatter_halving.hpp>
 #include <chorus/collective/reduce_scatter_ring.hpp>
 #include <chorus/collective/report.hpp>
@@ -44,10 +45,11 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
   collective::report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, chosen, forced == algorithm::automatic ? "table" : "caller");
   collective::exchange ex(comm, "reduce_scatter");
   using A = accumulator_t<T>;
-  std::vector<A> work(input.begin(), input.end());
-  if (chosen == algorithm::ring) collective::reduce_scatter_ring(ex, std::span<A>(work), block, op);
-  else collective::reduce_scatter_halving(ex, std::span<A>(work), block, op);
-  const std::span<A> mine = std::span<A>(work).subspan(static_cast<std::size_t>(comm.rank()) * block, block);
+  const std::span<A> work = collective::scratch<A>(input.size(), 1);
+  std::copy(input.begin(), input.end(), work.begin());
+  if (chosen == algorithm::ring) collective::reduce_scatter_ring(ex, work, block, op);
+  else collective::reduce_scatter_halving(ex, work, block, op);
+  const std::span<A> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
   collective::finalize_all(mine, op, n);
   std::transform(mine.begin(), mine.end(), output.begin(), [](A value) { return static_cast<T>(value); });
   return chosen;

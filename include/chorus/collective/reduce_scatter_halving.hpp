@@ -7,6 +7,8 @@
 // 2 alpha + S beta + block beta on folded ranks. Chosen for small messages.
 #pragma once
 
+#include <chorus/collective/scratch.hpp>
+
 #include <chorus/collective/fold.hpp>
 #include <chorus/collective/recursive_halving.hpp>
 
@@ -22,14 +24,14 @@ void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const O
   const int n = ex.size(), rank = ex.rank();
   if (n == 1) return;
   const folding shape(n, rank);
-  std::vector<A> scratch(data.size());
-  fold_in(ex, shape, data, std::span<A>(scratch), op, 0);
+  const std::span<A> scratch = collective::scratch<A>(data.size());
+  fold_in(ex, shape, data, scratch, op, 0);
   if (!shape.sits_out()) {
     std::vector<std::size_t> bounds(static_cast<std::size_t>(shape.participants) + 1);
     for (int i = 0; i < shape.participants; ++i)  // first block of participant i's ranks
       bounds[static_cast<std::size_t>(i)] = static_cast<std::size_t>(i < shape.remainder ? 2 * i : i + shape.remainder) * block;
     bounds.back() = data.size();
-    halving_reduce_scatter(ex, shape, data, std::span<A>(scratch), bounds, op, 1);
+    halving_reduce_scatter(ex, shape, data, scratch, bounds, op, 1);
   }
   const std::span<A> even_block = data.subspan(static_cast<std::size_t>(rank - rank % 2) * block, block);
   if (rank < 2 * shape.remainder) {

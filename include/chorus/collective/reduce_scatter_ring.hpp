@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_local.hpp>
 
 #include <span>
@@ -19,9 +20,9 @@ template <class X, class A, class Op>
 void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& op) {
   const int n = ex.size(), rank = ex.rank();
   const auto part = [&](int b) { return data.subspan(static_cast<std::size_t>(((b % n) + n) % n) * block, block); };
-  std::vector<A> scratch(block);
+  const std::span<A> scratch = collective::scratch<A>(block);
   for (int step = 0; step + 1 < n; ++step) {
-    ex.sendrecv(std::span<const A>(part(rank - step - 1)), (rank + 1) % n, std::span<A>(scratch),
+    ex.sendrecv(std::span<const A>(part(rank - step - 1)), (rank + 1) % n, scratch,
                 (rank - 1 + n) % n, static_cast<std::uint32_t>(step));
     reduce_into(part(rank - step - 2), std::span<const A>(scratch), op, true);
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_local.hpp>
 
 #include <span>
@@ -19,7 +20,7 @@ void reduce_tree(X& ex, std::span<A> data, int root, const Op& op, std::uint32_t
   const int n = ex.size();
   const int relative = (ex.rank() - root + n) % n;
   const auto real = [&](int r) { return (r + root) % n; };
-  std::vector<A> scratch;
+  const std::span<A> scratch = collective::scratch<A>(data.size());
   std::uint32_t step = first_step;
   for (int mask = 1; mask < n; mask <<= 1, ++step) {
     if (relative & mask) {
@@ -27,8 +28,7 @@ void reduce_tree(X& ex, std::span<A> data, int root, const Op& op, std::uint32_t
       return;
     }
     if (relative + mask < n) {
-      scratch.resize(data.size());
-      ex.recv(std::span<A>(scratch), real(relative + mask), step);
+      ex.recv(scratch, real(relative + mask), step);
       // The sender holds higher relative ranks: it is the right operand.
       reduce_into(data, std::span<const A>(scratch), op, false);
     }

@@ -282,21 +282,34 @@ class ucx_transport {
   bool progress_until(Predicate&& done, clock::time_point deadline) {
     progress_mode mode = thread_mode().value_or(mode_);
     if (mode == progress_mode::block && event_fd_ < 0) mode = progress_mode::yield;
+    clock::time_point idle_since{};
     for (;;) {
       if (done()) return true;
-      if (progress()) continue;
+      if (progress()) {
+        idle_since = {};
+        continue;
+      }
       if (done()) return true;
       const auto now = clock::now();
       if (now >= deadline) return done();
+      if (idle_since == clock::time_point{}) idle_since = now;
       switch (mode) {
         case progress_mode::spin: break;
         case progress_mode::yield: std::this_thread::yield(); break;
-        case progress_mode::block: sleep_until_event(deadline - now); break;
+        case progress_mode::block:
+          // Yield first: under oversubscription the peer we wait for often
+          // needs only our core for a moment; sleeping in the kernel right
+          // away cost 8x in latency on 4 ranks over 2 cores.
+          if (now - idle_since < block_after_idle) std::this_thread::yield();
+          else sleep_until_event(deadline - now);
+          break;
       }
     }
   }
 
  private:
+  static constexpr auto block_after_idle = std::chrono::microseconds(200);
+
   static std::optional<progress_mode>& thread_mode() noexcept {
     thread_local std::optional<progress_mode> mode;
     return mode;

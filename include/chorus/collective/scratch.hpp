@@ -1,0 +1,38 @@
+// Scratch buffers for the algorithms, kept per thread and reused across
+// calls. Allocating (and page-faulting) a fresh buffer of the message size
+// on every call cost more than the transfer itself at 32 MiB; a kept buffer
+// is touched once. Memory held: per thread and slot, the largest size asked
+// for so far (release_scratch() gives it back).
+//
+// Slot 0 is the algorithm's own scratch; slot 1 holds work copies (float
+// working buffers for half/bfloat16, reduce_scatter's input copy). An
+// algorithm must not call another that uses the same slot while it holds it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace chorus::collective {
+
+namespace detail {
+inline std::array<std::vector<std::byte>, 2>& scratch_slots() {
+  thread_local std::array<std::vector<std::byte>, 2> slots;
+  return slots;
+}
+}  // namespace detail
+
+// `count` elements of uninitialised-in-meaning (old contents) scratch.
+template <class A>
+std::span<A> scratch(std::size_t count, std::size_t slot = 0) {
+  std::vector<std::byte>& storage = detail::scratch_slots()[slot];
+  if (storage.size() < count * sizeof(A)) storage.resize(count * sizeof(A));
+  return {reinterpret_cast<A*>(storage.data()), count};
+}
+
+inline void release_scratch() {
+  for (auto& storage : detail::scratch_slots()) std::vector<std::byte>().swap(storage);
+}
+
+}  // namespace chorus::collective

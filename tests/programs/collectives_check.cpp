@@ -1,0 +1,79 @@
+// Run under chorus-run -n N: allreduce with every algorithm and the other
+// collectives, as separate processes, against the serial references of
+// collective_cases.hpp; results must also be bitwise identical across
+// ranks (compared through an allgather of fingerprints). Exit code 0 only if
+// everything matched.
+#include "../collective_cases.hpp"
+
+#include <cstdio>
+
+using namespace chorus_test;
+
+namespace {
+
+std::size_t wrong = 0;
+std::vector<std::uint64_t> prints;
+
+template <class T, class Op>
+void allreduce_case(chorus::communicator& comm, chorus::algorithm algorithm, std::size_t count, Op op,
+                    std::uint64_t seed) {
+  auto data = inputs<T>(comm.rank(), count, seed, flavour::general);
+  chorus::allreduce(comm, std::span(data), op, algorithm);
+  const std::size_t bad = count_different(data, reference<T>(all_ranks(comm.size()), count, seed, flavour::general, op));
+  if (bad) std::printf("allreduce %s %s count %zu: %zu wrong\n", std::string(chorus::to_string(chorus::dtype_of<T>)).c_str(),
+                       std::string(chorus::to_string(algorithm)).c_str(), count, bad);
+  wrong += bad;
+  prints.push_back(fingerprint(data.data(), data.size() * sizeof(T)));
+}
+
+void data_movement(chorus::communicator& comm, std::size_t count) {
+  const int n = comm.size();
+  auto data = comm.rank() == n - 1 ? inputs<float>(n - 1, count, 3, flavour::general) : std::vector<float>(count);
+  chorus::broadcast(comm, std::span(data), n - 1, chorus::algo::chain);
+  wrong += count_different(data, inputs<float>(n - 1, count, 3, flavour::general));
+  const auto mine = inputs<std::int32_t>(comm.rank(), count, 4, flavour::general);
+  std::vector<std::int32_t> all(count * static_cast<std::size_t>(n));
+  chorus::allgather(comm, std::span(mine), std::span(all));
+  for (int r = 0; r < n; ++r)
+    wrong += count_different(std::vector<std::int32_t>(all.begin() + static_cast<std::ptrdiff_t>(count * r),
+                                                       all.begin() + static_cast<std::ptrdiff_t>(count * (r + 1))),
+                             inputs<std::int32_t>(r, count, 4, flavour::general));
+  const auto input = inputs<double>(comm.rank(), count * static_cast<std::size_t>(n), 5, flavour::general);
+  std::vector<double> output(count);
+  chorus::reduce_scatter(comm, std::span(input), std::span(output));
+  const auto full = reference<double>(all_ranks(n), count * static_cast<std::size_t>(n), 5, flavour::general, chorus::op::sum{});
+  for (std::size_t i = 0; i < count; ++i) wrong += output[i] != full[count * comm.rank() + i];
+}
+
+}  // namespace
+
+int main() {
+  try {
+    chorus::communicator comm = chorus::init();
+    const std::size_t n = static_cast<std::size_t>(comm.size());
+    const std::vector<std::size_t> counts{0, 1, n - 1, n + 1, 99991, (3u << 20) / 4 + 7};
+    for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling, chorus::algo::rabenseifner,
+                                 chorus::algo::tree, chorus::algo::automatic}) {
+      std::uint64_t seed = 1;
+      for (const std::size_t count : counts) {
+        allreduce_case<float>(comm, algorithm, count, chorus::op::sum{}, ++seed);
+        allreduce_case<std::int32_t>(comm, algorithm, count, chorus::op::max{}, ++seed);
+        allreduce_case<chorus::half>(comm, algorithm, count, chorus::op::sum{}, ++seed);
+        allreduce_case<chorus::bfloat16>(comm, algorithm, count, chorus::op::avg{}, ++seed);
+      }
+    }
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, n + 1, std::size_t{99991}}) data_movement(comm, count);
+    // Same bits on every rank: compare fingerprints through an allgather.
+    std::vector<std::uint64_t> everyone(prints.size() * n);
+    chorus::allgather(comm, std::span<const std::uint64_t>(prints), std::span(everyone));
+    std::size_t disagreements = 0;
+    for (std::size_t r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < prints.size(); ++i) disagreements += everyone[r * prints.size() + i] != prints[i];
+    std::printf("rank %d of %zu: %zu wrong, %zu disagreements over %zu allreduces\n", comm.rank(), n, wrong,
+                disagreements, prints.size());
+    return wrong == 0 && disagreements == 0 ? 0 : 1;
+  } catch (const chorus::error& failure) {
+    std::fprintf(stderr, "%s\n", failure.what());
+    return 1;
+  }
+}

@@ -29,14 +29,9 @@ struct sweep {
 };
 
 std::size_t parse_size(std::string_view text) {
-  std::size_t scale = 1;
-  if (!text.empty() && (text.back() == 'K' || text.back() == 'M' || text.back() == 'G')) {
-    scale = text.back() == 'K' ? 1u << 10 : text.back() == 'M' ? 1u << 20 : 1u << 30;
-    text.remove_suffix(1);
-  }
-  const auto value = chorus::env::parse_integer(text);
-  if (!value || *value < 0) throw chorus::error(chorus::errc::invalid_argument, "bad size '" + std::string(text) + "'");
-  return static_cast<std::size_t>(*value) * scale;
+  const auto value = chorus::env::parse_size(text);
+  chorus::require(value && *value > 0, "bad size '" + std::string(text) + "' (examples: 8, 64K, 256M)");
+  return *value;
 }
 
 sweep parse_arguments(int argc, char** argv) {

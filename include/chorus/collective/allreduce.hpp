@@ -78,4 +78,11 @@ algorithm allreduce(Communicator& comm, Range&& data, Op op = {}, algorithm forc
                    op, forced);
 }
 
+template <class Communicator, std::ranges::contiguous_range Range>
+  requires element<std::ranges::range_value_t<Range>> && (!std::is_const_v<std::remove_reference_t<
+                                                              std::ranges::range_reference_t<Range>>>)
+algorithm allreduce(Communicator& comm, Range&& data, algorithm forced) {
+  return allreduce(comm, std::forward<Range>(data), op::sum{}, forced);
+}
+
 }  // namespace chorus

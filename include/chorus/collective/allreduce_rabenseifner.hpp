@@ -25,20 +25,17 @@ template <class X, class A, class Op>
 void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op) {
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
-    const folding shape(n, ex.rank());
     const std::span<A> scratch = collective::scratch<A>(data.size());
-    fold_in(ex, shape, data, scratch, op, 0);
-    if (!shape.sits_out()) {
-      const block_partition blocks{data.size(), static_cast<std::size_t>(shape.participants)};
-      std::vector<std::size_t> bounds(static_cast<std::size_t>(shape.participants) + 1);
-      for (std::size_t i = 0; i < bounds.size(); ++i) bounds[i] = blocks.offset(i);
+    folded(ex, data, scratch, op, [&](const folding& shape) {
+      const auto parts = static_cast<std::size_t>(shape.participants);
+      const block_partition blocks{data.size(), parts};
+      std::vector<std::size_t> bounds(parts + 1);
+      for (std::size_t i = 0; i <= parts; ++i) bounds[i] = blocks.offset(i);
       halving_reduce_scatter(ex, shape, data, scratch, bounds, op, 1);
-      const std::span<A> mine = data.subspan(bounds[static_cast<std::size_t>(shape.participant)],
-                                             blocks.size(static_cast<std::size_t>(shape.participant)));
-      finalize_all(mine, op, static_cast<std::size_t>(n));
+      const auto own = static_cast<std::size_t>(shape.participant);
+      finalize_all(data.subspan(bounds[own], blocks.size(own)), op, static_cast<std::size_t>(n));
       doubling_allgather(ex, shape, data, bounds, 32);
-    }
-    fold_out(ex, shape, data, 63);
+    });
     return;
   }
   finalize_all(data, op, static_cast<std::size_t>(n));

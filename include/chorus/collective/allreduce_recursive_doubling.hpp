@@ -24,18 +24,15 @@ template <class X, class A, class Op>
 void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op) {
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
-    const folding shape(n, ex.rank());
     const std::span<A> scratch = collective::scratch<A>(data.size());
-    fold_in(ex, shape, data, scratch, op, 0);
-    if (!shape.sits_out()) {
+    folded(ex, data, scratch, op, [&](const folding& shape) {
       std::uint32_t step = 1;
       for (int distance = 1; distance < shape.participants; distance *= 2, ++step) {
         const int partner = shape.rank_of(shape.participant ^ distance);
         ex.sendrecv(std::span<const A>(data), partner, scratch, partner, step);
         reduce_into(data, std::span<const A>(scratch), op, partner < ex.rank());
       }
-    }
-    fold_out(ex, shape, data, 63);
+    });
   }
   finalize_all(data, op, static_cast<std::size_t>(n));
 }

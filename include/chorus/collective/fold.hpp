@@ -57,4 +57,14 @@ void fold_out(X& ex, const folding& shape, std::span<A> data, std::uint32_t step
   else ex.send(std::span<const A>(data), rank - 1, step);
 }
 
+// Runs `participate(shape)` between folding in and folding out:
+// the skeleton of every algorithm built on p = 2^k participants.
+template <class X, class A, class Op, class Participate>
+void folded(X& ex, std::span<A> data, std::span<A> scratch, const Op& op, Participate&& participate) {
+  const folding shape(ex.size(), ex.rank());
+  fold_in(ex, shape, data, scratch, op, 0);
+  if (!shape.sits_out()) participate(shape);
+  fold_out(ex, shape, data, 63);
+}
+
 }  // namespace chorus::collective

@@ -26,18 +26,7 @@ namespace chorus {
 inline constexpr std::size_t default_fusion_bucket_bytes = 25u << 20;
 
 inline std::size_t fusion_bucket_bytes() {
-  const auto text = env::get("CHORUS_FUSION_BUCKET");
-  if (!text) return default_fusion_bucket_bytes;
-  std::string digits = *text;
-  std::size_t scale = 1;
-  if (!digits.empty() && (digits.back() == 'K' || digits.back() == 'M' || digits.back() == 'G')) {
-    scale = digits.back() == 'K' ? 1u << 10 : digits.back() == 'M' ? 1u << 20 : 1u << 30;
-    digits.pop_back();
-  }
-  const auto value = env::parse_integer(digits);
-  if (!value || *value <= 0)
-    throw error(errc::invalid_argument, "CHORUS_FUSION_BUCKET='" + *text + "' is not a positive size (e.g. 25M)");
-  return static_cast<std::size_t>(*value) * scale;
+  return env::get_size("CHORUS_FUSION_BUCKET").value_or(default_fusion_bucket_bytes);
 }
 
 template <class Communicator, element T, reduction_operator Op = op::sum>

@@ -79,6 +79,28 @@ inline std::optional<std::chrono::milliseconds> get_duration(const char* name) {
   return value;
 }
 
+// "4096", "64K", "25M", "1G" (binary multiples).
+inline std::optional<std::size_t> parse_size(std::string_view text) {
+  std::size_t scale = 1;
+  if (!text.empty() && (text.back() == 'K' || text.back() == 'M' || text.back() == 'G')) {
+    scale = text.back() == 'K' ? std::size_t{1} << 10 : text.back() == 'M' ? std::size_t{1} << 20 : std::size_t{1} << 30;
+    text.remove_suffix(1);
+  }
+  const auto value = parse_integer(text);
+  if (!value || *value < 0) return std::nullopt;
+  return static_cast<std::size_t>(*value) * scale;
+}
+
+inline std::optional<std::size_t> get_size(const char* name) {
+  const auto text = get(name);
+  if (!text) return std::nullopt;
+  const auto value = parse_size(*text);
+  if (!value || *value == 0)
+    throw error(errc::invalid_argument,
+                std::string(name) + "='" + *text + "' is not a positive size (examples: 4096, 64K, 25M)");
+  return value;
+}
+
 // Returns the index of the value among `choices`.
 inline std::optional<std::size_t> get_choice(const char* name,
                                              std::initializer_list<std::string_view> choices) {

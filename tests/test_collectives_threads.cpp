@@ -298,6 +298,59 @@ TEST_CASE("allgather, reduce_scatter and alltoall with every algorithm") {
   results.report();
 }
 
+namespace {
+
+template <class T, class Op>
+void rooted_and_scattered_reductions(communicator& comm, std::size_t count, Op op, std::uint64_t seed, tally& results) {
+  const int n = comm.size();
+  const std::string type(chorus::to_string(chorus::dtype_of<T>));
+  const std::string name(chorus::op::name_of<Op>());
+  const int root = n / 2;
+  const auto input = inputs<T>(comm.rank(), count, seed, flavour::general);
+  std::vector<T> reduced(count);
+  chorus::reduce(comm, std::span(input), std::span(reduced), root, op);
+  if (comm.rank() == root)
+    results.record("reduce " + type + " " + name, count_different(reduced, reference<T>(all_ranks(n), count, seed, flavour::general, op)));
+  const std::size_t total = count * static_cast<std::size_t>(n);
+  const auto everything = inputs<T>(comm.rank(), total, seed + 1, flavour::general);
+  const auto full = reference<T>(all_ranks(n), total, seed + 1, flavour::general, op);
+  const std::vector<T> expected(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+                                full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
+  for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
+    std::vector<T> mine(count);
+    chorus::reduce_scatter(comm, std::span(everything), std::span(mine), op, algorithm);
+    results.record("reduce_scatter " + type + " " + name, count_different(mine, expected));
+  }
+}
+
+template <class T>
+void every_op_of_interest(communicator& comm, std::size_t count, std::uint64_t seed, tally& results) {
+  rooted_and_scattered_reductions<T>(comm, count, chorus::op::sum{}, seed, results);
+  rooted_and_scattered_reductions<T>(comm, count, chorus::op::max{}, seed + 2, results);
+}
+
+}  // namespace
+
+TEST_CASE("reduce and reduce_scatter: every element type with sum and max") {
+  tally results;
+  run_for_each_rank_count([&](communicator& comm) {
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(comm.size() + 1), std::size_t{1031}}) {
+      every_op_of_interest<std::int8_t>(comm, count, 61, results);
+      every_op_of_interest<std::int16_t>(comm, count, 62, results);
+      every_op_of_interest<std::int32_t>(comm, count, 63, results);
+      every_op_of_interest<std::int64_t>(comm, count, 64, results);
+      every_op_of_interest<std::uint8_t>(comm, count, 65, results);
+      every_op_of_interest<std::uint32_t>(comm, count, 66, results);
+      every_op_of_interest<std::uint64_t>(comm, count, 67, results);
+      every_op_of_interest<float>(comm, count, 68, results);
+      every_op_of_interest<double>(comm, count, 69, results);
+      every_op_of_interest<chorus::half>(comm, count, 70, results);
+      every_op_of_interest<chorus::bfloat16>(comm, count, 71, results);
+    }
+  });
+  results.report();
+}
+
 TEST_CASE("non-blocking collectives complete in any order, overlapping blocking ones") {
   tally results;
   run_for_each_rank_count([&](communicator& comm) {

@@ -28,21 +28,52 @@ void allreduce_case(chorus::communicator& comm, chorus::algorithm algorithm, std
 
 void data_movement(chorus::communicator& comm, std::size_t count) {
   const int n = comm.size();
-  auto data = comm.rank() == n - 1 ? inputs<float>(n - 1, count, 3, flavour::general) : std::vector<float>(count);
-  chorus::broadcast(comm, std::span(data), n - 1, chorus::algo::chain);
-  wrong += count_different(data, inputs<float>(n - 1, count, 3, flavour::general));
+  const auto blocks_of = [&](auto rank_inputs) {
+    decltype(rank_inputs(0)) all;
+    for (int r = 0; r < n; ++r) {
+      const auto part = rank_inputs(r);
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+  };
+  for (const auto algorithm : {chorus::algo::tree, chorus::algo::chain}) {
+    auto data = comm.rank() == n - 1 ? inputs<float>(n - 1, count, 3, flavour::general) : std::vector<float>(count);
+    chorus::broadcast(comm, std::span(data), n - 1, algorithm);
+    wrong += count_different(data, inputs<float>(n - 1, count, 3, flavour::general));
+  }
   const auto mine = inputs<std::int32_t>(comm.rank(), count, 4, flavour::general);
-  std::vector<std::int32_t> all(count * static_cast<std::size_t>(n));
-  chorus::allgather(comm, std::span(mine), std::span(all));
-  for (int r = 0; r < n; ++r)
-    wrong += count_different(std::vector<std::int32_t>(all.begin() + static_cast<std::ptrdiff_t>(count * r),
-                                                       all.begin() + static_cast<std::ptrdiff_t>(count * (r + 1))),
-                             inputs<std::int32_t>(r, count, 4, flavour::general));
-  const auto input = inputs<double>(comm.rank(), count * static_cast<std::size_t>(n), 5, flavour::general);
-  std::vector<double> output(count);
-  chorus::reduce_scatter(comm, std::span(input), std::span(output));
-  const auto full = reference<double>(all_ranks(n), count * static_cast<std::size_t>(n), 5, flavour::general, chorus::op::sum{});
-  for (std::size_t i = 0; i < count; ++i) wrong += output[i] != full[count * comm.rank() + i];
+  const auto expected_all = blocks_of([&](int r) { return inputs<std::int32_t>(r, count, 4, flavour::general); });
+  for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling}) {
+    std::vector<std::int32_t> all(count * static_cast<std::size_t>(n));
+    chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
+    wrong += count_different(all, expected_all);
+  }
+  const std::size_t total = count * static_cast<std::size_t>(n);
+  const auto input = inputs<double>(comm.rank(), total, 5, flavour::general);
+  const auto full = reference<double>(all_ranks(n), total, 5, flavour::general, chorus::op::sum{});
+  for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
+    std::vector<double> output(count);
+    chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
+    for (std::size_t i = 0; i < count; ++i) wrong += output[i] != full[count * comm.rank() + i];
+  }
+  std::vector<double> reduced(count);
+  chorus::reduce(comm, std::span(input).first(count), std::span(reduced), 0, chorus::op::sum{});
+  if (comm.rank() == 0)
+    wrong += count_different(reduced, reference<double>(all_ranks(n), count, 5, flavour::general, chorus::op::sum{}));
+  std::vector<std::int32_t> swapped(total);
+  const auto outgoing = inputs<std::int32_t>(comm.rank(), total, 6, flavour::general);
+  chorus::alltoall(comm, std::span(outgoing), std::span(swapped));
+  for (int from = 0; from < n; ++from) {
+    const auto theirs = inputs<std::int32_t>(from, total, 6, flavour::general);
+    for (std::size_t i = 0; i < count; ++i) wrong += swapped[from * count + i] != theirs[comm.rank() * count + i];
+  }
+  std::vector<std::int32_t> gathered(total);
+  chorus::gather(comm, std::span(mine), std::span(gathered), n - 1);
+  if (comm.rank() == n - 1) wrong += count_different(gathered, expected_all);
+  std::vector<std::int32_t> piece(count);
+  chorus::scatter(comm, std::span<const std::int32_t>(expected_all), std::span(piece), 0);
+  wrong += count_different(piece, mine);
+  chorus::barrier(comm);
 }
 
 }  // namespace
@@ -62,7 +93,7 @@ int main() {
         allreduce_case<chorus::bfloat16>(comm, algorithm, count, chorus::op::avg{}, ++seed);
       }
     }
-    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, n + 1, std::size_t{99991}}) data_movement(comm, count);
+    for (const std::size_t count : counts) data_movement(comm, count);
     // Same bits on every rank: compare fingerprints through an allgather.
     std::vector<std::uint64_t> everyone(prints.size() * n);
     chorus::allgather(comm, std::span<const std::uint64_t>(prints), std::span(everyone));

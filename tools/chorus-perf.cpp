@@ -3,6 +3,7 @@
 //   chorus-run -n 4 chorus-perf allreduce -b 8 -e 256M -f 2 [--algo ring|rd|rabenseifner|tree|auto]
 //       [--dtype float|double|half|bfloat16|int8|int32|int64|uint8|uint32|uint64]
 //       [--op sum|prod|min|max|avg] [--root 0] [-n iters] [-w warmup] [-c 0|1] [--json out.json]
+//       [--auto-iters BYTES]   (repeat small sizes until BYTES moved, up to 2000 iterations)
 //
 // Collectives: allreduce, broadcast, reduce, allgather, reduce_scatter,
 // alltoall, gather, scatter. Sizes are nccl-tests' "size": the bytes of the
@@ -44,13 +45,14 @@ struct settings {
   std::string dtype = "float", op = "sum";
   int root = 0, iterations = 20, warmup = 5;
   bool check = true;
+  std::size_t auto_bytes = 0;  // --auto-iters: at least this many bytes per measurement
   std::string json;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "chorus-perf: %s\nusage: chorus-perf COLLECTIVE [-b MIN] [-e MAX] [-f FACTOR] [--algo A] "
-               "[--dtype T] [--op OP] [--root R] [-n ITERS] [-w WARMUP] [-c 0|1] [--json FILE]\n"
+               "[--dtype T] [--op OP] [--root R] [-n ITERS] [-w WARMUP] [-c 0|1] [--json FILE] [--auto-iters BYTES]\n"
                "collectives: allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter\n",
                problem.c_str());
   std::exit(2);
@@ -87,6 +89,7 @@ settings parse(int argc, char** argv) {
     else if (flag == "-w") parsed.warmup = int_argument(value);
     else if (flag == "-c") parsed.check = int_argument(value) != 0;
     else if (flag == "--json") parsed.json = value;
+    else if (flag == "--auto-iters") parsed.auto_bytes = size_argument(value);
     else usage("unknown option " + std::string(flag));
   }
   if (parsed.factor < 2) usage("-f must be at least 2");
@@ -261,10 +264,15 @@ measurement time_case(chorus::communicator& comm, const settings& config, benchm
   bench.fill();
   if (in_place) bench.prepare_in_place();
   for (int i = 0; i < config.warmup; ++i) bench.run(in_place);
+  // Small messages take microseconds: with --auto-iters they repeat until
+  // BYTES have moved (at most 2000 times), so one hiccup does not dominate.
+  const int iterations = config.auto_bytes == 0 ? config.iterations
+                         : static_cast<int>(std::clamp<std::size_t>(config.auto_bytes / std::max<std::size_t>(1, bench.bytes()),
+                                                                    static_cast<std::size_t>(config.iterations), 2000));
   comm.barrier();
   const auto start = clock_type::now();
-  for (int i = 0; i < config.iterations; ++i) used = bench.run(in_place);
-  const double seconds = std::chrono::duration<double>(clock_type::now() - start).count() / config.iterations;
+  for (int i = 0; i < iterations; ++i) used = bench.run(in_place);
+  const double seconds = std::chrono::duration<double>(clock_type::now() - start).count() / iterations;
   measurement result = across_ranks(comm, seconds);
   if (config.check) {
     bench.fill();

@@ -20,6 +20,7 @@ namespace peer {
 struct sweep_settings {
   std::size_t min_bytes = 8, max_bytes = 64u << 20, factor = 2;
   int iterations = 20, warmup = 5;
+  std::size_t auto_bytes = 0;  // as chorus-perf --auto-iters
   std::string algorithm = "default";
 };
 
@@ -42,6 +43,7 @@ inline sweep_settings parse(int argc, char** argv) {
     else if (flag == "-n") s.iterations = std::max(1, std::atoi(std::string(value).c_str()));
     else if (flag == "-w") s.warmup = std::atoi(std::string(value).c_str());
     else if (flag == "--algo") s.algorithm = value;
+    else if (flag == "--auto-iters") s.auto_bytes = size_of(value);
     else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       std::exit(2);
@@ -81,9 +83,12 @@ inline int run(library& lib, const sweep_settings& s) {
     for (std::size_t i = 0; i < count; ++i) data[i] = input_at(lib.rank, i);
     lib.prepare(data);
     for (int i = 0; i < s.warmup; ++i) lib.allreduce(data);
+    const int iterations = s.auto_bytes == 0 ? s.iterations
+                           : static_cast<int>(std::clamp<std::size_t>(s.auto_bytes / (count * sizeof(float)),
+                                                                      static_cast<std::size_t>(s.iterations), 2000));
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < s.iterations; ++i) lib.allreduce(data);
-    double sum = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / s.iterations;
+    for (int i = 0; i < iterations; ++i) lib.allreduce(data);
+    double sum = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
     double low = sum, high = sum;
     lib.over_ranks(sum, low, high);
     for (std::size_t i = 0; i < count; ++i) data[i] = input_at(lib.rank, i);

@@ -45,6 +45,21 @@ inline void check_root(int root, int size, int rank, const char* operation) {
                 {rank, -1, operation});
 }
 
+// A copy of `input` in the accumulator type (float for half and bfloat16),
+// held in scratch slot 1.
+template <element T>
+std::span<accumulator_t<T>> widened_copy(std::span<const T> input) {
+  const auto wide = scratch<accumulator_t<T>>(input.size(), 1);
+  std::copy(input.begin(), input.end(), wide.begin());
+  return wide;
+}
+
+// Rounds accumulated values back to the element type, once, into `output`.
+template <class A, element T>
+void narrow_into(std::span<const A> values, std::span<T> output) {
+  std::transform(values.begin(), values.end(), output.begin(), [](A value) { return static_cast<T>(value); });
+}
+
 // Runs `work` on a span of the accumulator type: the data itself, or a
 // float copy for half and bfloat16 whose result is rounded back once.
 template <element T, class Work>
@@ -53,10 +68,9 @@ void with_accumulator(std::span<T> data, Work&& work) {
   if constexpr (std::is_same_v<A, T>) {
     work(data);
   } else {
-    const std::span<A> wide = scratch<A>(data.size(), 1);
-    std::copy(data.begin(), data.end(), wide.begin());
+    const std::span<A> wide = widened_copy(std::span<const T>(data));
     work(wide);
-    std::transform(wide.begin(), wide.end(), data.begin(), [](A value) { return T(value); });
+    narrow_into(std::span<const A>(wide), data);
   }
 }
 

@@ -29,12 +29,11 @@ algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> outp
   collective::report(comm, "reduce", input.size_bytes(), dtype_of<T>, algorithm::tree, "only algorithm");
   collective::exchange ex(comm, "reduce");
   using A = accumulator_t<T>;
-  const std::span<A> work = collective::scratch<A>(input.size(), 1);
-  std::copy(input.begin(), input.end(), work.begin());
+  const std::span<A> work = collective::widened_copy(input);
   collective::reduce_tree(ex, work, root, op);
   if (comm.rank() == root) {
     collective::finalize_all(work, op, static_cast<std::size_t>(comm.size()));
-    std::transform(work.begin(), work.end(), output.begin(), [](A value) { return static_cast<T>(value); });
+    collective::narrow_into(std::span<const A>(work), output);
   }
   return algorithm::tree;
 }

@@ -45,13 +45,12 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
   collective::report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, chosen, forced == algorithm::automatic ? "table" : "caller");
   collective::exchange ex(comm, "reduce_scatter");
   using A = accumulator_t<T>;
-  const std::span<A> work = collective::scratch<A>(input.size(), 1);
-  std::copy(input.begin(), input.end(), work.begin());
+  const std::span<A> work = collective::widened_copy(input);
   if (chosen == algorithm::ring) collective::reduce_scatter_ring(ex, work, block, op);
   else collective::reduce_scatter_halving(ex, work, block, op);
   const std::span<A> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
   collective::finalize_all(mine, op, n);
-  std::transform(mine.begin(), mine.end(), output.begin(), [](A value) { return static_cast<T>(value); });
+  collective::narrow_into(std::span<const A>(mine), output);
   return chosen;
 }
 

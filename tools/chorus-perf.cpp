@@ -38,8 +38,18 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+// Parsed once, so the timed loop dispatches on an enum, not on strings.
+enum class collective_kind { allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall, gather, scatter };
+
+inline constexpr std::pair<std::string_view, collective_kind> collective_names[] = {
+    {"allreduce", collective_kind::allreduce}, {"broadcast", collective_kind::broadcast},
+    {"reduce", collective_kind::reduce},       {"allgather", collective_kind::allgather},
+    {"reduce_scatter", collective_kind::reduce_scatter}, {"alltoall", collective_kind::alltoall},
+    {"gather", collective_kind::gather},       {"scatter", collective_kind::scatter}};
+
 struct settings {
   std::string collective;
+  collective_kind kind = collective_kind::allreduce;
   std::size_t min_bytes = 8, max_bytes = 64u << 20, factor = 2;
   chorus::algorithm algorithm = chorus::algorithm::automatic;
   std::string dtype = "float", op = "sum";
@@ -74,6 +84,10 @@ settings parse(int argc, char** argv) {
   if (argc < 2) usage("no collective given");
   settings parsed;
   parsed.collective = argv[1];
+  const auto* named = std::find_if(std::begin(collective_names), std::end(collective_names),
+                                   [&](const auto& entry) { return entry.first == parsed.collective; });
+  if (named == std::end(collective_names)) usage("unknown collective '" + parsed.collective + "'");
+  parsed.kind = named->second;
   for (int i = 2; i < argc; i += 2) {
     const std::string_view flag = argv[i];
     if (i + 1 >= argc) usage(std::string(flag) + " needs a value");
@@ -94,19 +108,19 @@ settings parse(int argc, char** argv) {
   }
   if (parsed.factor < 2) usage("-f must be at least 2");
   if (parsed.min_bytes == 0 || parsed.min_bytes > parsed.max_bytes) usage("need 0 < -b <= -e");
-  const std::string& c = parsed.collective;
-  const bool has_choice = c == "allreduce" || c == "broadcast" || c == "allgather" || c == "reduce_scatter" ||
-                          (c == "reduce" && parsed.algorithm == chorus::algorithm::tree);
+  const collective_kind c = parsed.kind;
+  const bool has_choice = c == collective_kind::allreduce || c == collective_kind::broadcast || c == collective_kind::allgather || c == collective_kind::reduce_scatter ||
+                          (c == collective_kind::reduce && parsed.algorithm == chorus::algorithm::tree);
   if (parsed.algorithm != chorus::algorithm::automatic && !has_choice)
-    usage("--algo " + std::string(chorus::to_string(parsed.algorithm)) + " does not apply to " + c);
+    usage("--algo " + std::string(chorus::to_string(parsed.algorithm)) + " does not apply to " + parsed.collective);
   return parsed;
 }
 
 // The bus bandwidth factor nccl-tests uses for each collective.
-double bus_factor(const std::string& collective, int n) {
+double bus_factor(collective_kind c, int n) {
   const double ranks = n;
-  if (collective == "allreduce") return 2 * (ranks - 1) / ranks;
-  if (collective == "allgather" || collective == "reduce_scatter" || collective == "alltoall") return (ranks - 1) / ranks;
+  if (c == collective_kind::allreduce) return 2 * (ranks - 1) / ranks;
+  if (c == collective_kind::allgather || c == collective_kind::reduce_scatter || c == collective_kind::alltoall) return (ranks - 1) / ranks;
   return 1;
 }
 
@@ -143,12 +157,12 @@ class benchmark_case {
  public:
   benchmark_case(chorus::communicator& comm, const settings& config, std::size_t bytes, Op op)
       : comm_(comm), config_(config), op_(op), n_(static_cast<std::size_t>(comm.size())) {
-    const std::string& c = config.collective;
+    const collective_kind c = config.kind;
     const std::size_t elements = std::max<std::size_t>(1, bytes / sizeof(T));
-    const bool per_rank_blocks = c == "allgather" || c == "reduce_scatter" || c == "alltoall" || c == "gather" || c == "scatter";
+    const bool per_rank_blocks = c == collective_kind::allgather || c == collective_kind::reduce_scatter || c == collective_kind::alltoall || c == collective_kind::gather || c == collective_kind::scatter;
     block_ = per_rank_blocks ? elements / n_ : elements;
-    input_size_ = c == "allgather" || c == "gather" ? block_ : per_rank_blocks ? block_ * n_ : block_;
-    output_size_ = c == "reduce_scatter" || c == "scatter" ? block_ : per_rank_blocks ? block_ * n_ : block_;
+    input_size_ = c == collective_kind::allgather || c == collective_kind::gather ? block_ : per_rank_blocks ? block_ * n_ : block_;
+    output_size_ = c == collective_kind::reduce_scatter || c == collective_kind::scatter ? block_ : per_rank_blocks ? block_ * n_ : block_;
     input_.resize(std::max(input_size_, output_size_));
     output_.resize(std::max(input_size_, output_size_));
   }
@@ -163,71 +177,68 @@ class benchmark_case {
 
   // Runs once; returns the algorithm that ran.
   chorus::algorithm run(bool in_place) {
-    const std::string& c = config_.collective;
+    const collective_kind c = config_.kind;
     const auto in = std::span<const T>(input_).first(input_size_);
     const auto out = std::span<T>(output_).first(output_size_);
     const auto& forced = config_.algorithm;
-    if (c == "allreduce") {
+    if (c == collective_kind::allreduce) {
       if (in_place) return chorus::allreduce(comm_, std::span<T>(input_).first(input_size_), op_, forced);
       return chorus::allreduce(comm_, in, out, op_, forced);
     }
-    if (c == "broadcast") {
+    if (c == collective_kind::broadcast) {
       if (in_place) return chorus::broadcast(comm_, std::span<T>(input_).first(input_size_), config_.root, forced);
       if (comm_.rank() == config_.root) std::copy(in.begin(), in.end(), out.begin());
       return chorus::broadcast(comm_, out, config_.root, forced);
     }
-    if (c == "reduce") {
+    if (c == collective_kind::reduce) {
       if (in_place) return chorus::reduce(comm_, std::span<T>(input_).first(input_size_), config_.root, op_);
       return chorus::reduce(comm_, in, out, config_.root, op_);
     }
-    if (c == "allgather") {
+    if (c == collective_kind::allgather) {
       if (in_place) {
         const auto all = std::span<T>(input_).first(block_ * n_);
         return chorus::allgather(comm_, all, forced);  // own block sits at rank * count
       }
       return chorus::allgather(comm_, in, out, forced);
     }
-    if (c == "reduce_scatter") return chorus::reduce_scatter(comm_, in, out, op_, forced);
-    if (c == "alltoall") return chorus::alltoall(comm_, in, out);
-    if (c == "gather") {
+    if (c == collective_kind::reduce_scatter) return chorus::reduce_scatter(comm_, in, out, op_, forced);
+    if (c == collective_kind::alltoall) return chorus::alltoall(comm_, in, out);
+    if (c == collective_kind::gather) {
       chorus::gather(comm_, in, out, config_.root);
       return chorus::algorithm::automatic;
     }
-    if (c == "scatter") {
-      chorus::scatter(comm_, in, out, config_.root);
-      return chorus::algorithm::automatic;
-    }
-    usage("unknown collective '" + c + "'");
+    chorus::scatter(comm_, in, out, config_.root);  // the one kind left
+    return chorus::algorithm::automatic;
   }
 
   bool has_in_place() const {
-    const std::string& c = config_.collective;
-    return c == "allreduce" || c == "broadcast" || c == "reduce" || c == "allgather";
+    const collective_kind c = config_.kind;
+    return c == collective_kind::allreduce || c == collective_kind::broadcast || c == collective_kind::reduce || c == collective_kind::allgather;
   }
 
   std::size_t count_wrong(bool in_place) const {
-    const std::string& c = config_.collective;
+    const collective_kind c = config_.kind;
     const int n = comm_.size(), rank = comm_.rank();
     const std::vector<T>& result = in_place ? input_ : output_;
     const auto differ = [](T got, T want) { return std::memcmp(&got, &want, sizeof(T)) != 0; };
     std::size_t wrong = 0;
-    if (c == "allreduce" || (c == "reduce" && rank == config_.root)) {
+    if (c == collective_kind::allreduce || (c == collective_kind::reduce && rank == config_.root)) {
       for (std::size_t i = 0; i < block_; ++i) wrong += differ(result[i], expected_reduction<T>(n, i, config_.op, op_));
-    } else if (c == "broadcast") {
+    } else if (c == collective_kind::broadcast) {
       for (std::size_t i = 0; i < block_; ++i) wrong += differ(result[i], input_at<T>(config_.root, i, config_.op));
-    } else if (c == "allgather" || (c == "gather" && rank == config_.root)) {
+    } else if (c == collective_kind::allgather || (c == collective_kind::gather && rank == config_.root)) {
       for (int r = 0; r < n; ++r)
         for (std::size_t i = 0; i < block_; ++i)
           wrong += differ(result[static_cast<std::size_t>(r) * block_ + i],
                           input_at<T>(r, in_place ? static_cast<std::size_t>(r) * block_ + i : i, config_.op));
-    } else if (c == "reduce_scatter") {
+    } else if (c == collective_kind::reduce_scatter) {
       for (std::size_t i = 0; i < block_; ++i)
         wrong += differ(result[i], expected_reduction<T>(n, static_cast<std::size_t>(rank) * block_ + i, config_.op, op_));
-    } else if (c == "alltoall") {
+    } else if (c == collective_kind::alltoall) {
       for (int r = 0; r < n; ++r)
         for (std::size_t i = 0; i < block_; ++i)
           wrong += differ(result[static_cast<std::size_t>(r) * block_ + i], input_at<T>(r, static_cast<std::size_t>(rank) * block_ + i, config_.op));
-    } else if (c == "scatter") {
+    } else if (c == collective_kind::scatter) {
       for (std::size_t i = 0; i < block_; ++i)
         wrong += differ(result[i], input_at<T>(config_.root, static_cast<std::size_t>(rank) * block_ + i, config_.op));
     }
@@ -237,7 +248,7 @@ class benchmark_case {
   // In-place allgather expects every rank's own block at rank * count of
   // the same buffer: put it there (the timing loop leaves it in place).
   void prepare_in_place() {
-    if (config_.collective != "allgather") return;
+    if (config_.kind != collective_kind::allgather) return;
     for (std::size_t i = 0; i < input_.size(); ++i) input_[i] = input_at<T>(comm_.rank(), i, config_.op);
   }
 
@@ -297,8 +308,8 @@ void print_header(const chorus::communicator& comm, const settings& config) {
 
 // Data-movement collectives have no reduction operator.
 std::string op_column(const settings& config) {
-  const std::string& c = config.collective;
-  return c == "allreduce" || c == "reduce" || c == "reduce_scatter" ? config.op : "-";
+  const collective_kind c = config.kind;
+  return c == collective_kind::allreduce || c == collective_kind::reduce || c == collective_kind::reduce_scatter ? config.op : "-";
 }
 
 std::string cells(const measurement& m, std::size_t bytes, double factor, bool present) {
@@ -337,7 +348,7 @@ std::string json_row(const row& r, const settings& config, int ranks, double fac
 template <class T, class Op>
 int sweep(chorus::communicator& comm, const settings& config, Op op) {
   if (comm.rank() == 0) print_header(comm, config);
-  const double factor = bus_factor(config.collective, comm.size());
+  const double factor = bus_factor(config.kind, comm.size());
   std::vector<std::string> json_rows;
   double busbw_total = 0;
   int rows = 0;
@@ -412,10 +423,6 @@ int with_type(chorus::communicator& comm, const settings& config) {
 
 int main(int argc, char** argv) {
   const settings config = parse(argc, argv);
-  static const std::vector<std::string> known{"allreduce", "broadcast", "reduce", "allgather",
-                                              "reduce_scatter", "alltoall", "gather", "scatter"};
-  if (std::find(known.begin(), known.end(), config.collective) == known.end())
-    usage("unknown collective '" + config.collective + "'");
   try {
     chorus::communicator comm = chorus::init();
     if (config.root >= comm.size()) usage("--root must be below the rank count");

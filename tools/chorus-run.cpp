@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -130,25 +131,23 @@ class launcher {
   }
 
  private:
+  // The caller's environment, with the launcher's own variables replacing
+  // any of the same name.
   std::vector<std::string> environment(int rank, const std::string& address, const std::string& token) const {
-    std::vector<std::string> entries;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      const std::string_view text = *entry;
-      if (text.starts_with("CHORUS_RANK=") || text.starts_with("CHORUS_SIZE=") ||
-          text.starts_with("CHORUS_LOCAL_RANK=") || text.starts_with("CHORUS_LOCAL_SIZE=") ||
-          text.starts_with("CHORUS_ADDR=") || text.starts_with("CHORUS_TOKEN=") ||
-          text.starts_with("CHORUS_LAUNCHER="))
-        continue;
-      entries.emplace_back(text);
-    }
     const std::string size = std::to_string(args_.ranks);
-    entries.push_back("CHORUS_RANK=" + std::to_string(rank));
-    entries.push_back("CHORUS_SIZE=" + size);
-    entries.push_back("CHORUS_LOCAL_RANK=" + std::to_string(rank));
-    entries.push_back("CHORUS_LOCAL_SIZE=" + size);
-    entries.push_back("CHORUS_ADDR=" + address);
-    entries.push_back("CHORUS_TOKEN=" + token);
-    entries.push_back("CHORUS_LAUNCHER=chorus-run");
+    const std::vector<std::string> own{"CHORUS_RANK=" + std::to_string(rank), "CHORUS_SIZE=" + size,
+                                       "CHORUS_LOCAL_RANK=" + std::to_string(rank), "CHORUS_LOCAL_SIZE=" + size,
+                                       "CHORUS_ADDR=" + address, "CHORUS_TOKEN=" + token,
+                                       "CHORUS_LAUNCHER=chorus-run"};
+    const auto replaced = [&](std::string_view entry) {
+      return std::any_of(own.begin(), own.end(), [&](const std::string& mine) {
+        return entry.starts_with(std::string_view(mine).substr(0, mine.find('=') + 1));
+      });
+    };
+    std::vector<std::string> entries;
+    for (char** entry = environ; *entry != nullptr; ++entry)
+      if (!replaced(*entry)) entries.emplace_back(*entry);
+    entries.insert(entries.end(), own.begin(), own.end());
     return entries;
   }
 

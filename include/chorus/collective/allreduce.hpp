@@ -36,7 +36,7 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm forced = algorithm::automatic) {
   collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
-  const allreduce_choice choice = choose_allreduce(comm.size(), data.size_bytes(), forced);
+  const allreduce_choice choice = choose_allreduce(comm.size(), data.size_bytes(), forced, comm.config().allreduce_algorithm);
   collective::report(comm, "allreduce", data.size_bytes(), dtype_of<T>, choice.chosen, choice.reason);
   collective::exchange ex(comm, "allreduce");
   collective::with_accumulator(data, [&](auto work) {

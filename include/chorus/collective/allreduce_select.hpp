@@ -10,6 +10,7 @@
 #include <chorus/core/error.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace chorus {
@@ -36,7 +37,10 @@ struct allreduce_choice {
   const char* reason;  // "caller", "CHORUS_ALLREDUCE_ALGO" or "table"
 };
 
-inline allreduce_choice choose_allreduce(int ranks, std::size_t bytes, algorithm forced = algorithm::automatic) {
+// `configured` is the CHORUS_ALLREDUCE_ALGO text (a communicator reads it
+// once, at creation); the two-argument form reads the environment now.
+inline allreduce_choice choose_allreduce(int ranks, std::size_t bytes, algorithm forced,
+                                         const std::optional<std::string>& configured) {
   const auto valid = [](algorithm a, const char* source) {
     if (a == algorithm::ring || a == algorithm::recursive_doubling || a == algorithm::rabenseifner ||
         a == algorithm::tree)
@@ -46,11 +50,15 @@ inline allreduce_choice choose_allreduce(int ranks, std::size_t bytes, algorithm
                     ", which is not an allreduce algorithm (ring, recursive_doubling, rabenseifner, tree)");
   };
   if (forced != algorithm::automatic) return {valid(forced, "the caller"), "caller"};
-  if (const auto text = env::get("CHORUS_ALLREDUCE_ALGO")) {
-    const algorithm from_env = parse_algorithm(*text, "CHORUS_ALLREDUCE_ALGO");
+  if (configured) {
+    const algorithm from_env = parse_algorithm(*configured, "CHORUS_ALLREDUCE_ALGO");
     if (from_env != algorithm::automatic) return {valid(from_env, "CHORUS_ALLREDUCE_ALGO"), "CHORUS_ALLREDUCE_ALGO"};
   }
   return {allreduce_table(ranks, bytes), "table"};
+}
+
+inline allreduce_choice choose_allreduce(int ranks, std::size_t bytes, algorithm forced = algorithm::automatic) {
+  return choose_allreduce(ranks, bytes, forced, env::get("CHORUS_ALLREDUCE_ALGO"));
 }
 
 }  // namespace chorus

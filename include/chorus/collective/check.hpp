@@ -8,7 +8,6 @@
 #include <chorus/collective/allgather_recursive_doubling.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
 
 #include <algorithm>
@@ -21,15 +20,6 @@
 #include <vector>
 
 namespace chorus::collective {
-
-inline bool check_enabled() {
-#ifdef NDEBUG
-  constexpr long long fallback = 0;
-#else
-  constexpr long long fallback = 1;
-#endif
-  return env::get_integer("CHORUS_CHECK", 0, 1).value_or(fallback) == 1;
-}
 
 // One rank's description of a collective call, sent as plain bytes.
 struct call_signature {
@@ -79,8 +69,13 @@ void check_agreement(Communicator& comm, const call_signature& mine) {
 }
 
 template <class Communicator>
+bool check_enabled(const Communicator& comm) {
+  return comm.config().check;
+}
+
+template <class Communicator>
 void check_if_enabled(Communicator& comm, const call_signature& mine) {
-  if (check_enabled()) check_agreement(comm, mine);
+  if (check_enabled(comm)) check_agreement(comm, mine);
 }
 
 }  // namespace chorus::collective

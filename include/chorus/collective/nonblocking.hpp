@@ -61,11 +61,14 @@ class collective_request {
 namespace collective {
 
 // Sequence numbers a collective takes: its own, plus one for the check.
-inline std::uint32_t sequences_per_call() { return check_enabled() ? 2 : 1; }
+template <class Communicator>
+std::uint32_t sequences_per_call(const Communicator& comm) {
+  return check_enabled(comm) ? 2 : 1;
+}
 
 template <class Communicator, class Work>
 collective_request start(Communicator& comm, const char* operation, Work work) {
-  Communicator forked = comm.fork_sequences(sequences_per_call());
+  Communicator forked = comm.fork_sequences(sequences_per_call(comm));
   return {comm.background().submit([forked, work]() mutable { work(forked); }), comm.timeout(), operation};
 }
 

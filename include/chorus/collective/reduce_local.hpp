@@ -12,17 +12,30 @@
 
 namespace chorus::collective {
 
+// Lanes per block of the kernel below. The block goes through a local array
+// so the compiler knows the loads happen before the stores: without that,
+// GCC at -O2 (its "very cheap" vectoriser) will not version the loop for
+// possible aliasing and the reduction runs scalar, 3-4x slower.
+inline constexpr std::size_t reduce_lanes = 16;
+
 // accumulate[i] = incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i])
 template <class A, class Op>
 void reduce_into(std::span<A> accumulate, std::span<const A> incoming, const Op& op, bool incoming_is_lower) {
   A* out = accumulate.data();
   const A* in = incoming.data();
   const std::size_t n = accumulate.size();
-  if (incoming_is_lower) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = op(in[i], out[i]);
-  } else {
-    for (std::size_t i = 0; i < n; ++i) out[i] = op(out[i], in[i]);
+  const auto combine = [&](A mine, A theirs) { return incoming_is_lower ? op(theirs, mine) : op(mine, theirs); };
+  std::size_t i = 0;
+  for (; i + reduce_lanes <= n; i += reduce_lanes) {
+    A block[reduce_lanes];
+    if (incoming_is_lower) {
+      for (std::size_t k = 0; k < reduce_lanes; ++k) block[k] = op(in[i + k], out[i + k]);
+    } else {
+      for (std::size_t k = 0; k < reduce_lanes; ++k) block[k] = op(out[i + k], in[i + k]);
+    }
+    for (std::size_t k = 0; k < reduce_lanes; ++k) out[i + k] = block[k];
   }
+  for (; i < n; ++i) out[i] = combine(out[i], in[i]);
 }
 
 template <class A, class Op>

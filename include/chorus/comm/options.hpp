@@ -5,6 +5,10 @@
 //   progress  CHORUS_PROGRESS  (spin|yield|block|auto)    default auto:
 //             block when this node runs more ranks than the process may use
 //             cores, spin otherwise.
+//   check     CHORUS_CHECK     (0|1): agree on every collective's arguments
+//             first (one small allgather)  default 1, 0 with NDEBUG
+//   CHORUS_ALLREDUCE_ALGO is read here too, once, and parsed by the
+//   collectives (see collective/allreduce_select.hpp).
 #pragma once
 
 #include <chorus/core/env.hpp>
@@ -25,13 +29,24 @@ inline constexpr std::chrono::milliseconds default_timeout{180000};
 struct options {
   std::optional<std::chrono::milliseconds> timeout;
   std::optional<transport::progress_mode> progress;
+  std::optional<bool> check;
 };
 
 struct settings {
   std::chrono::milliseconds timeout = default_timeout;
   transport::progress_mode progress = transport::progress_mode::spin;
   std::string progress_reason;  // why this mode, for the debug log
+  bool check = true;
+  std::optional<std::string> allreduce_algorithm;  // CHORUS_ALLREDUCE_ALGO as given
 };
+
+inline bool check_by_default() {
+#ifdef NDEBUG
+  return false;
+#else
+  return true;
+#endif
+}
 
 // Cores this process may run on (its affinity mask, which respects cpusets).
 inline int usable_cores() {
@@ -44,6 +59,9 @@ inline int usable_cores() {
 inline settings resolve(const options& given, int local_ranks) {
   settings chosen;
   chosen.timeout = given.timeout.value_or(env::get_duration("CHORUS_TIMEOUT").value_or(default_timeout));
+  // Read once here: the collectives consult these on every call.
+  chosen.allreduce_algorithm = env::get("CHORUS_ALLREDUCE_ALGO");
+  chosen.check = given.check.value_or(env::get_integer("CHORUS_CHECK", 0, 1).value_or(check_by_default() ? 1 : 0) == 1);
   using transport::progress_mode;
   if (given.progress) {
     chosen.progress = *given.progress;

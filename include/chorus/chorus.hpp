@@ -22,3 +22,4 @@
 #include <chorus/comm/run_threads.hpp>
 
 #include <chorus/collective.hpp>
+#include <chorus/codec.hpp>

@@ -1,0 +1,77 @@
+// bf16 codec: bfloat16 (float's top 16 bits), 2 bytes per element, round to
+// nearest even.
+//
+// Error: |decoded - x| <= max(|x| 2^-8, 2^-134) (half an ulp; 2^-134 is half
+// the smallest bfloat16 subnormal). Same range as float, so overflow happens
+// only when rounding up past 3.3895e38; the policy (two_byte_float.hpp)
+// saturates there by default. Three more bits of exponent than fp16 and three
+// fewer of mantissa: no pre-scaling needed, 8x the rounding error.
+#pragma once
+
+#include <chorus/codec/two_byte_float.hpp>
+#include <chorus/core/bfloat16.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace chorus::codec {
+
+struct bf16_format {
+  static constexpr std::string_view name = "bf16";
+  static constexpr std::uint16_t largest_bits = 0x7f7f;
+  static constexpr std::uint16_t infinity_bits = 0x7f80;
+
+  static std::uint16_t encode(float x, overflow policy) {
+    const auto bits = chorus::detail::float_bits_to_bfloat16_bits(std::bit_cast<std::uint32_t>(x));
+    if (policy == overflow::saturate && std::isfinite(x) && (bits & 0x7fffu) == infinity_bits)
+      return static_cast<std::uint16_t>((bits & 0x8000u) | largest_bits);
+    return bits;
+  }
+  static float decode(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+
+  static float bound(float x, overflow policy) {
+    if (!std::isfinite(x)) return 0.0f;
+    const float magnitude = std::fabs(x);
+    const float largest = decode(largest_bits);
+    if (magnitude > largest)
+      return policy == overflow::saturate ? magnitude - largest : std::numeric_limits<float>::infinity();
+    return std::max(magnitude * 0x1p-8f, 0x1p-134f);
+  }
+
+#if CHORUS_CODEC_X86
+  CHORUS_TARGET_AVX2 static void encode8(const float* in, std::uint16_t* out, overflow policy) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
+    const __m256i magnitude = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+    if (policy == overflow::saturate) {
+      const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7f800000), magnitude);
+      const __m256i became_inf =
+          _mm256_cmpeq_epi32(_mm256_and_si256(rounded, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(infinity_bits));
+      const __m256i saturated = _mm256_or_si256(_mm256_and_si256(rounded, _mm256_set1_epi32(0x8000)),
+                                                _mm256_set1_epi32(largest_bits));
+      rounded = _mm256_blendv_epi8(rounded, saturated, _mm256_and_si256(finite, became_inf));
+    }
+    const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i bits = _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
+    // packus works within 128-bit lanes: gather lanes 0 and 2 of 64 bits.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0xd8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+  }
+  CHORUS_TARGET_AVX2 static __m256 decode8(const std::uint16_t* in) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+#endif
+};
+
+class bf16 : public detail::two_byte_float<bf16_format> {
+ public:
+  static constexpr std::string_view name = bf16_format::name;
+  using two_byte_float::two_byte_float;
+};
+
+}  // namespace chorus::codec

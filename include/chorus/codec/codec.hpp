@@ -1,0 +1,58 @@
+// The Codec concept: how a tensor of float becomes bytes on the wire and back.
+//
+//   c.encoded_bytes(n)        bytes that n elements encode to
+//   c.granule()               elements per independent unit (a block's size
+//                             for block codecs, 1 otherwise): a tensor cut at
+//                             multiples of it encodes to the concatenation of
+//                             its parts' encodings
+//   c.encode(values, bytes)   values: span<const float>, bytes: span<std::byte>
+//   c.decode(bytes, values)   values = decoded
+//   c.decode_add(bytes, acc)  acc += decoded, fused (no temporary tensor)
+//   c.error_bound(values, b)  b[i] bounds |decode(encode(values))[i] - values[i]|
+//   C::name                   "fp16", "int8", ... for logs and tools
+//
+// Every codec decodes the same bytes to the same bits on every machine and
+// on every code path (vectorised or portable), which is what lets a
+// compressed allreduce leave all ranks with identical results.
+#pragma once
+
+#include <chorus/core/error.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace chorus::codec {
+
+template <class C>
+concept codec = requires(const C& c, std::span<const float> in, std::span<float> out, std::span<std::byte> bytes,
+                         std::span<const std::byte> encoded, std::size_t n) {
+  { C::name } -> std::convertible_to<std::string_view>;
+  { c.encoded_bytes(n) } -> std::same_as<std::size_t>;
+  { c.granule() } -> std::same_as<std::size_t>;
+  c.encode(in, bytes);
+  c.decode(encoded, out);
+  c.decode_add(encoded, out);
+  c.error_bound(in, out);
+};
+
+// Lossy codecs with a narrow range (fp16) want their inputs scaled down
+// before a sum is encoded; see compressed/allreduce.hpp.
+template <class C>
+inline constexpr bool limited_range = false;
+
+namespace detail {
+
+inline void require_sizes(std::string_view codec_name, const char* operation, std::size_t elements,
+                          std::size_t expected_bytes, std::size_t given_bytes) {
+  if (expected_bytes != given_bytes)
+    throw error(errc::invalid_argument, std::string(codec_name) + " " + operation + ": " + std::to_string(elements) +
+                                            " elements take " + std::to_string(expected_bytes) + " bytes, the buffer has " +
+                                            std::to_string(given_bytes));
+}
+
+}  // namespace detail
+
+}  // namespace chorus::codec

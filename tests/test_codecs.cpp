@@ -1,0 +1,289 @@
+// Codecs on one process: bit patterns, paths, sizes, stated bounds, error feedback.
+#include <chorus/codec.hpp>
+
+#include "expect_error.hpp"
+
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace codec = chorus::codec;
+using codec::simd_path;
+
+namespace {
+
+template <class C>
+std::vector<std::byte> encoded(const C& c, const std::vector<float>& values) {
+  std::vector<std::byte> bytes(c.encoded_bytes(values.size()));
+  c.encode(values, bytes);
+  return bytes;
+}
+
+template <class C>
+std::vector<float> round_trip(const C& c, const std::vector<float>& values) {
+  std::vector<float> out(values.size());
+  c.decode(encoded(c, values), out);
+  return out;
+}
+
+std::uint32_t bits_of(float f) { return std::bit_cast<std::uint32_t>(f); }
+float from_bits(std::uint32_t b) { return std::bit_cast<float>(b); }
+float half_value(std::uint16_t h) { return std::bit_cast<float>(chorus::detail::half_bits_to_float_bits(h)); }
+
+std::vector<float> random_values(std::size_t n, float spread, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, spread);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(gen);
+  return v;
+}
+
+// Inputs meant to break codecs: every magnitude class, signed zeros, ties,
+// one huge outlier in a block of tiny values, constant blocks, subnormals.
+std::vector<float> adversarial(std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (i % 9) {
+      case 0: v[i] = 0.0f; break;
+      case 1: v[i] = -0.0f; break;
+      case 2: v[i] = std::ldexp(1.0f, static_cast<int>(i % 60) - 30); break;
+      case 3: v[i] = -std::ldexp(1.5f, static_cast<int>(i % 40) - 20); break;
+      case 4: v[i] = 1.0f + 0x1p-11f; break;  // an fp16 tie
+      case 5: v[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i); break;
+      case 6: v[i] = i % 256 == 6 ? 3.0e4f : 1e-6f; break;  // outlier among small ones
+      case 7: v[i] = 7.0f; break;
+      default: v[i] = -65000.0f + static_cast<float>(i); break;
+    }
+  }
+  return v;
+}
+
+template <class C>
+std::size_t outside_bound(const C& c, const std::vector<float>& values) {
+  const std::vector<float> decoded = round_trip(c, values);
+  std::vector<float> bound(values.size());
+  c.error_bound(values, bound);
+  std::size_t outside = 0;
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (!(std::fabs(static_cast<double>(decoded[i]) - values[i]) <= bound[i])) ++outside;
+  return outside;
+}
+
+template <class C>
+void paths_agree(const C& vector_path, const C& portable, const std::vector<float>& values) {
+  const auto a = encoded(vector_path, values), b = encoded(portable, values);
+  CHECK(std::memcmp(a.data(), b.data(), a.size()) == 0);
+  std::vector<float> da(values.size()), db(values.size());
+  vector_path.decode(a, da);
+  portable.decode(a, db);
+  CHECK(std::memcmp(da.data(), db.data(), da.size() * sizeof(float)) == 0);
+  std::vector<float> acc_a(values.begin(), values.end()), acc_b(values.begin(), values.end());
+  vector_path.decode_add(a, acc_a);
+  portable.decode_add(a, acc_b);
+  CHECK(std::memcmp(acc_a.data(), acc_b.data(), acc_a.size() * sizeof(float)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("fp16: every half value round-trips through float, on both paths") {
+  std::vector<float> all(65536);
+  for (std::uint32_t h = 0; h < 65536; ++h) all[h] = half_value(static_cast<std::uint16_t>(h));
+  for (simd_path path : {simd_path::portable, simd_path::avx2}) {
+    CAPTURE(codec::to_string(path));
+    const codec::fp16 c(codec::overflow::infinity, path);
+    const auto bytes = encoded(c, all);
+    std::size_t different = 0;
+    for (std::uint32_t h = 0; h < 65536; ++h) {
+      std::uint16_t got;
+      std::memcpy(&got, bytes.data() + 2 * h, 2);
+      const bool nan = std::isnan(all[h]);
+      // NaN comes back quiet with its payload's top bits: a signalling NaN gains the quiet bit.
+      const std::uint16_t want = nan ? static_cast<std::uint16_t>(h | 0x200u) : static_cast<std::uint16_t>(h);
+      different += got != want;
+    }
+    CHECK(different == 0);
+  }
+}
+
+TEST_CASE("fp16: round to nearest even, overflow policy, inf and NaN kept") {
+  const codec::fp16 saturating, ieee(codec::overflow::infinity);
+  const std::vector<float> in = {1.0f + 0x1p-11f,         // tie -> even (1.0)
+                                 1.0f + 3 * 0x1p-11f,     // tie -> even (1 + 2^-9)
+                                 1.0f + 0x1p-11f + 0x1p-20f,  // above the tie -> up
+                                 0x1p-25f,                // tie with zero -> 0
+                                 0x1p-25f + 0x1p-40f,     // -> smallest subnormal
+                                 3 * 0x1p-25f,            // subnormal tie -> even (2^-23)
+                                 65519.0f, 65520.0f, -1e9f,
+                                 std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  const auto s = round_trip(saturating, in), e = round_trip(ieee, in);
+  CHECK(s[0] == 1.0f);
+  CHECK(s[1] == 1.0f + 0x1p-9f);
+  CHECK(s[2] == 1.0f + 0x1p-10f);
+  CHECK(bits_of(s[3]) == 0u);
+  CHECK(s[4] == 0x1p-24f);
+  CHECK(s[5] == 0x1p-23f);
+  CHECK(s[6] == 65504.0f);
+  CHECK(s[7] == 65504.0f);
+  CHECK(s[8] == -65504.0f);
+  CHECK(e[7] == std::numeric_limits<float>::infinity());
+  CHECK(e[8] == -std::numeric_limits<float>::infinity());
+  CHECK(s[9] == std::numeric_limits<float>::infinity());  // inf stays inf even when saturating
+  CHECK(std::isnan(s[10]));
+  CHECK(std::isnan(e[10]));
+}
+
+TEST_CASE("bf16: round to nearest even, saturation near float max, NaN quiet") {
+  const codec::bf16 saturating, ieee(codec::overflow::infinity);
+  const std::vector<float> in = {from_bits(0x3f808000u),  // tie, even below -> 0x3f80
+                                 from_bits(0x3f818000u),  // tie, odd below -> 0x3f82
+                                 from_bits(0x3f808001u),  // above tie -> 0x3f81
+                                 std::numeric_limits<float>::max(), from_bits(0x7fa00001u) /* signalling NaN */,
+                                 std::numeric_limits<float>::denorm_min()};
+  const auto s = round_trip(saturating, in), e = round_trip(ieee, in);
+  CHECK(bits_of(s[0]) == 0x3f800000u);
+  CHECK(bits_of(s[1]) == 0x3f820000u);
+  CHECK(bits_of(s[2]) == 0x3f810000u);
+  CHECK(bits_of(s[3]) == 0x7f7f0000u);
+  CHECK(bits_of(e[3]) == 0x7f800000u);
+  CHECK(bits_of(s[4]) == 0x7fe00000u);
+  CHECK(bits_of(s[5]) == 0u);
+}
+
+TEST_CASE("vector and portable paths give the same bits for every codec") {
+  if (!codec::cpu_has_avx2()) {
+    MESSAGE("this CPU has no AVX2/F16C: only the portable path runs here");
+    return;
+  }
+  REQUIRE(codec::fp16(codec::overflow::saturate, simd_path::avx2).path() == simd_path::avx2);
+  REQUIRE(codec::onebit(256, simd_path::portable).path() == simd_path::portable);
+  for (std::size_t n : {0u, 1u, 7u, 8u, 255u, 256u, 1000u, 4099u}) {
+    CAPTURE(n);
+    for (const auto& values : {random_values(n, 3.0f, 1), adversarial(n), random_values(n, 1e5f, 2)}) {
+      for (auto policy : {codec::overflow::saturate, codec::overflow::infinity}) {
+        paths_agree(codec::fp16(policy, simd_path::avx2), codec::fp16(policy, simd_path::portable), values);
+        paths_agree(codec::bf16(policy, simd_path::avx2), codec::bf16(policy, simd_path::portable), values);
+      }
+      for (std::size_t block : {8u, 64u, 256u}) {
+        paths_agree(codec::int8(block, simd_path::avx2), codec::int8(block, simd_path::portable), values);
+        paths_agree(codec::onebit(block, simd_path::avx2), codec::onebit(block, simd_path::portable), values);
+      }
+    }
+  }
+}
+
+TEST_CASE("encoded sizes") {
+  CHECK(codec::identity{}.encoded_bytes(10) == 40);
+  CHECK(codec::fp16{}.encoded_bytes(0) == 0);
+  CHECK(codec::fp16{}.encoded_bytes(1001) == 2002);
+  CHECK(codec::bf16{}.encoded_bytes(3) == 6);
+  CHECK(codec::int8{256}.encoded_bytes(512) == 2 * (4 + 256));
+  CHECK(codec::int8{256}.encoded_bytes(513) == 2 * (4 + 256) + 4 + 1);
+  CHECK(codec::int8{64}.encoded_bytes(0) == 0);
+  CHECK(codec::onebit{256}.encoded_bytes(256) == 8 + 32);
+  CHECK(codec::onebit{256}.encoded_bytes(257) == 8 + 32 + 8 + 1);
+  CHECK(codec::onebit{8}.encoded_bytes(20) == 2 * (8 + 1) + 8 + 1);
+  chorus_test::expect_error([] { codec::int8 bad(0); }, chorus::errc::invalid_argument, "block size 0");
+  chorus_test::expect_error([] { codec::onebit bad(12); }, chorus::errc::invalid_argument, "multiple of 8");
+  std::vector<float> values(10);
+  std::vector<std::byte> small(19);
+  chorus_test::expect_error([&] { codec::fp16{}.encode(values, small); }, chorus::errc::invalid_argument,
+                            "10 elements take 20 bytes, the buffer has 19");
+}
+
+TEST_CASE("every codec stays within its stated bound on random and adversarial inputs") {
+  for (std::size_t n : {1u, 9u, 256u, 4099u}) {
+    CAPTURE(n);
+    for (const auto& values : {random_values(n, 1.0f, 3), random_values(n, 2e4f, 4), adversarial(n)}) {
+      CHECK(outside_bound(codec::identity{}, values) == 0);
+      CHECK(outside_bound(codec::fp16{}, values) == 0);
+      CHECK(outside_bound(codec::fp16{codec::overflow::infinity}, values) == 0);
+      CHECK(outside_bound(codec::bf16{}, values) == 0);
+      CHECK(outside_bound(codec::int8{}, values) == 0);
+      CHECK(outside_bound(codec::int8{8}, values) == 0);
+      CHECK(outside_bound(codec::onebit{}, values) == 0);
+      CHECK(outside_bound(codec::onebit{16}, values) == 0);
+    }
+  }
+}
+
+TEST_CASE("the bounds are tight enough to mean something") {
+  const auto values = random_values(4096, 1.0f, 5);
+  std::vector<float> bound(values.size());
+  codec::fp16{}.error_bound(values, bound);
+  for (std::size_t i = 0; i < values.size(); ++i) CHECK(bound[i] <= std::max(std::fabs(values[i]) * 0x1p-11f, 0x1p-25f));
+  codec::int8{}.error_bound(values, bound);
+  for (float b : bound) CHECK(b < 0.05f);  // max |x| of a block of 256 normals is ~3.5: step/2 ~ 0.014
+}
+
+TEST_CASE("int8 and onebit: what they keep") {
+  // int8: the block's largest magnitude is exact; zero blocks stay zero; NaN poisons its block only.
+  std::vector<float> v(24, 0.0f);
+  v[3] = -2.5f;
+  v[4] = 1.0f;
+  v[17] = std::numeric_limits<float>::quiet_NaN();
+  const auto q = round_trip(codec::int8{8}, v);
+  CHECK(q[3] == -2.5f);
+  CHECK(q[0] == 0.0f);
+  CHECK(std::isnan(q[16]));
+  CHECK(std::isnan(q[23]));
+  CHECK(q[8] == 0.0f);
+  // onebit: each group's sum is kept.
+  const auto r = random_values(256, 1.0f, 6);
+  const auto d = round_trip(codec::onebit{}, r);
+  double pos_in = 0, pos_out = 0, neg_in = 0, neg_out = 0;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    (r[i] >= 0 ? pos_in : neg_in) += r[i];
+    (r[i] >= 0 ? pos_out : neg_out) += d[i];
+    CHECK((d[i] >= 0) == (r[i] >= 0));
+  }
+  CHECK(pos_out == doctest::Approx(pos_in).epsilon(1e-5));
+  CHECK(neg_out == doctest::Approx(neg_in).epsilon(1e-5));
+}
+
+TEST_CASE("error feedback: decoded outputs plus the final residual sum to the inputs") {
+  const auto check_codec = [](auto inner) {
+    codec::error_feedback feedback{inner};
+    const std::size_t n = 1000;
+    std::vector<double> inputs(n, 0.0), outputs(n, 0.0);
+    std::vector<std::byte> bytes(inner.encoded_bytes(n));
+    std::vector<float> decoded(n);
+    for (int step = 0; step < 20; ++step) {
+      const auto x = random_values(n, 1.0f, 100 + static_cast<unsigned>(step));
+      feedback.encode(x, bytes);
+      inner.decode(bytes, decoded);
+      for (std::size_t i = 0; i < n; ++i) {
+        inputs[i] += x[i];
+        outputs[i] += decoded[i];
+      }
+    }
+    const auto residual = feedback.residual();
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(outputs[i] + residual[i] - inputs[i]));
+    CHECK(worst < 1e-4);  // 20 steps of float rounding on values of order 5
+  };
+  check_codec(codec::fp16{});
+  check_codec(codec::int8{});
+  check_codec(codec::onebit{});
+  codec::error_feedback feedback{codec::int8{}};
+  std::vector<float> a(10), b(11);
+  std::vector<std::byte> out_a(feedback.codec().encoded_bytes(10)), out_b(feedback.codec().encoded_bytes(11));
+  feedback.encode(a, out_a);
+  chorus_test::expect_error([&] { feedback.encode(b, out_b); }, chorus::errc::invalid_argument, "one error_feedback per tensor");
+}
+
+TEST_CASE("codec concept") {
+  static_assert(codec::codec<codec::identity>);
+  static_assert(codec::codec<codec::fp16>);
+  static_assert(codec::codec<codec::bf16>);
+  static_assert(codec::codec<codec::int8>);
+  static_assert(codec::codec<codec::onebit>);
+  static_assert(!codec::codec<codec::error_feedback<codec::int8>>);
+  static_assert(codec::codec_or_feedback<codec::error_feedback<codec::int8>&>);
+  static_assert(!codec::codec_or_feedback<chorus::algorithm>);
+}

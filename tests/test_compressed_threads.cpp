@@ -1,0 +1,226 @@
+// Compressed collectives over the real UCX transport, ranks as threads:
+// within the stated bound of the exact result, identical bits on all ranks.
+#include <chorus/chorus.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+using namespace std::chrono_literals;
+using chorus::communicator;
+namespace codec = chorus::codec;
+
+namespace {
+
+chorus::options quick() {
+  chorus::options options;
+  options.timeout = 60000ms;
+  return options;
+}
+
+// Rank r's contribution: mixed signs and magnitudes that differ per rank.
+std::vector<float> contribution(int rank, std::size_t count, float magnitude = 1.0f) {
+  std::vector<float> x(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto k = static_cast<float>((i * 2654435761u + static_cast<std::size_t>(rank) * 40503u) % 2001) - 1000.0f;
+    x[i] = magnitude * (k / 1000.0f) * (1.0f + 0.25f * static_cast<float>(rank % 3));
+  }
+  return x;
+}
+
+struct outcome {
+  std::size_t outside = 0, differing = 0;
+};
+
+// Runs the compressed allreduce (sum) on `ranks` threads and compares with
+// the exact sum and across ranks.
+template <class MakeCodec>
+outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, int calls = 1) {
+  std::vector<std::vector<float>> results(static_cast<std::size_t>(ranks));
+  chorus::run_threads(ranks, [&](communicator& comm) {
+    auto coder = make();
+    std::vector<float> data;
+    for (int call = 0; call < calls; ++call) {
+      data = contribution(comm.rank(), count);
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, coder);
+    }
+    results[static_cast<std::size_t>(comm.rank())] = data;
+  }, quick());
+  std::vector<std::vector<float>> inputs;
+  for (int r = 0; r < ranks; ++r) inputs.push_back(contribution(r, count));
+  const auto plain = [](const auto& c) -> decltype(auto) { return codec::codec_of<std::remove_cvref_t<decltype(c)>>::get(c); };
+  const auto sample = make();
+  using plain_t = typename codec::codec_of<std::remove_cvref_t<decltype(sample)>>::type;
+  const float prescale = chorus::compressed::prescale_for<plain_t>(ranks, {});
+  const auto bound = chorus::compressed::allreduce_error_bound(plain(sample), std::span(inputs), prescale);
+  outcome o;
+  for (std::size_t i = 0; i < count; ++i) {
+    double exact = 0;
+    for (const auto& x : inputs) exact += x[i];
+    if (!(std::fabs(results[0][i] - exact) <= bound[i])) ++o.outside;
+  }
+  for (const auto& r : results) o.differing += std::memcmp(r.data(), results[0].data(), count * sizeof(float)) != 0;
+  return o;
+}
+
+template <class MakeCodec>
+void every_rank_count(MakeCodec make) {
+  for (int ranks = 1; ranks <= 9; ++ranks)
+    for (std::size_t count : {0u, 1u, 7u, 1000u, 70001u}) {
+      CAPTURE(ranks);
+      CAPTURE(count);
+      const outcome o = run_allreduce(ranks, count, make);
+      CHECK(o.outside == 0);
+      CHECK(o.differing == 0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("compressed allreduce, fp16: within the bound of the exact sum on 1..9 ranks, identical everywhere") {
+  every_rank_count([] { return codec::fp16{}; });
+}
+
+TEST_CASE("compressed allreduce, bf16 and identity") {
+  every_rank_count([] { return codec::bf16{}; });
+  every_rank_count([] { return codec::identity{}; });
+}
+
+TEST_CASE("compressed allreduce, int8 (odd block size too)") {
+  every_rank_count([] { return codec::int8{}; });
+  every_rank_count([] { return codec::int8{24}; });
+}
+
+TEST_CASE("compressed allreduce, onebit") {
+  every_rank_count([] { return codec::onebit{}; });
+}
+
+TEST_CASE("compressed allreduce with error feedback: identical on all ranks, residual carried over") {
+  for (int ranks : {3, 5}) {
+    std::vector<double> carried(static_cast<std::size_t>(ranks));
+    chorus::run_threads(ranks, [&](communicator& comm) {
+      codec::error_feedback feedback{codec::onebit{}};
+      std::vector<float> data = contribution(comm.rank(), 5000);
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback);
+      double total = 0;
+      for (float r : feedback.residual(0)) total += std::fabs(r);
+      carried[static_cast<std::size_t>(comm.rank())] = total;
+      // The next call adds the residual back in, so two steps of the same
+      // gradient deliver ~2x of it: closer than one step's error alone.
+      std::vector<float> again = contribution(comm.rank(), 5000);
+      chorus::allreduce(comm, std::span(again), chorus::op::sum{}, feedback);
+    }, quick());
+    for (double c : carried) CHECK(c > 0.0);
+  }
+}
+
+TEST_CASE("error feedback over steps: the time-averaged compressed sum converges to the exact sum") {
+  const int ranks = 4, steps = 40;
+  const std::size_t count = 3000;
+  std::vector<double> delivered(count, 0.0), exact(count, 0.0);
+  std::mutex guard;
+  chorus::run_threads(ranks, [&](communicator& comm) {
+    codec::error_feedback feedback{codec::int8{}};
+    for (int step = 0; step < steps; ++step) {
+      std::vector<float> data = contribution(comm.rank(), count);
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback);
+      if (comm.rank() == 0)
+        for (std::size_t i = 0; i < count; ++i) delivered[i] += data[i];
+    }
+  }, quick());
+  for (int r = 0; r < ranks; ++r) {
+    const auto x = contribution(r, count);
+    for (std::size_t i = 0; i < count; ++i) exact[i] += steps * static_cast<double>(x[i]);
+  }
+  double worst_average = 0;
+  for (std::size_t i = 0; i < count; ++i) worst_average = std::max(worst_average, std::fabs(delivered[i] - exact[i]) / steps);
+  // One int8 step errs by up to ~4 * 1.5/254 + the sum's own ~6/254; averaged over 40 steps with
+  // feedback the residual is bounded, so the mean error shrinks like 1/steps.
+  CHECK(worst_average < 0.01);
+}
+
+TEST_CASE("pre-division keeps an fp16 sum of 8 ranks of values near 6e4 finite") {
+  const std::size_t count = 1024;
+  for (bool prescaled : {true, false}) {
+    std::vector<float> result;
+    chorus::run_threads(8, [&](communicator& comm) {
+      std::vector<float> data(count);
+      for (std::size_t i = 0; i < count; ++i) data[i] = 6.0e4f + static_cast<float>(i % 64) * 8.0f;
+      chorus::compression_options options;
+      if (!prescaled) options.prescale = 1.0f;
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, codec::fp16{codec::overflow::infinity}, options);
+      if (comm.rank() == 0) result = data;
+    }, quick());
+    std::size_t finite = 0, close = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const double exact = 8.0 * (6.0e4 + static_cast<double>(i % 64) * 8.0);
+      finite += std::isfinite(result[i]);
+      close += std::fabs(result[i] - exact) <= exact * 0x1p-10;
+    }
+    if (prescaled) {
+      CHECK(finite == count);
+      CHECK(close == count);
+    } else {
+      CHECK(finite == 0);  // the naive fp16 sum overflows: what pre-division prevents
+    }
+  }
+}
+
+TEST_CASE("compressed allreduce, avg: the bound of the sum divided by n") {
+  const int ranks = 6;
+  const std::size_t count = 777;
+  std::vector<float> result;
+  chorus::run_threads(ranks, [&](communicator& comm) {
+    std::vector<float> data = contribution(comm.rank(), count);
+    chorus::allreduce(comm, std::span(data), chorus::op::avg{}, codec::int8{});
+    if (comm.rank() == 0) result = data;
+  }, quick());
+  std::vector<std::vector<float>> inputs;
+  for (int r = 0; r < ranks; ++r) inputs.push_back(contribution(r, count));
+  const auto bound = chorus::compressed::allreduce_error_bound(codec::int8{}, std::span(inputs), 1.0f);
+  std::size_t outside = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    double exact = 0;
+    for (const auto& x : inputs) exact += x[i];
+    outside += !(std::fabs(result[i] - exact / ranks) <= bound[i] / ranks + 1e-6);
+  }
+  CHECK(outside == 0);
+}
+
+TEST_CASE("compressed allgather and broadcast: everyone holds decode(encode(x)) exactly") {
+  for (int ranks : {1, 3, 7}) {
+    CAPTURE(ranks);
+    const std::size_t count = 1001;
+    std::vector<std::size_t> wrong(static_cast<std::size_t>(ranks));
+    chorus::run_threads(ranks, [&](communicator& comm) {
+      const codec::int8 c{64};
+      const auto mine = contribution(comm.rank(), count);
+      std::vector<float> all(count * static_cast<std::size_t>(ranks));
+      chorus::allgather(comm, std::span<const float>(mine), std::span(all), c);
+      std::size_t bad = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const auto x = contribution(r, count);
+        std::vector<std::byte> bytes(c.encoded_bytes(count));
+        std::vector<float> expected(count);
+        c.encode(x, bytes);
+        c.decode(bytes, expected);
+        bad += std::memcmp(expected.data(), all.data() + static_cast<std::size_t>(r) * count, count * sizeof(float)) != 0;
+      }
+      const int root = ranks - 1;
+      std::vector<float> model = comm.rank() == root ? contribution(root, count) : std::vector<float>(count, -1.0f);
+      chorus::broadcast(comm, std::span(model), root, codec::bf16{});
+      const auto root_x = contribution(root, count);
+      std::vector<float> expected(count);
+      std::vector<std::byte> bytes(codec::bf16{}.encoded_bytes(count));
+      codec::bf16{}.encode(root_x, bytes);
+      codec::bf16{}.decode(bytes, expected);
+      bad += std::memcmp(expected.data(), model.data(), count * sizeof(float)) != 0;
+      wrong[static_cast<std::size_t>(comm.rank())] = bad;
+    }, quick());
+    for (std::size_t w : wrong) CHECK(w == 0);
+  }
+}

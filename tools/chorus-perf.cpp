@@ -4,6 +4,7 @@
 //       [--dtype float|double|half|bfloat16|int8|int32|int64|uint8|uint32|uint64]
 //       [--op sum|prod|min|max|avg] [--root 0] [-n iters] [-w warmup] [-c 0|1] [--json out.json]
 //       [--auto-iters BYTES]   (repeat small sizes until BYTES moved, up to 2000 iterations)
+//       [--codec fp16|bf16|int8|onebit|identity]   (allreduce, float, sum|avg: compressed)
 //
 // Collectives: allreduce, broadcast, reduce, allgather, reduce_scatter,
 // alltoall, gather, scatter. Sizes are nccl-tests' "size": the bytes of the
@@ -17,6 +18,9 @@
 // alltoall (n-1)/n; the others 1); #wrong counts elements of the last
 // iteration that differ from the expected result (inputs are small integers
 // so every result is exact). A closing line gives the average busbw.
+// With --codec, #wrong counts elements outside the codec's stated bound of
+// the exact result (chorus/compressed/error_bound.hpp); sizes stay the
+// float tensor's bytes, so busbw compares directly with uncompressed runs.
 #include <chorus/chorus.hpp>
 
 #include <unistd.h>
@@ -27,7 +31,9 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <cmath>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -47,6 +53,8 @@ inline constexpr std::pair<std::string_view, collective_kind> collective_names[]
     {"reduce_scatter", collective_kind::reduce_scatter}, {"alltoall", collective_kind::alltoall},
     {"gather", collective_kind::gather},       {"scatter", collective_kind::scatter}};
 
+inline constexpr std::string_view codec_names[] = {"fp16", "bf16", "int8", "onebit", "identity"};
+
 struct settings {
   std::string collective;
   collective_kind kind = collective_kind::allreduce;
@@ -57,12 +65,13 @@ struct settings {
   bool check = true;
   std::size_t auto_bytes = 0;  // --auto-iters: at least this many bytes per measurement
   std::string json;
+  std::string codec;  // --codec: compressed allreduce
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "chorus-perf: %s\nusage: chorus-perf COLLECTIVE [-b MIN] [-e MAX] [-f FACTOR] [--algo A] "
-               "[--dtype T] [--op OP] [--root R] [-n ITERS] [-w WARMUP] [-c 0|1] [--json FILE] [--auto-iters BYTES]\n"
+               "[--dtype T] [--op OP] [--root R] [-n ITERS] [-w WARMUP] [-c 0|1] [--json FILE] [--auto-iters BYTES] [--codec C]\n"
                "collectives: allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter\n",
                problem.c_str());
   std::exit(2);
@@ -104,6 +113,7 @@ settings parse(int argc, char** argv) {
     else if (flag == "-c") parsed.check = int_argument(value) != 0;
     else if (flag == "--json") parsed.json = value;
     else if (flag == "--auto-iters") parsed.auto_bytes = size_argument(value);
+    else if (flag == "--codec") parsed.codec = value;
     else usage("unknown option " + std::string(flag));
   }
   if (parsed.factor < 2) usage("-f must be at least 2");
@@ -111,6 +121,13 @@ settings parse(int argc, char** argv) {
   const collective_kind c = parsed.kind;
   const bool has_choice = c == collective_kind::allreduce || c == collective_kind::broadcast || c == collective_kind::allgather || c == collective_kind::reduce_scatter ||
                           (c == collective_kind::reduce && parsed.algorithm == chorus::algorithm::tree);
+  if (!parsed.codec.empty()) {
+    if (c != collective_kind::allreduce || parsed.dtype != "float" || (parsed.op != "sum" && parsed.op != "avg"))
+      usage("--codec applies to allreduce of float with --op sum or avg");
+    if (parsed.algorithm != chorus::algorithm::automatic) usage("--codec and --algo exclude each other");
+    if (std::find(std::begin(codec_names), std::end(codec_names), parsed.codec) == std::end(codec_names))
+      usage("unknown --codec '" + parsed.codec + "' (fp16, bf16, int8, onebit, identity)");
+  }
   if (parsed.algorithm != chorus::algorithm::automatic && !has_choice)
     usage("--algo " + std::string(chorus::to_string(parsed.algorithm)) + " does not apply to " + parsed.collective);
   return parsed;
@@ -139,6 +156,43 @@ T expected_reduction(int ranks, std::size_t index, const std::string& op, Op com
   return static_cast<T>(chorus::op::finalize(combine, total, static_cast<std::size_t>(ranks)));
 }
 
+// A compressed allreduce picked at run time: the call, and the stated error
+// bound of its result for known contributions.
+class compressed_hook {
+ public:
+  virtual ~compressed_hook() = default;
+  virtual void allreduce(chorus::communicator& comm, std::span<float> data, bool average) = 0;
+  virtual std::vector<float> bound(std::span<const std::vector<float>> contributions, int ranks) const = 0;
+  virtual std::size_t granule() const = 0;
+};
+
+template <class Codec>
+class compressed_with : public compressed_hook {
+ public:
+  explicit compressed_with(Codec c) : codec_(c) {}
+  void allreduce(chorus::communicator& comm, std::span<float> data, bool average) override {
+    if (average) chorus::allreduce(comm, data, chorus::op::avg{}, codec_);
+    else chorus::allreduce(comm, data, chorus::op::sum{}, codec_);
+  }
+  std::vector<float> bound(std::span<const std::vector<float>> contributions, int ranks) const override {
+    return chorus::compressed::allreduce_error_bound(codec_, contributions, chorus::compressed::prescale_for<Codec>(ranks, {}));
+  }
+  std::size_t granule() const override { return codec_.granule(); }
+
+ private:
+  Codec codec_;
+};
+
+std::shared_ptr<compressed_hook> make_compressed(const std::string& name) {
+  namespace codec = chorus::codec;
+  if (name.empty()) return nullptr;
+  if (name == "fp16") return std::make_shared<compressed_with<codec::fp16>>(codec::fp16{});
+  if (name == "bf16") return std::make_shared<compressed_with<codec::bf16>>(codec::bf16{});
+  if (name == "int8") return std::make_shared<compressed_with<codec::int8>>(codec::int8{});
+  if (name == "onebit") return std::make_shared<compressed_with<codec::onebit>>(codec::onebit{});
+  return std::make_shared<compressed_with<codec::identity>>(codec::identity{});  // the one name left (parse checked)
+}
+
 struct measurement {
   double mean_us = 0, min_us = 0, max_us = 0;
   std::size_t wrong = 0;
@@ -155,8 +209,9 @@ struct row {
 template <class T, class Op>
 class benchmark_case {
  public:
-  benchmark_case(chorus::communicator& comm, const settings& config, std::size_t bytes, Op op)
-      : comm_(comm), config_(config), op_(op), n_(static_cast<std::size_t>(comm.size())) {
+  benchmark_case(chorus::communicator& comm, const settings& config, std::size_t bytes, Op op,
+                 std::shared_ptr<compressed_hook> compressed = nullptr)
+      : comm_(comm), config_(config), op_(op), n_(static_cast<std::size_t>(comm.size())), compressed_(std::move(compressed)) {
     const collective_kind c = config.kind;
     const std::size_t elements = std::max<std::size_t>(1, bytes / sizeof(T));
     const bool per_rank_blocks = c == collective_kind::allgather || c == collective_kind::reduce_scatter || c == collective_kind::alltoall || c == collective_kind::gather || c == collective_kind::scatter;
@@ -181,6 +236,13 @@ class benchmark_case {
     const auto in = std::span<const T>(input_).first(input_size_);
     const auto out = std::span<T>(output_).first(output_size_);
     const auto& forced = config_.algorithm;
+    if constexpr (std::is_same_v<T, float>) {
+      if (compressed_) {
+        if (!in_place) std::copy(in.begin(), in.end(), out.begin());
+        compressed_->allreduce(comm_, in_place ? std::span<T>(input_).first(input_size_) : out, config_.op == "avg");
+        return chorus::algorithm::automatic;
+      }
+    }
     if (c == collective_kind::allreduce) {
       if (in_place) return chorus::allreduce(comm_, std::span<T>(input_).first(input_size_), op_, forced);
       return chorus::allreduce(comm_, in, out, op_, forced);
@@ -222,6 +284,8 @@ class benchmark_case {
     const std::vector<T>& result = in_place ? input_ : output_;
     const auto differ = [](T got, T want) { return std::memcmp(&got, &want, sizeof(T)) != 0; };
     std::size_t wrong = 0;
+    if constexpr (std::is_same_v<T, float>)
+      if (compressed_) return outside_codec_bound(result);
     if (c == collective_kind::allreduce || (c == collective_kind::reduce && rank == config_.root)) {
       for (std::size_t i = 0; i < block_; ++i) wrong += differ(result[i], expected_reduction<T>(n, i, config_.op, op_));
     } else if (c == collective_kind::broadcast) {
@@ -245,6 +309,31 @@ class benchmark_case {
     return wrong;
   }
 
+  // Elements farther from the exact sum (or average) than the codec's stated
+  // bound, computed a chunk of whole codec blocks at a time.
+  std::size_t outside_codec_bound(const std::vector<float>& result) const {
+    const int n = comm_.size();
+    const double divisor = config_.op == "avg" ? n : 1;
+    const std::size_t chunk = compressed_->granule() * std::max<std::size_t>(1, (1u << 16) / compressed_->granule());
+    std::size_t wrong = 0;
+    std::vector<std::vector<float>> contributions(n_);
+    for (std::size_t first = 0; first < block_; first += chunk) {
+      const std::size_t count = std::min(chunk, block_ - first);
+      for (int r = 0; r < n; ++r) {
+        auto& x = contributions[static_cast<std::size_t>(r)];
+        x.resize(count);
+        for (std::size_t k = 0; k < count; ++k) x[k] = input_at<float>(r, first + k, config_.op);
+      }
+      const std::vector<float> bound = compressed_->bound(contributions, n);
+      for (std::size_t k = 0; k < count; ++k) {
+        double exact = 0;
+        for (const auto& x : contributions) exact += x[k];
+        wrong += !(std::fabs(result[first + k] - exact / divisor) <= bound[k] / divisor * (1 + 1e-6));
+      }
+    }
+    return wrong;
+  }
+
   // In-place allgather expects every rank's own block at rank * count of
   // the same buffer: put it there (the timing loop leaves it in place).
   void prepare_in_place() {
@@ -258,6 +347,7 @@ class benchmark_case {
   Op op_;
   std::size_t n_, block_ = 0, input_size_ = 0, output_size_ = 0;
   std::vector<T> input_, output_;
+  std::shared_ptr<compressed_hook> compressed_;
 };
 
 // Mean, min and max over ranks of this rank's mean seconds per iteration.
@@ -297,9 +387,10 @@ measurement time_case(chorus::communicator& comm, const settings& config, benchm
 }
 
 void print_header(const chorus::communicator& comm, const settings& config) {
-  std::printf("# chorus-perf %s: %d ranks, dtype %s, op %s, root %d, %d iterations after %d warm-up, check %s\n",
+  std::printf("# chorus-perf %s: %d ranks, dtype %s, op %s, root %d, %d iterations after %d warm-up, check %s%s%s\n",
               config.collective.c_str(), comm.size(), config.dtype.c_str(), config.op.c_str(), config.root,
-              config.iterations, config.warmup, config.check ? "on" : "off");
+              config.iterations, config.warmup, config.check ? "on" : "off",
+              config.codec.empty() ? "" : ", codec ", config.codec.c_str());
   std::printf("#%11s %10s %9s %6s %19s   %-39s   %-39s\n", "", "", "", "", "", "out-of-place", "in-place");
   std::printf("#%11s %10s %9s %6s %19s %9s %17s %7s %7s %6s %9s %17s %7s %7s %6s\n", "size(B)", "count", "type", "op",
               "algo", "time(us)", "min-max(us)", "algbw", "busbw", "#wrong", "time(us)", "min-max(us)", "algbw",
@@ -356,8 +447,9 @@ int sweep(chorus::communicator& comm, const settings& config, Op op) {
   std::size_t sizes = 0;
   for (std::size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= config.factor) ++sizes;
   std::size_t done = 0;
+  const std::shared_ptr<compressed_hook> compressed = make_compressed(config.codec);
   for (std::size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= config.factor) {
-    benchmark_case<T, Op> bench(comm, config, bytes, op);
+    benchmark_case<T, Op> bench(comm, config, bytes, op, compressed);
     row r;
     r.bytes = bench.bytes();
     r.count = bench.count();
@@ -365,7 +457,8 @@ int sweep(chorus::communicator& comm, const settings& config, Op op) {
     r.out_of_place = time_case(comm, config, bench, false, used);
     const bool in_place = bench.has_in_place();
     if (in_place) r.in_place = time_case(comm, config, bench, true, used);
-    r.algorithm = used == chorus::algorithm::automatic ? "-" : std::string(chorus::to_string(used));
+    r.algorithm = !config.codec.empty() ? "codec:" + config.codec
+                  : used == chorus::algorithm::automatic ? "-" : std::string(chorus::to_string(used));
     total_wrong += r.out_of_place.wrong + r.in_place.wrong;
     const double algbw = static_cast<double>(r.bytes) / (r.out_of_place.mean_us * 1e-6) / 1e9;
     busbw_total += algbw * factor;

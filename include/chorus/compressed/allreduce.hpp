@@ -20,7 +20,9 @@
 //
 // Cost: 2 (n-1) alpha + 2 (n-1)/n S_enc beta + S gamma_codec, S_enc the
 // encoded size: the bandwidth of a ring on 1/2 (fp16), ~1/4 (int8) or ~1/26
-// (onebit) of the bytes. All n-1 messages of a phase are in flight at once.
+// (onebit) of the bytes. All n-1 messages of a phase are in flight at once
+// (sequencing them in pairwise rounds, or cutting them into 512 KiB chunks,
+// changed nothing on a shaped 1 Gbit/s network; see docs/performance.md).
 //
 // Overflow: contributions are multiplied by `prescale` before encoding and
 // the result divided by it after decoding. Default: 2^-ceil(log2 n) for
@@ -38,6 +40,7 @@
 #include <chorus/core/reduce_op.hpp>
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -82,6 +85,30 @@ std::span<T> sized(std::vector<T>& storage, std::size_t count) {
   return std::span<T>(storage).first(count);
 }
 
+// out[i] = in[i] * factor, in blocks through a local array so that GCC's
+// -O2 vectoriser runs it (it will not version a plain loop for aliasing).
+inline void scale_into(std::span<const float> in, std::span<float> out, float factor) {
+  constexpr std::size_t lanes = 16;
+  std::size_t i = 0;
+  for (; i + lanes <= in.size(); i += lanes) {
+    float block[lanes];
+    for (std::size_t k = 0; k < lanes; ++k) block[k] = in[i + k] * factor;
+    for (std::size_t k = 0; k < lanes; ++k) out[i + k] = block[k];
+  }
+  for (; i < in.size(); ++i) out[i] = in[i] * factor;
+}
+
+// Undoing the prescale: multiplying by 1/s equals dividing by s exactly when
+// s is a power of two (the default); otherwise divide.
+inline void unscale(std::span<float> data, float prescale) {
+  int exponent = 0;
+  if (std::frexp(prescale, &exponent) == 0.5f) {
+    scale_into(data, data, 1.0f / prescale);
+    return;
+  }
+  for (float& value : data) value /= prescale;
+}
+
 template <class Op>
 constexpr bool supported_op = std::is_same_v<Op, op::sum> || std::is_same_v<Op, op::avg>;
 
@@ -111,7 +138,7 @@ void allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, com
   std::span<const float> contribution = data;
   if (scale != 1.0f) {
     const std::span<float> scaled = compressed::sized(space.contribution, data.size());
-    for (std::size_t i = 0; i < data.size(); ++i) scaled[i] = data[i] * scale;
+    compressed::scale_into(data, scaled, scale);
     contribution = scaled;
   }
   const std::span<std::byte> mine = compressed::sized(space.mine, parts.total_bytes());
@@ -150,8 +177,7 @@ void allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, com
   for (std::size_t i = 0, k = 1; i < requests.size(); i += 2, ++k)
     comm.expect_bytes(requests[i], parts.bytes((me - static_cast<int>(k) + n) % n), "compressed allreduce");
   c.decode(gathered, data);
-  if (scale != 1.0f)
-    for (float& value : data) value /= scale;
+  if (scale != 1.0f) compressed::unscale(data, scale);
 }
 
 }  // namespace chorus

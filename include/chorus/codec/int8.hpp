@@ -25,35 +25,24 @@
 
 namespace chorus::codec {
 
-class int8 {
+namespace detail {
+
+struct int8_payload {  // per block: float scale, then one signed byte per element
+  static constexpr std::size_t header_bytes = sizeof(float);
+  static std::size_t payload_bytes(std::size_t elements) { return elements; }
+};
+
+}  // namespace detail
+
+class int8 : public detail::block_codec<int8, detail::int8_payload> {
  public:
   static constexpr std::string_view name = "int8";
   static constexpr std::size_t default_block = 256;
 
-  explicit int8(std::size_t block = default_block, simd_path path = best_path())
-      : layout_{layout::checked(block, name)}, path_(runnable(path)) {}
-
-  std::size_t encoded_bytes(std::size_t n) const { return layout_.encoded_bytes(n); }
-  std::size_t granule() const { return layout_.block; }
-  simd_path path() const { return path_; }
-
-  void encode(std::span<const float> in, std::span<std::byte> out) const {
-    detail::require_sizes(name, "encode", in.size(), encoded_bytes(in.size()), out.size());
-    layout_.for_each_block(in.size(), [&](std::size_t first, std::size_t n, std::size_t byte) {
-      const float* x = in.data() + first;
-      const block_scale s = scale_of(x, n);
-      std::memcpy(out.data() + byte, &s.scale, sizeof(float));
-      auto* q = reinterpret_cast<std::int8_t*>(out.data() + byte + payload::header_bytes);
-      if (s.inverse == 0.0f) std::fill_n(q, n, std::int8_t{0});  // all zero, or poisoned by NaN/inf
-      else quantize(x, q, n, s.inverse);
-    });
-  }
-
-  void decode(std::span<const std::byte> in, std::span<float> out) const { convert<false>(in, out, "decode"); }
-  void decode_add(std::span<const std::byte> in, std::span<float> acc) const { convert<true>(in, acc, "decode_add"); }
+  explicit int8(std::size_t block = default_block, simd_path path = best_path()) : block_codec(block, path) {}
 
   void error_bound(std::span<const float> in, std::span<float> bound) const {
-    layout_.for_each_block(in.size(), [&](std::size_t first, std::size_t n, std::size_t) {
+    for_each_block(in.size(), [&](std::size_t first, std::size_t n) {
       const block_scale s = scale_of(in.data() + first, n);
       const float b = std::isfinite(s.scale) ? s.scale * 0.5f + s.largest * 0x1p-20f : std::numeric_limits<float>::infinity();
       std::fill_n(bound.data() + first, n, b);
@@ -61,11 +50,28 @@ class int8 {
   }
 
  private:
-  struct payload {
-    static constexpr std::size_t header_bytes = sizeof(float);
-    static std::size_t payload_bytes(std::size_t elements) { return elements; }
-  };
-  using layout = detail::block_layout<payload>;
+  friend block_codec;
+  using payload = detail::int8_payload;
+
+  void encode_block(const float* x, std::size_t n, std::byte* out) const {
+    const block_scale s = scale_of(x, n);
+    std::memcpy(out, &s.scale, sizeof(float));
+    auto* q = reinterpret_cast<std::int8_t*>(out + payload::header_bytes);
+    if (s.inverse == 0.0f) std::fill_n(q, n, std::int8_t{0});  // all zero, or poisoned by NaN/inf
+    else quantize(x, q, n, s.inverse);
+  }
+
+  template <bool Accumulate>
+  void decode_block(const std::byte* in, float* out, std::size_t n) const {
+    float scale;
+    std::memcpy(&scale, in, sizeof(float));
+    const auto* q = reinterpret_cast<const std::int8_t*>(in + payload::header_bytes);
+    std::size_t i = 0;
+#if CHORUS_CODEC_X86
+    if (path_ == simd_path::avx2) i = dequantize_avx2<Accumulate>(q, out, n, scale);
+#endif
+    dequantize_portable<Accumulate>(q, out, i, n, scale);
+  }
 
   struct block_scale {
     float scale, inverse, largest;
@@ -93,21 +99,6 @@ class int8 {
     if (path_ == simd_path::avx2) i = quantize_avx2(x, q, n, inverse);
 #endif
     for (; i < n; ++i) q[i] = static_cast<std::int8_t>(std::clamp(std::nearbyint(x[i] * inverse), -127.0f, 127.0f));
-  }
-
-  template <bool Accumulate>
-  void convert(std::span<const std::byte> in, std::span<float> out, const char* operation) const {
-    detail::require_sizes(name, operation, out.size(), encoded_bytes(out.size()), in.size());
-    layout_.for_each_block(out.size(), [&](std::size_t first, std::size_t n, std::size_t byte) {
-      float scale;
-      std::memcpy(&scale, in.data() + byte, sizeof(float));
-      const auto* q = reinterpret_cast<const std::int8_t*>(in.data() + byte + payload::header_bytes);
-      std::size_t i = 0;
-#if CHORUS_CODEC_X86
-      if (path_ == simd_path::avx2) i = dequantize_avx2<Accumulate>(q, out.data() + first, n, scale);
-#endif
-      dequantize_portable<Accumulate>(q, out.data() + first, i, n, scale);
-    });
   }
 
   template <bool Accumulate>
@@ -169,9 +160,6 @@ class int8 {
     return i;
   }
 #endif
-
-  layout layout_;
-  simd_path path_;
 };
 
 }  // namespace chorus::codec

@@ -31,41 +31,24 @@
 
 namespace chorus::codec {
 
-class onebit {
+namespace detail {
+
+struct onebit_payload {  // per block: two float means, then one sign bit per element
+  static constexpr std::size_t header_bytes = 2 * sizeof(float);
+  static std::size_t payload_bytes(std::size_t elements) { return (elements + 7) / 8; }
+};
+
+}  // namespace detail
+
+class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
  public:
   static constexpr std::string_view name = "onebit";
   static constexpr std::size_t default_block = 256;
 
-  explicit onebit(std::size_t block = default_block, simd_path path = best_path())
-      : layout_{layout::checked(block, name)}, path_(runnable(path)) {}
-
-  std::size_t encoded_bytes(std::size_t n) const { return layout_.encoded_bytes(n); }
-  std::size_t granule() const { return layout_.block; }
-  simd_path path() const { return path_; }
-
-  void encode(std::span<const float> in, std::span<std::byte> out) const {
-    detail::require_sizes(name, "encode", in.size(), encoded_bytes(in.size()), out.size());
-    layout_.for_each_block(in.size(), [&](std::size_t first, std::size_t n, std::size_t byte) {
-      auto* signs = reinterpret_cast<std::uint8_t*>(out.data() + byte + payload::header_bytes);
-      std::memset(signs, 0, payload::payload_bytes(n));
-      lanes sums{};
-      std::size_t i = 0;
-#if CHORUS_CODEC_X86
-      if (path_ == simd_path::avx2) i = split_avx2(in.data() + first, n, signs, sums);
-#endif
-      split_portable(in.data() + first, i, n, signs, sums);
-      std::size_t positives = 0;
-      for (std::size_t k = 0; k < payload::payload_bytes(n); ++k) positives += static_cast<std::size_t>(std::popcount(signs[k]));
-      const float means[2] = {mean(sums.positive, positives), mean(sums.negative, n - positives)};
-      std::memcpy(out.data() + byte, means, sizeof means);
-    });
-  }
-
-  void decode(std::span<const std::byte> in, std::span<float> out) const { convert<false>(in, out, "decode"); }
-  void decode_add(std::span<const std::byte> in, std::span<float> acc) const { convert<true>(in, acc, "decode_add"); }
+  explicit onebit(std::size_t block = default_block, simd_path path = best_path()) : block_codec(block, path) {}
 
   void error_bound(std::span<const float> in, std::span<float> bound) const {
-    layout_.for_each_block(in.size(), [&](std::size_t first, std::size_t n, std::size_t) {
+    for_each_block(in.size(), [&](std::size_t first, std::size_t n) {
       const std::span<const float> x = in.subspan(first, n);
       float low[2] = {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()};
       float high[2] = {-low[0], -low[0]};
@@ -86,7 +69,7 @@ class onebit {
   // A bound for any input whose magnitudes are at most `magnitudes`: the
   // group ranges are unknown, but never exceed the block's largest magnitude.
   void magnitude_bound(std::span<const float> magnitudes, std::span<float> bound) const {
-    layout_.for_each_block(magnitudes.size(), [&](std::size_t first, std::size_t n, std::size_t) {
+    for_each_block(magnitudes.size(), [&](std::size_t first, std::size_t n) {
       float largest = 0.0f;
       for (std::size_t k = 0; k < n; ++k) largest = std::max(largest, magnitudes[first + k]);
       std::fill_n(bound.data() + first, n, largest * (1.0f + 0x1p-20f));
@@ -94,11 +77,39 @@ class onebit {
   }
 
  private:
-  struct payload {
-    static constexpr std::size_t header_bytes = 2 * sizeof(float);
-    static std::size_t payload_bytes(std::size_t elements) { return (elements + 7) / 8; }
-  };
-  using layout = detail::block_layout<payload>;
+  friend block_codec;
+  using payload = detail::onebit_payload;
+
+  void encode_block(const float* x, std::size_t n, std::byte* out) const {
+    auto* signs = reinterpret_cast<std::uint8_t*>(out + payload::header_bytes);
+    std::memset(signs, 0, payload::payload_bytes(n));
+    lanes sums{};
+    std::size_t i = 0;
+#if CHORUS_CODEC_X86
+    if (path_ == simd_path::avx2) i = split_avx2(x, n, signs, sums);
+#endif
+    split_portable(x, i, n, signs, sums);
+    std::size_t positives = 0;
+    for (std::size_t k = 0; k < payload::payload_bytes(n); ++k) positives += static_cast<std::size_t>(std::popcount(signs[k]));
+    const float means[2] = {mean(sums.positive, positives), mean(sums.negative, n - positives)};
+    std::memcpy(out, means, sizeof means);
+  }
+
+  template <bool Accumulate>
+  void decode_block(const std::byte* in, float* out, std::size_t n) const {
+    float means[2];
+    std::memcpy(means, in, sizeof means);
+    const auto* signs = reinterpret_cast<const std::uint8_t*>(in + payload::header_bytes);
+    std::size_t i = 0;
+#if CHORUS_CODEC_X86
+    if (path_ == simd_path::avx2) i = expand_avx2<Accumulate>(signs, means, out, n);
+#endif
+    for (; i < n; ++i) {
+      const float value = (signs[i / 8] >> (i % 8)) & 1u ? means[0] : means[1];
+      if constexpr (Accumulate) out[i] += value;
+      else out[i] = value;
+    }
+  }
 
   struct lanes {
     std::array<float, 8> positive, negative;
@@ -119,25 +130,6 @@ class onebit {
       sums.negative[i % 8] += non_negative ? 0.0f : x[i];
       signs[i / 8] = static_cast<std::uint8_t>(signs[i / 8] | (non_negative ? 1u << (i % 8) : 0u));
     }
-  }
-
-  template <bool Accumulate>
-  void convert(std::span<const std::byte> in, std::span<float> out, const char* operation) const {
-    detail::require_sizes(name, operation, out.size(), encoded_bytes(out.size()), in.size());
-    layout_.for_each_block(out.size(), [&](std::size_t first, std::size_t n, std::size_t byte) {
-      float means[2];
-      std::memcpy(means, in.data() + byte, sizeof means);
-      const auto* signs = reinterpret_cast<const std::uint8_t*>(in.data() + byte + payload::header_bytes);
-      std::size_t i = 0;
-#if CHORUS_CODEC_X86
-      if (path_ == simd_path::avx2) i = expand_avx2<Accumulate>(signs, means, out.data() + first, n);
-#endif
-      for (; i < n; ++i) {
-        const float value = (signs[i / 8] >> (i % 8)) & 1u ? means[0] : means[1];
-        if constexpr (Accumulate) out[first + i] += value;
-        else out[first + i] = value;
-      }
-    });
   }
 
 #if CHORUS_CODEC_X86
@@ -173,9 +165,6 @@ class onebit {
     return i;
   }
 #endif
-
-  layout layout_;
-  simd_path path_;
 };
 
 }  // namespace chorus::codec

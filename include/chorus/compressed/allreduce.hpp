@@ -126,8 +126,8 @@ void allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, com
   using access = codec::codec_of<std::remove_cvref_t<Codec>>;
   using plain = typename access::type;
   const plain& c = access::get(coder);
-  const std::string signature = compressed::signature_op<Op, plain>();
-  collective::check_if_enabled(comm, {"allreduce", data.size(), dtype::float32, signature, -1});
+  if (collective::check_enabled(comm))  // the signature string only when it is checked
+    collective::check_agreement(comm, {"allreduce", data.size(), dtype::float32, compressed::signature_op<Op, plain>(), -1});
   const int n = comm.size(), me = comm.rank();
   const float scale = compressed::prescale_for<plain>(n, options);
   const compressed::encoded_partition<plain> parts(c, data.size(), n);

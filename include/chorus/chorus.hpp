@@ -23,3 +23,4 @@
 
 #include <chorus/collective.hpp>
 #include <chorus/codec.hpp>
+#include <chorus/averaging.hpp>

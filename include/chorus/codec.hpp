@@ -1,6 +1,7 @@
 // Codecs and compressed collectives: #include <chorus/codec.hpp>.
 #pragma once
 
+#include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/bf16.hpp>
 #include <chorus/codec/codec.hpp>
 #include <chorus/codec/error_feedback.hpp>

@@ -14,7 +14,9 @@
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/comm/background.hpp>
 #include <chorus/comm/options.hpp>
+#include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
+#include <chorus/comm/traffic.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/log.hpp>
 #include <chorus/transport/transport.hpp>
@@ -28,6 +30,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -43,6 +46,7 @@ struct world_state {
   std::uint32_t local_ids = 0;                // id source when there is no store
   std::mutex background_mutex;
   std::unique_ptr<background_worker> background;  // started on first use
+  std::unique_ptr<progress_thread> progress;       // started on first use
 
   world_state() = default;
   world_state(const world_state&) = delete;
@@ -52,6 +56,7 @@ struct world_state {
   // leave too, so a fast rank 0 does not pull the store from under them.
   ~world_state() {
     background.reset();  // finishes queued collectives while the transport lives
+    progress.reset();
     store.reset();
     if (store_host) store_host->wait_until_no_clients(config.timeout);
     transport.reset();
@@ -118,9 +123,32 @@ class basic_communicator {
     return *world_->background;
   }
 
+  // The thread that progresses the network for asynchronous schemes while
+  // the caller computes; see progress_thread.hpp.
+  chorus::progress_thread& progress_thread() {
+    std::lock_guard lock(world_->background_mutex);
+    if (!world_->progress)
+      world_->progress = std::make_unique<chorus::progress_thread>(
+          [network = world_->transport.get()](const std::function<bool()>& done, std::chrono::milliseconds slice) {
+            const auto deadline = transport::clock::now() + slice;
+            if constexpr (requires { network->progress_until(done, deadline); }) {
+              T::set_thread_progress_mode(transport::progress_mode::block);
+              network->progress_until(done, deadline);
+            } else {
+              while (!done() && transport::clock::now() < deadline)
+                if (!network->progress()) std::this_thread::yield();
+            }
+          });
+    return *world_->progress;
+  }
+
   // Raw tagged byte transfers, for collectives.
   request isend_bytes(std::span<const std::byte> data, int peer, transport::tag_t wire) {
-    return transport().isend(peer_world_rank(peer, "send"), wire, data);
+    request handle = transport().isend(peer_world_rank(peer, "send"), wire, data);
+    traffic& counters = this_thread_traffic();
+    counters.bytes_sent += data.size();
+    ++counters.messages_sent;
+    return handle;
   }
   request irecv_bytes(std::span<std::byte> data, int peer, transport::tag_t wire) {
     return transport().irecv(peer_world_rank(peer, "recv"), wire, data);

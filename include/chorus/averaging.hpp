@@ -1,0 +1,16 @@
+// Model averaging: topologies and the schemes over them.
+//   #include <chorus/averaging.hpp>
+#pragma once
+
+#include <chorus/averaging/allreduce_sgd.hpp>
+#include <chorus/averaging/consensus.hpp>
+#include <chorus/averaging/dpsgd.hpp>
+#include <chorus/averaging/easgd.hpp>
+#include <chorus/averaging/easgd_async.hpp>
+#include <chorus/averaging/gosgd.hpp>
+#include <chorus/averaging/local_optimizer.hpp>
+#include <chorus/averaging/local_sgd.hpp>
+#include <chorus/averaging/neighbour_exchange.hpp>
+#include <chorus/averaging/parameters.hpp>
+#include <chorus/averaging/scheme.hpp>
+#include <chorus/averaging/topology.hpp>

@@ -1,0 +1,97 @@
+// D-PSGD (Lian et al. 2017): decentralised SGD over a topology. Each rank
+// mixes its model with its neighbours' and takes its own gradient step:
+//   x_i <- sum_j W_ij x_j - eta grad_i(x_i)
+// with the gradient taken at the pre-mixing point, so the exchange overlaps
+// the computation: begin_step() snapshots x_i and sends it, the trainer
+// computes and applies its step, end_step() waits and adds
+//   sum_{j != i} W_ij (x_j - x_i)   (x at the snapshot, as the wire carries it)
+// to the updated parameters. Mixing against the decoded own model keeps the
+// average of the models exact even with a lossy codec, for W doubly stochastic.
+//
+// Cost per step: degree alpha + degree * S beta (ring: 2 messages of the
+// encoded model, one-peer exponential: 1) instead of an allreduce; no global
+// synchronisation, so a slow rank delays only its neighbours. Chosen for
+// many ranks or slow links; finish() averages exactly once for evaluation.
+#pragma once
+
+#include <chorus/averaging/consensus.hpp>
+#include <chorus/averaging/neighbour_exchange.hpp>
+#include <chorus/averaging/parameters.hpp>
+#include <chorus/averaging/scheme.hpp>
+#include <chorus/averaging/topology.hpp>
+#include <chorus/codec/any_codec.hpp>
+#include <chorus/core/error.hpp>
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace chorus::averaging {
+
+struct dpsgd_options {
+  std::optional<averaging::topology> topology{};  // default: ring over the communicator
+  codec::any_codec codec{};                     // none: full-precision models
+};
+
+template <class Communicator>
+class dpsgd : public scheme_base<dpsgd<Communicator>> {
+ public:
+  dpsgd(Communicator& comm, parameters model, dpsgd_options options = {})
+      : comm_(comm.split(0, comm.rank())), model_(std::move(model)),
+        topology_(options.topology.value_or(averaging::topology::ring(comm.size()))),
+        exchange_(comm_, model_.size(), std::move(options.codec)) {
+    if (topology_.size() != comm.size())
+      throw error(errc::invalid_argument, "dpsgd: topology " + topology_.name() + " has " +
+                                              std::to_string(topology_.size()) + " ranks, the communicator " +
+                                              std::to_string(comm.size()));
+    topology_.require(stochastic::doubly);
+  }
+
+  const averaging::topology& topology() const noexcept { return topology_; }
+
+  void begin_step() {
+    snapshot_.resize(model_.size());
+    model_.copy_to(snapshot_);
+    this->metered([&] { exchange_.start(topology_.at(round_), snapshot_); });
+    if (exchange_.wire()) exchange_.decoded_self(snapshot_);
+  }
+
+  void end_step() {
+    this->metered([&] {
+      exchange_.finish([&](int, double weight, std::span<const float> neighbour) {
+        mix_in(static_cast<float>(weight), neighbour);
+      });
+    });
+    ++round_;
+    ++this->stats_.exchanges;
+    this->count_step();
+  }
+
+  // Exact average for evaluation; every rank ends with the same model.
+  void finish() {
+    this->metered([&] { average_models(comm_, model_); });
+  }
+
+ private:
+  // x += w (neighbour - snapshot), tensor by tensor.
+  void mix_in(float weight, std::span<const float> neighbour) {
+    std::size_t offset = 0;
+    for (std::span<float> tensor : model_.tensors()) {
+      const float* theirs = neighbour.data() + offset;
+      const float* mine = snapshot_.data() + offset;
+      float* out = tensor.data();
+      for (std::size_t k = 0; k < tensor.size(); ++k) out[k] += weight * (theirs[k] - mine[k]);
+      offset += tensor.size();
+    }
+  }
+
+  Communicator comm_;  // its own: the exchange's tags meet no one else's
+  parameters model_;
+  averaging::topology topology_;
+  neighbour_exchange<Communicator> exchange_;
+  std::vector<float> snapshot_;
+  std::size_t round_ = 0;
+};
+
+}  // namespace chorus::averaging

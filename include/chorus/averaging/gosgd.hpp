@@ -1,0 +1,238 @@
+// GoSGD (Blot et al. 2016): asynchronous gossip with sum-weights. Each rank
+// holds (x_i, a_i), a_i = 1/n at the start. After each local step, with
+// probability p, it halves a_i and pushes (x_i, a_i) to a random peer; a rank
+// that receives (x_j, a_j) merges it at its next step boundary:
+//   x_i <- (a_i x_i + a_j x_j) / (a_i + a_j),   a_i <- a_i + a_j
+// Invariants: sum a = 1 and sum a x are unchanged by every exchange once the
+// messages in flight have landed (weights are doubles). No global barrier:
+// the communicator's progress thread receives while the trainer computes.
+//
+// finish() is collective: each rank tells every peer how many pushes it sent
+// it, merges until it has merged that many from each, and then (quiescent)
+// the group takes the consensus x = sum a x / sum a, the model to keep.
+// quiesce() is that drain alone. A rank that finished early keeps merging
+// until the last peer finishes; a dead peer is a peer-failure or timeout error.
+//
+// Cost: p (alpha + S beta) per step on average, one message to one peer,
+// whatever n is; chosen for many ranks and heterogeneous speeds.
+#pragma once
+
+#include <chorus/averaging/parameters.hpp>
+#include <chorus/averaging/scheme.hpp>
+#include <chorus/codec/any_codec.hpp>
+#include <chorus/collective/allreduce.hpp>
+#include <chorus/comm/progress_thread.hpp>
+#include <chorus/core/error.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace chorus::averaging {
+
+struct gosgd_options {
+  double push_probability = 0.5;  // p
+  std::uint64_t seed = 1;         // the peer choice; mixed with the rank
+  codec::any_codec codec{};       // on the pushed models
+};
+
+template <class Communicator>
+class gosgd : public scheme_base<gosgd<Communicator>> {
+ public:
+  using request = typename Communicator::request;
+
+  gosgd(Communicator& comm, parameters model, gosgd_options options = {})
+      : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(std::move(options)),
+        weight_(1.0 / comm_.size()), random_(options_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(comm_.rank())),
+        payload_bytes_(options_.codec ? options_.codec.encoded_bytes(model_.size()) : model_.size() * sizeof(float)),
+        peers_(static_cast<std::size_t>(comm_.size())) {
+    if (!(options_.push_probability >= 0.0 && options_.push_probability <= 1.0))
+      throw error(errc::invalid_argument, "gosgd: push probability must be in [0, 1], got " +
+                                              std::to_string(options_.push_probability));
+    for (int peer = 0; peer < comm_.size(); ++peer)
+      if (peer != comm_.rank()) post(peer);
+    if (comm_.size() > 1) progress_ = comm_.progress_thread().add([] { return false; });
+  }
+
+  double weight() const noexcept { return weight_; }
+
+  void begin_step() { merge_arrivals(); }
+
+  void end_step() {
+    this->count_step();
+    merge_arrivals();
+    if (comm_.size() > 1 && std::bernoulli_distribution(options_.push_probability)(random_)) push(random_peer());
+  }
+
+  // Collective: returns once every push sent by any rank has been merged.
+  void quiesce() {
+    announce_counts();
+    const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
+    while (!drained()) {
+      if (!merge_arrivals() && !comm_.transport().progress()) std::this_thread::yield();
+      if (std::chrono::steady_clock::now() > deadline)
+        throw error(errc::timeout, "gosgd: pushes still missing at the timeout",
+                    {comm_.world_rank(comm_.rank()), -1, "gosgd quiesce"});
+    }
+    for (outgoing& sent : in_flight_) comm_.wait(sent.handle, "gosgd push");
+    in_flight_.clear();
+  }
+
+  // Collective: drain, then every rank takes the consensus sum a x / sum a.
+  void finish() {
+    this->metered([&] {
+      quiesce();
+      std::vector<double> weighted(model_.size() + 1);
+      std::size_t k = 0;
+      for (std::span<float> tensor : model_.tensors())
+        for (float value : tensor) weighted[k++] = weight_ * static_cast<double>(value);
+      weighted[k] = weight_;
+      allreduce(comm_, std::span<double>(weighted), op::sum{});
+      k = 0;
+      for (std::span<float> tensor : model_.tensors())
+        for (float& value : tensor) value = static_cast<float>(weighted[k++] / weighted.back());
+    });
+    weight_ = 1.0 / comm_.size();
+  }
+
+ private:
+  static constexpr int gossip_tag = 1;
+  static constexpr int count_tag = 2;
+
+  struct peer_state {
+    std::vector<std::byte> incoming;
+    request receive;
+    std::uint64_t pushed_to = 0;      // pushes this rank sent the peer, ever
+    std::uint64_t merged_from = 0;    // pushes merged from the peer, ever
+    std::uint64_t announced = 0;      // what the peer said it sent us
+    request count_receive;
+    std::uint64_t count_out = 0;
+    request count_send;
+  };
+  struct outgoing {
+    std::vector<std::byte> bytes;
+    request handle;
+  };
+
+  peer_state& at(int peer) { return peers_[static_cast<std::size_t>(peer)]; }
+
+  void post(int peer) {
+    peer_state& state = at(peer);
+    state.incoming.resize(sizeof(double) + payload_bytes_);
+    state.receive = comm_.irecv(std::span(state.incoming), peer, gossip_tag);
+  }
+
+  int random_peer() {
+    const int pick = std::uniform_int_distribution<int>(0, comm_.size() - 2)(random_);
+    return pick >= comm_.rank() ? pick + 1 : pick;
+  }
+
+  void push(int peer) {
+    outgoing& message = free_buffer();  // may merge arrivals: before the halving
+    weight_ /= 2;
+    message.bytes.resize(sizeof(double) + payload_bytes_);
+    std::memcpy(message.bytes.data(), &weight_, sizeof(double));
+    encode(std::span(message.bytes).subspan(sizeof(double)));
+    this->metered([&] { message.handle = comm_.isend(std::span<const std::byte>(message.bytes), peer, gossip_tag); });
+    ++at(peer).pushed_to;
+    ++this->stats_.exchanges;
+  }
+
+  outgoing& free_buffer() {
+    for (outgoing& sent : in_flight_)
+      if (comm_.test(sent.handle)) return sent;
+    if (in_flight_.size() < max_in_flight) return in_flight_.emplace_back();
+    // A slow receiver: wait for the oldest push, merging meanwhile. Two ranks
+    // pushing to each other each hold the other's previous model unmerged
+    // (their one posted receive is full), so a large push completes only
+    // once the receiver merges and posts again: waiting without merging
+    // would deadlock.
+    outgoing& oldest = in_flight_.front();
+    const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
+    while (!comm_.test(oldest.handle)) {
+      if (!merge_arrivals()) std::this_thread::yield();
+      if (std::chrono::steady_clock::now() > deadline) comm_.wait(oldest.handle, "gosgd push");  // throws the timeout
+    }
+    return oldest;
+  }
+
+  void encode(std::span<std::byte> out) {
+    flat_.resize(model_.size());
+    model_.copy_to(flat_);
+    if (options_.codec) options_.codec.encode(flat_, out);
+    else if (!out.empty()) std::memcpy(out.data(), flat_.data(), out.size());
+  }
+
+  // Merges every model that has arrived; true if there was one.
+  bool merge_arrivals() {
+    bool merged = false;
+    for (int peer = 0; peer < comm_.size(); ++peer) {
+      if (peer == comm_.rank()) continue;
+      peer_state& state = at(peer);
+      while (comm_.test(state.receive)) {
+        comm_.expect_bytes(state.receive, state.incoming.size(), "gosgd merge");
+        merge(state.incoming);
+        ++state.merged_from;
+        merged = true;
+        post(peer);
+      }
+    }
+    return merged;
+  }
+
+  void merge(std::span<const std::byte> message) {
+    double theirs = 0;
+    std::memcpy(&theirs, message.data(), sizeof(double));
+    flat_.resize(model_.size());
+    const std::span<const std::byte> payload = message.subspan(sizeof(double));
+    if (options_.codec) options_.codec.decode(payload, flat_);
+    else if (!flat_.empty()) std::memcpy(flat_.data(), payload.data(), payload.size());
+    const auto share = static_cast<float>(theirs / (weight_ + theirs));
+    model_.for_each_part(std::span<const float>(flat_), [&](std::span<float> mine, std::span<const float> other) {
+      for (std::size_t k = 0; k < mine.size(); ++k) mine[k] += share * (other[k] - mine[k]);
+    });
+    weight_ += theirs;
+    ++this->stats_.merges;
+  }
+
+  void announce_counts() {
+    for (int peer = 0; peer < comm_.size(); ++peer) {
+      if (peer == comm_.rank()) continue;
+      peer_state& state = at(peer);
+      state.count_out = state.pushed_to;
+      state.count_receive = comm_.irecv(std::span(&state.announced, 1), peer, count_tag);
+      state.count_send = comm_.isend(std::span<const std::uint64_t>(&state.count_out, 1), peer, count_tag);
+    }
+  }
+
+  bool drained() {
+    for (int peer = 0; peer < comm_.size(); ++peer) {
+      if (peer == comm_.rank()) continue;
+      peer_state& state = at(peer);
+      if (!comm_.test(state.count_receive) || !comm_.test(state.count_send)) return false;
+      if (state.merged_from < state.announced) return false;
+    }
+    return true;
+  }
+
+  static constexpr std::size_t max_in_flight = 4;
+
+  Communicator comm_;
+  parameters model_;
+  gosgd_options options_;
+  double weight_;
+  std::mt19937_64 random_;
+  std::size_t payload_bytes_;
+  std::vector<peer_state> peers_;
+  std::deque<outgoing> in_flight_;
+  std::vector<float> flat_;
+  progress_thread::registration progress_;
+};
+
+}  // namespace chorus::averaging

@@ -1,0 +1,79 @@
+// The shape every averaging scheme has, so trainers can swap them and a new
+// scheme is a new file of the same shape:
+//
+//   chorus::averaging::dpsgd scheme(comm, model, {.topology = ..., .codec = ...});
+//   for (each batch) {
+//     scheme.begin_step();        // before the gradient: start what overlaps it
+//     compute_gradients();        // the trainer's own code
+//     scheme.reduce_gradients();  // allreduce-SGD averages them; the others pass
+//     apply_update();             // the trainer's optimiser on its parameters
+//     scheme.end_step();          // the scheme's model step (mix, pull, push)
+//   }
+//   scheme.finish();              // collective: parameters become the model to
+//                                 // keep (average, centre, consensus)
+//   scheme.stats();               // steps, exchanges, bytes and messages sent
+//
+// or, the same loop body: scheme.step(compute_gradients, apply_update).
+// Schemes derive from scheme_base<Derived>, which supplies step(), no-op
+// hooks and the statistics; a hook wrapped in `metered` has the bytes and
+// messages this thread sends during it counted.
+#pragma once
+
+#include <chorus/comm/traffic.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+namespace chorus::averaging {
+
+struct averaging_stats {
+  std::uint64_t steps = 0;              // local steps taken
+  std::uint64_t exchanges = 0;          // averaging events: allreduces, mixing rounds, pulls, pushes
+  std::uint64_t merges = 0;             // models received and merged (gossip, centre updates)
+  std::uint64_t bytes_sent = 0;         // by this rank for the scheme, all messages
+  std::uint64_t messages_sent = 0;
+};
+
+template <class Derived>
+class scheme_base {
+ public:
+  void begin_step() {}
+  void reduce_gradients() {}
+  void end_step() {}
+  void finish() {}
+
+  template <class ComputeGradients, class ApplyUpdate>
+  void step(ComputeGradients&& compute_gradients, ApplyUpdate&& apply_update) {
+    Derived& self = static_cast<Derived&>(*this);
+    self.begin_step();
+    std::forward<ComputeGradients>(compute_gradients)();
+    self.reduce_gradients();
+    std::forward<ApplyUpdate>(apply_update)();
+    self.end_step();
+  }
+
+  const averaging_stats& stats() const noexcept { return stats_; }
+
+ protected:
+  // Runs `work`, adding what the calling thread sent meanwhile to the stats.
+  template <class Work>
+  decltype(auto) metered(Work&& work) {
+    const traffic before = this_thread_traffic();
+    struct add_on_exit {
+      averaging_stats& stats;
+      traffic before;
+      ~add_on_exit() {
+        const traffic sent = this_thread_traffic() - before;
+        stats.bytes_sent += sent.bytes_sent;
+        stats.messages_sent += sent.messages_sent;
+      }
+    } guard{stats_, before};
+    return std::forward<Work>(work)();
+  }
+  void count_step() noexcept { ++stats_.steps; }
+
+  averaging_stats stats_;
+};
+
+}  // namespace chorus::averaging

@@ -1,0 +1,90 @@
+// any_codec: a codec chosen at run time (a trainer's --codec flag), behind
+// one small virtual interface so that the averaging schemes need not be
+// templates over every codec. One virtual call per tensor, not per element.
+//
+//   chorus::codec::any_codec wire = chorus::codec::by_name("fp16");
+//   wire.encode(values, bytes);  wire.decode(bytes, values);
+//
+// visit(wire, f) calls f with the concrete codec (for the compressed
+// collectives, which are templates over it).
+//
+// by_name knows none (no codec: an empty any_codec), identity, fp16, bf16,
+// int8 and onebit; any other name is an invalid_argument error listing them.
+#pragma once
+
+#include <chorus/codec/bf16.hpp>
+#include <chorus/codec/codec.hpp>
+#include <chorus/codec/fp16.hpp>
+#include <chorus/codec/identity.hpp>
+#include <chorus/codec/int8.hpp>
+#include <chorus/codec/onebit.hpp>
+#include <chorus/core/error.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace chorus::codec {
+
+class any_codec {
+ public:
+  any_codec() = default;  // empty: callers send raw float
+  template <codec C>
+  explicit any_codec(C coder) : model_(std::make_shared<holder<C>>(std::move(coder))) {}
+
+  explicit operator bool() const noexcept { return model_ != nullptr; }
+  std::string_view name() const noexcept { return model_ ? model_->name() : "none"; }
+  std::size_t encoded_bytes(std::size_t n) const { return model_->encoded_bytes(n); }
+  void encode(std::span<const float> in, std::span<std::byte> out) const { model_->encode(in, out); }
+  void decode(std::span<const std::byte> in, std::span<float> out) const { model_->decode(in, out); }
+  void decode_add(std::span<const std::byte> in, std::span<float> acc) const { model_->decode_add(in, acc); }
+
+ private:
+  struct concept_ {
+    virtual ~concept_() = default;
+    virtual std::string_view name() const noexcept = 0;
+    virtual std::size_t encoded_bytes(std::size_t n) const = 0;
+    virtual void encode(std::span<const float> in, std::span<std::byte> out) const = 0;
+    virtual void decode(std::span<const std::byte> in, std::span<float> out) const = 0;
+    virtual void decode_add(std::span<const std::byte> in, std::span<float> acc) const = 0;
+  };
+  template <class C>
+  struct holder final : concept_ {
+    explicit holder(C given) : coder(std::move(given)) {}
+    std::string_view name() const noexcept override { return C::name; }
+    std::size_t encoded_bytes(std::size_t n) const override { return coder.encoded_bytes(n); }
+    void encode(std::span<const float> in, std::span<std::byte> out) const override { coder.encode(in, out); }
+    void decode(std::span<const std::byte> in, std::span<float> out) const override { coder.decode(in, out); }
+    void decode_add(std::span<const std::byte> in, std::span<float> acc) const override { coder.decode_add(in, acc); }
+    C coder;
+  };
+  std::shared_ptr<const concept_> model_;  // codecs are stateless: sharing is safe
+};
+
+inline any_codec by_name(std::string_view name) {
+  if (name == "none") return {};
+  if (name == "identity") return any_codec(identity{});
+  if (name == "fp16") return any_codec(fp16{});
+  if (name == "bf16") return any_codec(bf16{});
+  if (name == "int8") return any_codec(int8{});
+  if (name == "onebit") return any_codec(onebit{});
+  throw error(errc::invalid_argument,
+              "unknown codec '" + std::string(name) + "' (none, identity, fp16, bf16, int8, onebit)");
+}
+
+// Calls f with the concrete codec behind `wire`, for code that needs the
+// codec's type (the compressed collectives); an empty any_codec is an error.
+template <class F>
+decltype(auto) visit(const any_codec& wire, F&& f) {
+  const std::string_view name = wire.name();
+  if (name == identity::name) return f(identity{});
+  if (name == fp16::name) return f(fp16{});
+  if (name == bf16::name) return f(bf16{});
+  if (name == int8::name) return f(int8{});
+  if (name == onebit::name) return f(onebit{});
+  throw error(errc::invalid_argument, "codec::visit: no codec of type '" + std::string(name) + "'");
+}
+
+}  // namespace chorus::codec

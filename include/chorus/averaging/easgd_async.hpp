@@ -23,6 +23,7 @@
 #include <chorus/core/error.hpp>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -63,6 +64,16 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
 
   bool is_server() const noexcept { return comm_.rank() == options_.server; }
 
+  // The trainer thread's traffic plus, on the server, the replies its
+  // progress thread has sent and the pulls it has merged.
+  averaging_stats stats() const noexcept {
+    averaging_stats total = this->stats_;
+    total.bytes_sent += served_bytes_.load(std::memory_order_relaxed);
+    total.messages_sent += served_messages_.load(std::memory_order_relaxed);
+    total.merges += merges_.load(std::memory_order_relaxed);
+    return total;
+  }
+
   void end_step() {
     this->count_step();
     if (this->stats_.steps % options_.tau == 0) pull();
@@ -75,8 +86,6 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     if (is_server()) {
       wait_for_workers();
       serving_.release();  // the progress thread no longer touches the centre
-      this->stats_.merges = merges_;
-      this->stats_.bytes_sent += served_bytes_;
       centre = centre_;
     } else {
       message_.assign(elements_ + 1, 0.0f);
@@ -89,6 +98,11 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
 
   // The server's copy of the centre (empty on workers); stable after finish().
   std::span<const float> centre() const noexcept { return centre_; }
+  // A consistent copy of it while workers may be pulling (for evaluation).
+  std::vector<float> centre_snapshot() {
+    std::lock_guard lock(centre_mutex_);
+    return centre_;
+  }
 
  private:
   static constexpr int request_tag = 1;
@@ -182,7 +196,9 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       }
       const traffic before = this_thread_traffic();
       slot.answer = comm_.isend(std::span<const float>(slot.reply), w, reply_tag);
-      served_bytes_ += (this_thread_traffic() - before).bytes_sent;
+      const traffic sent = this_thread_traffic() - before;
+      served_bytes_.fetch_add(sent.bytes_sent, std::memory_order_relaxed);
+      served_messages_.fetch_add(sent.messages_sent, std::memory_order_relaxed);
       post(w);
     }
     return worked;
@@ -216,8 +232,9 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   std::mutex centre_mutex_;
   std::condition_variable workers_done_;
   int workers_left_ = 0;
-  std::uint64_t merges_ = 0;
-  std::uint64_t served_bytes_ = 0;
+  std::atomic<std::uint64_t> merges_{0};
+  std::atomic<std::uint64_t> served_bytes_{0};
+  std::atomic<std::uint64_t> served_messages_{0};
   progress_thread::registration serving_;
 };
 

@@ -50,7 +50,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   gosgd(Communicator& comm, parameters model, gosgd_options options = {})
       : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(std::move(options)),
         weight_(1.0 / comm_.size()), random_(options_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(comm_.rank())),
-        payload_bytes_(options_.codec ? options_.codec.encoded_bytes(model_.size()) : model_.size() * sizeof(float)),
+        payload_bytes_(options_.codec.encoded_bytes(model_.size())),
         peers_(static_cast<std::size_t>(comm_.size())) {
     if (!(options_.push_probability >= 0.0 && options_.push_probability <= 1.0))
       throw error(errc::invalid_argument, "gosgd: push probability must be in [0, 1], got " +
@@ -165,8 +165,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void encode(std::span<std::byte> out) {
     flat_.resize(model_.size());
     model_.copy_to(flat_);
-    if (options_.codec) options_.codec.encode(flat_, out);
-    else if (!out.empty()) std::memcpy(out.data(), flat_.data(), out.size());
+    options_.codec.encode(flat_, out);
   }
 
   // Merges every model that has arrived; true if there was one.
@@ -191,8 +190,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     std::memcpy(&theirs, message.data(), sizeof(double));
     flat_.resize(model_.size());
     const std::span<const std::byte> payload = message.subspan(sizeof(double));
-    if (options_.codec) options_.codec.decode(payload, flat_);
-    else if (!flat_.empty()) std::memcpy(flat_.data(), payload.data(), payload.size());
+    options_.codec.decode(payload, flat_);
     const auto share = static_cast<float>(theirs / (weight_ + theirs));
     model_.for_each_part(std::span<const float>(flat_), [&](std::span<float> mine, std::span<const float> other) {
       for (std::size_t k = 0; k < mine.size(); ++k) mine[k] += share * (other[k] - mine[k]);

@@ -24,7 +24,6 @@
 #include <chorus/core/error.hpp>
 
 #include <cstddef>
-#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,14 +37,14 @@ class neighbour_exchange {
 
   neighbour_exchange(Communicator& comm, std::size_t elements, codec::any_codec wire = {})
       : comm_(comm), elements_(elements), wire_(std::move(wire)),
-        message_bytes_(wire_ ? wire_.encoded_bytes(elements) : elements * sizeof(float)) {}
+        message_bytes_(wire_.encoded_bytes(elements)) {}
 
   std::size_t message_bytes() const noexcept { return message_bytes_; }
   const codec::any_codec& wire() const noexcept { return wire_; }
 
   // What this rank's own model looks like after the codec (its neighbours
   // see exactly this): schemes mix against it to keep the average exact.
-  void decoded_self(std::span<float> out) const { decode(outgoing_, out); }
+  void decoded_self(std::span<float> out) const { wire_.decode(outgoing_, out); }
 
   void start(const mixing_matrix& w, std::span<const float> values) {
     if (open_) throw error(errc::invalid_argument, "neighbour_exchange: start() before the previous round's finish()");
@@ -55,7 +54,8 @@ class neighbour_exchange {
     if (values.size() != elements_)
       throw error(errc::invalid_argument, "neighbour_exchange: " + std::to_string(values.size()) +
                                               " values for a model of " + std::to_string(elements_));
-    encode(values);
+    outgoing_.resize(message_bytes_);
+    wire_.encode(values, outgoing_);
     const int me = comm_.rank();
     const int tag = static_cast<int>(round_ & 0xffff);
     senders_.clear();
@@ -85,22 +85,12 @@ class neighbour_exchange {
     decoded_.resize(elements_);
     for (std::size_t k = 0; k < senders_.size(); ++k) {
       comm_.expect_bytes(requests_[k], message_bytes_, "neighbour_exchange");
-      decode(incoming_[k], decoded_);
+      wire_.decode(incoming_[k], decoded_);
       on_model(senders_[k].peer, senders_[k].weight, std::span<const float>(decoded_));
     }
   }
 
  private:
-  void encode(std::span<const float> values) {
-    outgoing_.resize(message_bytes_);
-    if (wire_) wire_.encode(values, outgoing_);
-    else if (!values.empty()) std::memcpy(outgoing_.data(), values.data(), message_bytes_);
-  }
-  void decode(std::span<const std::byte> bytes, std::span<float> out) const {
-    if (wire_) wire_.decode(bytes, out);
-    else if (!out.empty()) std::memcpy(out.data(), bytes.data(), message_bytes_);
-  }
-
   Communicator& comm_;
   std::size_t elements_;
   codec::any_codec wire_;

@@ -8,7 +8,7 @@
 // visit(wire, f) calls f with the concrete codec (for the compressed
 // collectives, which are templates over it).
 //
-// by_name knows none (no codec: an empty any_codec), identity, fp16, bf16,
+// by_name knows none (no codec: a default any_codec), identity, fp16, bf16,
 // int8 and onebit; any other name is an invalid_argument error listing them.
 #pragma once
 
@@ -30,12 +30,14 @@ namespace chorus::codec {
 
 class any_codec {
  public:
-  any_codec() = default;  // empty: callers send raw float
+  // No codec ("none"): false in a test, and its bytes are the raw floats, so
+  // point-to-point users may encode and decode through it either way.
+  any_codec() : model_(raw()) {}
   template <codec C>
   explicit any_codec(C coder) : model_(std::make_shared<holder<C>>(std::move(coder))) {}
 
-  explicit operator bool() const noexcept { return model_ != nullptr; }
-  std::string_view name() const noexcept { return model_ ? model_->name() : "none"; }
+  explicit operator bool() const noexcept { return model_ != raw(); }
+  std::string_view name() const noexcept { return *this ? model_->name() : "none"; }
   std::size_t encoded_bytes(std::size_t n) const { return model_->encoded_bytes(n); }
   void encode(std::span<const float> in, std::span<std::byte> out) const { model_->encode(in, out); }
   void decode(std::span<const std::byte> in, std::span<float> out) const { model_->decode(in, out); }
@@ -60,6 +62,11 @@ class any_codec {
     void decode_add(std::span<const std::byte> in, std::span<float> acc) const override { coder.decode_add(in, acc); }
     C coder;
   };
+  static const std::shared_ptr<const concept_>& raw() {
+    static const std::shared_ptr<const concept_> shared = std::make_shared<holder<identity>>(identity{});
+    return shared;
+  }
+
   std::shared_ptr<const concept_> model_;  // codecs are stateless: sharing is safe
 };
 

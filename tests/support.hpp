@@ -9,6 +9,14 @@
 
 namespace chorus_test {
 
+// Communicator options for multi-rank tests: a timeout short enough that a
+// hang fails the test in time, long enough for the sanitizer builds.
+inline chorus::options quick(std::chrono::milliseconds timeout = std::chrono::milliseconds(60000)) {
+  chorus::options options;
+  options.timeout = timeout;
+  return options;
+}
+
 // A value that depends on sender, receiver, message and position, so a
 // message delivered to the wrong receiver or in the wrong slot is caught.
 inline std::uint32_t pattern(int from, int to, int message, std::size_t index) {

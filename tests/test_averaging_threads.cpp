@@ -5,6 +5,8 @@
 // on a least-squares problem, and ranks that finish at different times.
 #include <chorus/chorus.hpp>
 
+#include "support.hpp"
+
 #include "expect_error.hpp"
 
 #include <doctest/doctest.h>
@@ -19,15 +21,10 @@
 
 using namespace std::chrono_literals;
 using chorus::communicator;
+using chorus_test::quick;
 namespace avg = chorus::averaging;
 
 namespace {
-
-chorus::options quick() {
-  chorus::options options;
-  options.timeout = 60000ms;
-  return options;
-}
 
 // A model split into tensors of awkward sizes (0 and 1 element included).
 const std::vector<std::size_t> tensor_sizes = {7, 0, 1, 4099};

@@ -2,6 +2,7 @@
 // against serial references (collective_cases.hpp), with bitwise identity of
 // the results across ranks.
 #include "collective_cases.hpp"
+#include "support.hpp"
 #include "expect_error.hpp"
 
 #include <doctest/doctest.h>
@@ -16,12 +17,6 @@ using namespace chorus_test;
 using namespace std::chrono_literals;
 
 namespace {
-
-chorus::options quick() {
-  chorus::options options;
-  options.timeout = 60000ms;
-  return options;
-}
 
 const chorus::algorithm allreduce_algorithms[] = {chorus::algo::ring, chorus::algo::recursive_doubling,
                                                   chorus::algo::rabenseifner, chorus::algo::tree};

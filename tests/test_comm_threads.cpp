@@ -12,17 +12,8 @@
 
 using namespace std::chrono_literals;
 using chorus::communicator;
+using chorus_test::quick;
 using steady = std::chrono::steady_clock;
-
-namespace {
-
-chorus::options quick(std::chrono::milliseconds timeout = 30000ms) {
-  chorus::options options;
-  options.timeout = timeout;
-  return options;
-}
-
-}  // namespace
 
 TEST_CASE("point-to-point between every pair, 1..9 ranks, odd and empty sizes") {
   for (int ranks = 1; ranks <= 9; ++ranks) {
@@ -31,7 +22,7 @@ TEST_CASE("point-to-point between every pair, 1..9 ranks, odd and empty sizes") 
     chorus::run_threads(ranks, [&](communicator& comm) {
       REQUIRE(comm.size() == ranks);
       wrong += chorus_test::all_pairs_exchange(comm);
-    }, quick());
+    }, quick(30000ms));
     CHECK(wrong == 0);
   }
 }
@@ -48,7 +39,7 @@ TEST_CASE("barrier: nobody leaves before everybody arrived") {
         comm.barrier();
         if (arrived[phase].load() != ranks) ++early;
       }
-    }, quick());
+    }, quick(30000ms));
     CHECK(early == 0);
   }
 }
@@ -72,7 +63,7 @@ TEST_CASE("tags separate messages; one tag keeps its order") {
       comm.recv(std::span(value), 0, 9);
       CHECK(value[0] == 200);
     }
-  }, quick());
+  }, quick(30000ms));
 }
 
 TEST_CASE("a message of the wrong size is a mismatch error, and the communicator goes on") {
@@ -91,7 +82,7 @@ TEST_CASE("a message of the wrong size is a mismatch error, and the communicator
                               "expected 48 bytes, received 40");
     comm.recv(std::span(exact), 0, 3);
     CHECK(exact == ten);
-  }, quick());
+  }, quick(30000ms));
 }
 
 TEST_CASE("a receive nobody answers times out with an error naming rank, peer and operation") {
@@ -126,7 +117,7 @@ TEST_CASE("invalid peers and tags are invalid_argument errors") {
                               "peer -1 is not in [0, 2)");
     chorus_test::expect_error([&] { comm.send(std::span(value), 1 - comm.rank(), 70000); },
                               chorus::errc::invalid_argument, "tag 70000 is not in [0, 65535]");
-  }, quick());
+  }, quick(30000ms));
 }
 
 TEST_CASE("non-blocking receives complete in whatever order the senders choose") {
@@ -153,7 +144,7 @@ TEST_CASE("non-blocking receives complete in whatever order the senders choose")
       const auto values = chorus_test::patterned(comm.rank(), 0, 0, 1001);
       comm.send(std::span(values), 0);
     }
-  }, quick());
+  }, quick(30000ms));
 }
 
 TEST_CASE("split: groups by color, orders by key, and works on its own") {
@@ -177,7 +168,7 @@ TEST_CASE("split: groups by color, orders by key, and works on its own") {
     communicator single = group.split(group.rank(), 0);  // split of a split
     CHECK(single.size() == 1);
     wrong += chorus_test::all_pairs_exchange(single);
-  }, quick());
+  }, quick(30000ms));
   CHECK(wrong == 0);
 }
 
@@ -196,14 +187,14 @@ TEST_CASE("two communicators over one transport never take each other's messages
     world.wait(second);
     CHECK(from_world[0] == 1000 + previous);
     CHECK(from_twin[0] == 2000 + previous);
-  }, quick());
+  }, quick(30000ms));
 }
 
 TEST_CASE("every progress mode delivers") {
   for (auto mode : {chorus::transport::progress_mode::spin, chorus::transport::progress_mode::yield,
                     chorus::transport::progress_mode::block}) {
     CAPTURE(chorus::transport::to_string(mode));
-    chorus::options options = quick();
+    chorus::options options = quick(30000ms);
     options.progress = mode;
     std::atomic<std::size_t> wrong{0};
     chorus::run_threads(3, [&](communicator& comm) {
@@ -239,5 +230,5 @@ TEST_CASE("the UCX transport moves host memory") {
   chorus::run_threads(1, [](communicator& comm) {
     CHECK(comm.transport().memory_kinds().contains(chorus::memory_kind::host));
     CHECK(comm.transport().memory_kinds().contains(chorus::memory_kind::cuda_pinned));
-  }, quick());
+  }, quick(30000ms));
 }

@@ -2,6 +2,8 @@
 // within the stated bound of the exact result, identical bits on all ranks.
 #include <chorus/chorus.hpp>
 
+#include "support.hpp"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -12,15 +14,10 @@
 
 using namespace std::chrono_literals;
 using chorus::communicator;
+using chorus_test::quick;
 namespace codec = chorus::codec;
 
 namespace {
-
-chorus::options quick() {
-  chorus::options options;
-  options.timeout = 60000ms;
-  return options;
-}
 
 // Rank r's contribution: mixed signs and magnitudes that differ per rank.
 std::vector<float> contribution(int rank, std::size_t count, float magnitude = 1.0f) {

@@ -36,14 +36,14 @@ struct outcome {
 // Runs the compressed allreduce (sum) on `ranks` threads and compares with
 // the exact sum and across ranks.
 template <class MakeCodec>
-outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, int calls = 1) {
+outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, chorus::compression_options options = {}, int calls = 1) {
   std::vector<std::vector<float>> results(static_cast<std::size_t>(ranks));
   chorus::run_threads(ranks, [&](communicator& comm) {
     auto coder = make();
     std::vector<float> data;
     for (int call = 0; call < calls; ++call) {
       data = contribution(comm.rank(), count);
-      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, coder);
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, coder, options);
     }
     results[static_cast<std::size_t>(comm.rank())] = data;
   }, quick());
@@ -51,9 +51,7 @@ outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, int calls = 
   for (int r = 0; r < ranks; ++r) inputs.push_back(contribution(r, count));
   const auto plain = [](const auto& c) -> decltype(auto) { return codec::codec_of<std::remove_cvref_t<decltype(c)>>::get(c); };
   const auto sample = make();
-  using plain_t = typename codec::codec_of<std::remove_cvref_t<decltype(sample)>>::type;
-  const float prescale = chorus::compressed::prescale_for<plain_t>(ranks, {});
-  const auto bound = chorus::compressed::allreduce_error_bound(plain(sample), std::span(inputs), prescale);
+  const auto bound = chorus::compressed::allreduce_error_bound(plain(sample), std::span(inputs), options);
   outcome o;
   for (std::size_t i = 0; i < count; ++i) {
     double exact = 0;
@@ -64,16 +62,25 @@ outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, int calls = 
   return o;
 }
 
+constexpr chorus::compression_scheme both_schemes[] = {chorus::compression_scheme::encode_once,
+                                                       chorus::compression_scheme::ring};
+
+// Every scheme, on 1..9 ranks, with counts that are empty, tiny, odd, and
+// (70001) more than one ring segment.
 template <class MakeCodec>
 void every_rank_count(MakeCodec make) {
-  for (int ranks = 1; ranks <= 9; ++ranks)
-    for (std::size_t count : {0u, 1u, 7u, 1000u, 70001u}) {
-      CAPTURE(ranks);
-      CAPTURE(count);
-      const outcome o = run_allreduce(ranks, count, make);
-      CHECK(o.outside == 0);
-      CHECK(o.differing == 0);
-    }
+  for (const chorus::compression_scheme scheme : both_schemes)
+    for (int ranks = 1; ranks <= 9; ++ranks)
+      for (std::size_t count : {0u, 1u, 7u, 1000u, 70001u}) {
+        CAPTURE(chorus::compressed::scheme_name(scheme));
+        CAPTURE(ranks);
+        CAPTURE(count);
+        chorus::compression_options options;
+        options.scheme = scheme;
+        const outcome o = run_allreduce(ranks, count, make, options);
+        CHECK(o.outside == 0);
+        CHECK(o.differing == 0);
+      }
 }
 
 }  // namespace
@@ -116,15 +123,18 @@ TEST_CASE("compressed allreduce with error feedback: identical on all ranks, res
 }
 
 TEST_CASE("error feedback over steps: the time-averaged compressed sum converges to the exact sum") {
+  for (const chorus::compression_scheme scheme : both_schemes) {
+  CAPTURE(chorus::compressed::scheme_name(scheme));
   const int ranks = 4, steps = 40;
   const std::size_t count = 3000;
   std::vector<double> delivered(count, 0.0), exact(count, 0.0);
-  std::mutex guard;
+  chorus::compression_options options;
+  options.scheme = scheme;
   chorus::run_threads(ranks, [&](communicator& comm) {
     codec::error_feedback feedback{codec::int8{}};
     for (int step = 0; step < steps; ++step) {
       std::vector<float> data = contribution(comm.rank(), count);
-      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback);
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback, options);
       if (comm.rank() == 0)
         for (std::size_t i = 0; i < count; ++i) delivered[i] += data[i];
     }
@@ -135,9 +145,11 @@ TEST_CASE("error feedback over steps: the time-averaged compressed sum converges
   }
   double worst_average = 0;
   for (std::size_t i = 0; i < count; ++i) worst_average = std::max(worst_average, std::fabs(delivered[i] - exact[i]) / steps);
-  // One int8 step errs by up to ~4 * 1.5/254 + the sum's own ~6/254; averaged over 40 steps with
-  // feedback the residual is bounded, so the mean error shrinks like 1/steps.
+  // One int8 step errs by up to ~4 * 1.5/254 + the sum's own ~6/254 (the ring: up to 4 encodings of
+  // partial sums of ~6); averaged over 40 steps with feedback the residual is bounded, so the mean
+  // error shrinks like 1/steps.
   CHECK(worst_average < 0.01);
+  }
 }
 
 TEST_CASE("pre-division keeps an fp16 sum of 8 ranks of values near 6e4 finite") {
@@ -167,25 +179,68 @@ TEST_CASE("pre-division keeps an fp16 sum of 8 ranks of values near 6e4 finite")
   }
 }
 
-TEST_CASE("compressed allreduce, avg: the bound of the sum divided by n") {
+template <class Codec>
+std::size_t outside_average_bound(const Codec& c, chorus::compression_options options) {
   const int ranks = 6;
   const std::size_t count = 777;
   std::vector<float> result;
   chorus::run_threads(ranks, [&](communicator& comm) {
     std::vector<float> data = contribution(comm.rank(), count);
-    chorus::allreduce(comm, std::span(data), chorus::op::avg{}, codec::int8{});
+    chorus::allreduce(comm, std::span(data), chorus::op::avg{}, c, options);
     if (comm.rank() == 0) result = data;
   }, quick());
   std::vector<std::vector<float>> inputs;
   for (int r = 0; r < ranks; ++r) inputs.push_back(contribution(r, count));
-  const auto bound = chorus::compressed::allreduce_error_bound(codec::int8{}, std::span(inputs), 1.0f);
+  const auto bound = chorus::compressed::allreduce_error_bound(c, std::span(inputs), options);
   std::size_t outside = 0;
   for (std::size_t i = 0; i < count; ++i) {
     double exact = 0;
     for (const auto& x : inputs) exact += x[i];
     outside += !(std::fabs(result[i] - exact / ranks) <= bound[i] / ranks + 1e-6);
   }
-  CHECK(outside == 0);
+  return outside;
+}
+
+TEST_CASE("compressed allreduce, avg: the bound of the sum divided by n") {
+  for (const chorus::compression_scheme scheme : both_schemes) {
+    CAPTURE(chorus::compressed::scheme_name(scheme));
+    chorus::compression_options options;
+    options.scheme = scheme;
+    CHECK(outside_average_bound(codec::int8{}, options) == 0);
+    CHECK(outside_average_bound(codec::fp16{}, options) == 0);
+  }
+}
+
+TEST_CASE("the automatic scheme: the ring for fp16 and bf16 from 1 MiB encoded, encode-once otherwise") {
+  using chorus::compression_scheme;
+  const chorus::compression_options automatic;
+  const std::size_t ring_floats = chorus::compressed::ring_min_encoded_bytes / 2;
+  CHECK(chorus::compressed::scheme_for(codec::fp16{}, 4, ring_floats, automatic) == compression_scheme::ring);
+  CHECK(chorus::compressed::scheme_for(codec::bf16{}, 4, ring_floats, automatic) == compression_scheme::ring);
+  CHECK(chorus::compressed::scheme_for(codec::fp16{}, 4, ring_floats - 1, automatic) == compression_scheme::encode_once);
+  CHECK(chorus::compressed::scheme_for(codec::int8{}, 4, 100 * ring_floats, automatic) == compression_scheme::encode_once);
+  CHECK(chorus::compressed::scheme_for(codec::onebit{}, 4, 100 * ring_floats, automatic) == compression_scheme::encode_once);
+  CHECK(chorus::compressed::scheme_for(codec::fp16{}, 1, 100 * ring_floats, automatic) == compression_scheme::encode_once);
+  chorus::compression_options forced;
+  forced.scheme = compression_scheme::ring;
+  CHECK(chorus::compressed::scheme_for(codec::int8{}, 3, 10, forced) == compression_scheme::ring);
+  // A large fp16 tensor through the automatic choice (the ring) on 3 ranks.
+  const outcome o = run_allreduce(3, ring_floats + 12345, [] { return codec::fp16{}; });
+  CHECK(o.outside == 0);
+  CHECK(o.differing == 0);
+}
+
+TEST_CASE("the ring's stated bound is the looser one, and both hold their own results") {
+  // The ring re-encodes partial sums: its bound must cover n encodings, so
+  // it exceeds encode-once's for n > 2 (a bound that did not would be wrong).
+  std::vector<std::vector<float>> inputs;
+  for (int r = 0; r < 5; ++r) inputs.push_back(contribution(r, 64));
+  chorus::compression_options ring, once;
+  ring.scheme = chorus::compression_scheme::ring;
+  once.scheme = chorus::compression_scheme::encode_once;
+  const auto ring_bound = chorus::compressed::allreduce_error_bound(codec::fp16{}, std::span(inputs), ring);
+  const auto once_bound = chorus::compressed::allreduce_error_bound(codec::fp16{}, std::span(inputs), once);
+  for (std::size_t i = 0; i < 64; ++i) CHECK(ring_bound[i] > once_bound[i]);
 }
 
 TEST_CASE("compressed allgather and broadcast: everyone holds decode(encode(x)) exactly") {

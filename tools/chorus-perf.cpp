@@ -5,6 +5,7 @@
 //       [--op sum|prod|min|max|avg] [--root 0] [-n iters] [-w warmup] [-c 0|1] [--json out.json]
 //       [--auto-iters BYTES]   (repeat small sizes until BYTES moved, up to 2000 iterations)
 //       [--codec fp16|bf16|int8|onebit|identity]   (allreduce, float, sum|avg: compressed)
+//       [--scheme ring|once]   (with --codec: force the compressed scheme; default automatic)
 //
 // Collectives: allreduce, broadcast, reduce, allgather, reduce_scatter,
 // alltoall, gather, scatter. Sizes are nccl-tests' "size": the bytes of the
@@ -66,12 +67,14 @@ struct settings {
   std::size_t auto_bytes = 0;  // --auto-iters: at least this many bytes per measurement
   std::string json;
   std::string codec;  // --codec: compressed allreduce
+  chorus::compression_scheme scheme = chorus::compression_scheme::automatic;  // --scheme
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "chorus-perf: %s\nusage: chorus-perf COLLECTIVE [-b MIN] [-e MAX] [-f FACTOR] [--algo A] "
-               "[--dtype T] [--op OP] [--root R] [-n ITERS] [-w WARMUP] [-c 0|1] [--json FILE] [--auto-iters BYTES] [--codec C]\n"
+               "[--dtype T] [--op OP] [--root R] [-n ITERS] [-w WARMUP] [-c 0|1] [--json FILE] [--auto-iters BYTES] [--codec C] "
+               "[--scheme ring|once]\n"
                "collectives: allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter\n",
                problem.c_str());
   std::exit(2);
@@ -87,6 +90,16 @@ int int_argument(std::string_view text) {
   const auto value = chorus::env::parse_integer(text);
   if (!value || *value < 0 || *value > 1000000) usage("bad number '" + std::string(text) + "'");
   return static_cast<int>(*value);
+}
+
+chorus::compression_scheme parse_scheme(std::string_view text) {
+  if (text == "ring") return chorus::compression_scheme::ring;
+  if (text == "once") return chorus::compression_scheme::encode_once;
+  usage("unknown --scheme '" + std::string(text) + "' (ring, once)");
+}
+
+const char* scheme_label(chorus::compression_scheme scheme) {
+  return scheme == chorus::compression_scheme::ring ? "ring" : "once";
 }
 
 settings parse(int argc, char** argv) {
@@ -114,6 +127,7 @@ settings parse(int argc, char** argv) {
     else if (flag == "--json") parsed.json = value;
     else if (flag == "--auto-iters") parsed.auto_bytes = size_argument(value);
     else if (flag == "--codec") parsed.codec = value;
+    else if (flag == "--scheme") parsed.scheme = parse_scheme(value);
     else usage("unknown option " + std::string(flag));
   }
   if (parsed.factor < 2) usage("-f must be at least 2");
@@ -128,6 +142,7 @@ settings parse(int argc, char** argv) {
     if (std::find(std::begin(codec_names), std::end(codec_names), parsed.codec) == std::end(codec_names))
       usage("unknown --codec '" + parsed.codec + "' (fp16, bf16, int8, onebit, identity)");
   }
+  if (parsed.scheme != chorus::compression_scheme::automatic && parsed.codec.empty()) usage("--scheme needs --codec");
   if (parsed.algorithm != chorus::algorithm::automatic && !has_choice)
     usage("--algo " + std::string(chorus::to_string(parsed.algorithm)) + " does not apply to " + parsed.collective);
   return parsed;
@@ -162,35 +177,43 @@ class compressed_hook {
  public:
   virtual ~compressed_hook() = default;
   virtual void allreduce(chorus::communicator& comm, std::span<float> data, bool average) = 0;
-  virtual std::vector<float> bound(std::span<const std::vector<float>> contributions, int ranks) const = 0;
+  // `total` is the tensor's element count: it decides the scheme.
+  virtual std::vector<float> bound(std::span<const std::vector<float>> contributions, std::size_t total) const = 0;
+  virtual chorus::compression_scheme scheme(int ranks, std::size_t total) const = 0;
   virtual std::size_t granule() const = 0;
 };
 
 template <class Codec>
 class compressed_with : public compressed_hook {
  public:
-  explicit compressed_with(Codec c) : codec_(c) {}
+  compressed_with(Codec c, chorus::compression_scheme scheme) : codec_(c) { options_.scheme = scheme; }
   void allreduce(chorus::communicator& comm, std::span<float> data, bool average) override {
-    if (average) chorus::allreduce(comm, data, chorus::op::avg{}, codec_);
-    else chorus::allreduce(comm, data, chorus::op::sum{}, codec_);
+    if (average) chorus::allreduce(comm, data, chorus::op::avg{}, codec_, options_);
+    else chorus::allreduce(comm, data, chorus::op::sum{}, codec_, options_);
   }
-  std::vector<float> bound(std::span<const std::vector<float>> contributions, int ranks) const override {
-    return chorus::compressed::allreduce_error_bound(codec_, contributions, chorus::compressed::prescale_for<Codec>(ranks, {}));
+  std::vector<float> bound(std::span<const std::vector<float>> contributions, std::size_t total) const override {
+    chorus::compression_options resolved = options_;
+    resolved.scheme = scheme(static_cast<int>(contributions.size()), total);
+    return chorus::compressed::allreduce_error_bound(codec_, contributions, resolved);
+  }
+  chorus::compression_scheme scheme(int ranks, std::size_t total) const override {
+    return chorus::compressed::scheme_for(codec_, ranks, total, options_);
   }
   std::size_t granule() const override { return codec_.granule(); }
 
  private:
   Codec codec_;
+  chorus::compression_options options_;
 };
 
-std::shared_ptr<compressed_hook> make_compressed(const std::string& name) {
+std::shared_ptr<compressed_hook> make_compressed(const std::string& name, chorus::compression_scheme scheme) {
   namespace codec = chorus::codec;
   if (name.empty()) return nullptr;
-  if (name == "fp16") return std::make_shared<compressed_with<codec::fp16>>(codec::fp16{});
-  if (name == "bf16") return std::make_shared<compressed_with<codec::bf16>>(codec::bf16{});
-  if (name == "int8") return std::make_shared<compressed_with<codec::int8>>(codec::int8{});
-  if (name == "onebit") return std::make_shared<compressed_with<codec::onebit>>(codec::onebit{});
-  return std::make_shared<compressed_with<codec::identity>>(codec::identity{});  // the one name left (parse checked)
+  if (name == "fp16") return std::make_shared<compressed_with<codec::fp16>>(codec::fp16{}, scheme);
+  if (name == "bf16") return std::make_shared<compressed_with<codec::bf16>>(codec::bf16{}, scheme);
+  if (name == "int8") return std::make_shared<compressed_with<codec::int8>>(codec::int8{}, scheme);
+  if (name == "onebit") return std::make_shared<compressed_with<codec::onebit>>(codec::onebit{}, scheme);
+  return std::make_shared<compressed_with<codec::identity>>(codec::identity{}, scheme);  // the one name left (parse checked)
 }
 
 struct measurement {
@@ -324,7 +347,7 @@ class benchmark_case {
         x.resize(count);
         for (std::size_t k = 0; k < count; ++k) x[k] = input_at<float>(r, first + k, config_.op);
       }
-      const std::vector<float> bound = compressed_->bound(contributions, n);
+      const std::vector<float> bound = compressed_->bound(contributions, block_);
       for (std::size_t k = 0; k < count; ++k) {
         double exact = 0;
         for (const auto& x : contributions) exact += x[k];
@@ -447,7 +470,7 @@ int sweep(chorus::communicator& comm, const settings& config, Op op) {
   std::size_t sizes = 0;
   for (std::size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= config.factor) ++sizes;
   std::size_t done = 0;
-  const std::shared_ptr<compressed_hook> compressed = make_compressed(config.codec);
+  const std::shared_ptr<compressed_hook> compressed = make_compressed(config.codec, config.scheme);
   for (std::size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= config.factor) {
     benchmark_case<T, Op> bench(comm, config, bytes, op, compressed);
     row r;
@@ -457,7 +480,7 @@ int sweep(chorus::communicator& comm, const settings& config, Op op) {
     r.out_of_place = time_case(comm, config, bench, false, used);
     const bool in_place = bench.has_in_place();
     if (in_place) r.in_place = time_case(comm, config, bench, true, used);
-    r.algorithm = !config.codec.empty() ? "codec:" + config.codec
+    r.algorithm = compressed ? config.codec + "/" + scheme_label(compressed->scheme(comm.size(), r.count))
                   : used == chorus::algorithm::automatic ? "-" : std::string(chorus::to_string(used));
     total_wrong += r.out_of_place.wrong + r.in_place.wrong;
     const double algbw = static_cast<double>(r.bytes) / (r.out_of_place.mean_us * 1e-6) / 1e9;

@@ -74,4 +74,7 @@ class bf16 : public detail::two_byte_float<bf16_format> {
   using two_byte_float::two_byte_float;
 };
 
+template <>
+inline constexpr bool reencodes_well<bf16> = true;
+
 }  // namespace chorus::codec

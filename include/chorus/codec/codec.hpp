@@ -43,6 +43,14 @@ concept codec = requires(const C& c, std::span<const float> in, std::span<float>
 template <class C>
 inline constexpr bool limited_range = false;
 
+// Codecs whose error is relative to each value (fp16, bf16) or zero may
+// re-encode partial sums hop by hop, as a ring allreduce does, for an error
+// that grows with the hops only as their rounding does. Block codecs (int8,
+// onebit) scale by a block's largest value, so every re-encoding adds an
+// error of the whole block's size: they encode each contribution once.
+template <class C>
+inline constexpr bool reencodes_well = false;
+
 namespace detail {
 
 inline void require_sizes(std::string_view codec_name, const char* operation, std::size_t elements,

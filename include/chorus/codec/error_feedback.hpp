@@ -7,9 +7,12 @@
 //   chorus::codec::error_feedback grads_feedback{chorus::codec::onebit{}};
 //   chorus::allreduce(comm, grads, chorus::op::avg{}, grads_feedback);
 //
-// One object per tensor: it holds that tensor's residual (slot 0: this rank's
-// encoded contribution; slot 1: the part of the result this rank encodes in
-// a compressed allreduce), sized by the first call.
+// One object per tensor: it holds that tensor's residual, sized by the first
+// call, in two slots. A compressed allreduce that encodes each contribution
+// once uses slot 0 for this rank's contribution and slot 1 for the part of
+// the sum it encodes; the ring uses slot 0 for everything it encodes (each
+// element exactly once per call: a partial sum or, for its own block, the
+// final sum).
 #pragma once
 
 #include <chorus/codec/codec.hpp>
@@ -34,7 +37,18 @@ class error_feedback {
 
   // Encodes values + residual and keeps (values + residual) - decoded.
   void encode(std::span<const float> values, std::span<std::byte> out, std::size_t slot = 0) {
-    std::vector<float>& residual = residual_for(slot, values.size());
+    encode_piece(values, out, slot, 0, values.size());
+  }
+
+  // The same for a piece of the tensor, elements [offset, offset + size) of
+  // `tensor_size` (a ring allreduce encodes segment by segment).
+  void encode_piece(std::span<const float> values, std::span<std::byte> out, std::size_t slot, std::size_t offset,
+                    std::size_t tensor_size) {
+    if (offset > tensor_size || values.size() > tensor_size - offset)
+      throw error(errc::invalid_argument, "error_feedback: piece [" + std::to_string(offset) + ", +" +
+                                              std::to_string(values.size()) + ") is outside a " +
+                                              std::to_string(tensor_size) + "-element tensor");
+    const std::span<float> residual = std::span(residual_for(slot, tensor_size)).subspan(offset, values.size());
     work_.resize(values.size());
     for (std::size_t i = 0; i < values.size(); ++i) work_[i] = values[i] + residual[i];
     codec_.encode(work_, out);
@@ -70,7 +84,10 @@ template <class C>
 struct codec_of {
   using type = C;
   static const C& get(const C& c) { return c; }
-  static void encode(const C& c, std::span<const float> in, std::span<std::byte> out, std::size_t) { c.encode(in, out); }
+  static void encode(const C& c, std::span<const float> in, std::span<std::byte> out, std::size_t, std::size_t = 0,
+                     std::size_t = 0) {
+    c.encode(in, out);
+  }
 };
 template <class C>
 struct codec_of<error_feedback<C>> {
@@ -78,6 +95,10 @@ struct codec_of<error_feedback<C>> {
   static const C& get(const error_feedback<C>& f) { return f.codec(); }
   static void encode(error_feedback<C>& f, std::span<const float> in, std::span<std::byte> out, std::size_t slot) {
     f.encode(in, out, slot);
+  }
+  static void encode(error_feedback<C>& f, std::span<const float> in, std::span<std::byte> out, std::size_t slot,
+                     std::size_t offset, std::size_t tensor_size) {
+    f.encode_piece(in, out, slot, offset, tensor_size);
   }
 };
 

@@ -61,4 +61,7 @@ class fp16 : public detail::two_byte_float<fp16_format> {
 template <>
 inline constexpr bool limited_range<fp16> = true;
 
+template <>
+inline constexpr bool reencodes_well<fp16> = true;
+
 }  // namespace chorus::codec

@@ -40,4 +40,7 @@ class identity {
   }
 };
 
+template <>
+inline constexpr bool reencodes_well<identity> = true;
+
 }  // namespace chorus::codec

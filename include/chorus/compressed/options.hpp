@@ -1,0 +1,67 @@
+// What a compressed allreduce may be told: a prescale against overflow and
+// which scheme moves the bytes, and how it picks them when not told.
+#pragma once
+
+#include <chorus/codec/codec.hpp>
+#include <chorus/core/error.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace chorus {
+
+enum class compression_scheme {
+  automatic,    // ring for codecs that re-encode well on large tensors, else encode_once
+  encode_once,  // each contribution encoded once; all n-1 parts in flight at once
+  ring,         // pipelined ring; partial sums re-encoded at every hop
+};
+
+struct compression_options {
+  // Contributions are multiplied by it before encoding and the result divided
+  // by it after decoding. Default: 2^-ceil(log2 n) for codecs with a narrow
+  // range (fp16), so a sum of n values near 6e4 stays finite; 1 otherwise.
+  std::optional<float> prescale{};
+  compression_scheme scheme = compression_scheme::automatic;
+};
+
+namespace compressed {
+
+inline constexpr std::string_view scheme_name(compression_scheme scheme) {
+  switch (scheme) {
+    case compression_scheme::encode_once: return "encode once";
+    case compression_scheme::ring: return "ring";
+    default: return "automatic";
+  }
+}
+
+// Below this many encoded bytes the encode-once scheme's 2 latency terms beat
+// the ring's 2 (n-1); above it the ring's steady use of one link each way
+// wins (see docs/performance.md, "Compressed allreduce").
+inline constexpr std::size_t ring_min_encoded_bytes = 1u << 20;
+
+template <codec::codec Codec>
+compression_scheme scheme_for(const Codec& c, int ranks, std::size_t count, const compression_options& options) {
+  if (ranks < 2) return compression_scheme::encode_once;  // with one rank the two are the same
+  if (options.scheme != compression_scheme::automatic) return options.scheme;
+  const bool large = c.encoded_bytes(count) >= ring_min_encoded_bytes;
+  return codec::reencodes_well<Codec> && large ? compression_scheme::ring : compression_scheme::encode_once;
+}
+
+template <class Codec>
+float prescale_for(int ranks, const compression_options& options) {
+  if (options.prescale) {
+    if (!(*options.prescale > 0.0f) || !std::isfinite(*options.prescale))
+      throw error(errc::invalid_argument, "compressed allreduce: prescale " + std::to_string(*options.prescale) +
+                                              " is not a positive finite factor");
+    return *options.prescale;
+  }
+  if (!codec::limited_range<Codec>) return 1.0f;
+  return 1.0f / static_cast<float>(std::bit_ceil(static_cast<unsigned>(ranks)));
+}
+
+}  // namespace compressed
+}  // namespace chorus

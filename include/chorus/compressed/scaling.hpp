@@ -1,0 +1,54 @@
+// Applying and undoing a compressed allreduce's prescale, and the per-thread
+// buffers its schemes keep between calls.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace chorus::compressed {
+
+// out[i] = in[i] * factor, in blocks through a local array so that GCC's
+// -O2 vectoriser runs it (it will not version a plain loop for aliasing).
+inline void scale_into(std::span<const float> in, std::span<float> out, float factor) {
+  constexpr std::size_t lanes = 16;
+  std::size_t i = 0;
+  for (; i + lanes <= in.size(); i += lanes) {
+    float block[lanes];
+    for (std::size_t k = 0; k < lanes; ++k) block[k] = in[i + k] * factor;
+    for (std::size_t k = 0; k < lanes; ++k) out[i + k] = block[k];
+  }
+  for (; i < in.size(); ++i) out[i] = in[i] * factor;
+}
+
+// Undoing the prescale: multiplying by 1/s equals dividing by s exactly when
+// s is a power of two (the default); otherwise divide.
+inline void unscale(std::span<float> data, float prescale) {
+  if (prescale == 1.0f) return;
+  int exponent = 0;
+  if (std::frexp(prescale, &exponent) == 0.5f) {
+    scale_into(data, data, 1.0f / prescale);
+    return;
+  }
+  for (float& value : data) value /= prescale;
+}
+
+// Per-thread buffers, grown as needed and kept for the next call.
+struct workspace {
+  std::vector<float> contribution, sum;
+  std::vector<std::byte> mine, received, gathered;
+
+  static workspace& local() {
+    thread_local workspace buffers;
+    return buffers;
+  }
+};
+
+template <class T>
+std::span<T> sized(std::vector<T>& storage, std::size_t count) {
+  if (storage.size() < count) storage.resize(count);
+  return std::span<T>(storage).first(count);
+}
+
+}  // namespace chorus::compressed

@@ -409,17 +409,23 @@ class ucx_transport {
                 {rank_, -1, "ucx setup"});
   }
 
-  // Flush-closes every endpoint (force-closes those of failed peers), waiting
-  // a bounded time: teardown must not hang on a peer that left first.
+  // Flush-closes every endpoint, waiting a bounded time: teardown must not
+  // hang on a peer that left first. After any failure (a dead peer, an
+  // operation that failed or timed out) every endpoint is force-closed
+  // instead: a send the peer will never receive would keep a flush from
+  // completing, and UCX asserts when a worker is destroyed under an endpoint
+  // that still holds it.
   void close_endpoints() noexcept {
     std::vector<void*> pending;
     {
       std::lock_guard lock(mutex_);
+      bool abandon = failed_.load();
+      for (auto& slot : peers_) abandon = abandon || slot->failure.load() != UCS_OK;
       for (auto& slot : peers_) {
         if (slot->endpoint == nullptr) continue;
         ucp_request_param_t params{};
         params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        params.flags = slot->failure.load() == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+        params.flags = abandon ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         const ucs_status_ptr_t result = ucp_ep_close_nbx(slot->endpoint, &params);
         if (UCS_PTR_IS_PTR(result)) pending.push_back(result);
         slot->endpoint = nullptr;
@@ -492,6 +498,7 @@ class ucx_transport {
     std::string detail = truncated ? "message is larger than the receive buffer"
                                    : std::string(handle.is_receive() ? "receive" : "send") +
                                          " failed: " + ucs_status_string(status);
+    failed_.store(true);
     handle.reset();
     const errc category = truncated                          ? errc::mismatch
                           : detail::is_peer_failure(status) ? errc::peer_failure
@@ -504,6 +511,7 @@ class ucx_transport {
     const std::string detail = std::string(handle.is_receive() ? "receive from" : "send to") +
                                " peer did not complete before the deadline (tag 0x" +
                                to_hex(handle.tag()) + ")";
+    failed_.store(true);
     handle.reset();
     throw error(errc::timeout, detail, {rank_, peer, std::string(operation)});
   }
@@ -553,6 +561,7 @@ class ucx_transport {
   int event_fd_ = -1;
   std::vector<std::unique_ptr<peer_slot>> peers_;
   std::byte empty_{};
+  std::atomic<bool> failed_{false};  // an operation failed or timed out: teardown force-closes
   std::mutex mutex_;
 };
 

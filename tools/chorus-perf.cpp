@@ -93,13 +93,9 @@ int int_argument(std::string_view text) {
 }
 
 chorus::compression_scheme parse_scheme(std::string_view text) {
-  if (text == "ring") return chorus::compression_scheme::ring;
-  if (text == "once") return chorus::compression_scheme::encode_once;
+  for (const auto scheme : {chorus::compression_scheme::ring, chorus::compression_scheme::encode_once})
+    if (text == chorus::compressed::scheme_name(scheme)) return scheme;
   usage("unknown --scheme '" + std::string(text) + "' (ring, once)");
-}
-
-const char* scheme_label(chorus::compression_scheme scheme) {
-  return scheme == chorus::compression_scheme::ring ? "ring" : "once";
 }
 
 settings parse(int argc, char** argv) {
@@ -480,7 +476,7 @@ int sweep(chorus::communicator& comm, const settings& config, Op op) {
     r.out_of_place = time_case(comm, config, bench, false, used);
     const bool in_place = bench.has_in_place();
     if (in_place) r.in_place = time_case(comm, config, bench, true, used);
-    r.algorithm = compressed ? config.codec + "/" + scheme_label(compressed->scheme(comm.size(), r.count))
+    r.algorithm = compressed ? config.codec + "/" + std::string(chorus::compressed::scheme_name(compressed->scheme(comm.size(), r.count)))
                   : used == chorus::algorithm::automatic ? "-" : std::string(chorus::to_string(used));
     total_wrong += r.out_of_place.wrong + r.in_place.wrong;
     const double algbw = static_cast<double>(r.bytes) / (r.out_of_place.mean_us * 1e-6) / 1e9;

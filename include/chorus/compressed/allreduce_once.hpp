@@ -52,7 +52,10 @@ void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& co
   const std::span<std::byte> received = sized(space.received, parts.bytes(me) * static_cast<std::size_t>(n));
   const auto from = [&](int r) { return received.subspan(static_cast<std::size_t>(r) * parts.bytes(me), parts.bytes(me)); };
   std::vector<request> arriving(static_cast<std::size_t>(n)), sends;
-  for (int k = 1; k < n; ++k) arriving[static_cast<std::size_t>((me - k + n) % n)] = ex.irecv(from((me - k + n) % n), (me - k + n) % n, 0);
+  for (int k = 1; k < n; ++k) {
+    const int source = (me - k + n) % n;
+    arriving[static_cast<std::size_t>(source)] = ex.irecv(from(source), source, 0);
+  }
 
   // Reduce-scatter: my contribution encoded once, part p sent to rank p as
   // soon as it is encoded (my own part last).

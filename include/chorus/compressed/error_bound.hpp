@@ -19,6 +19,7 @@
 #include <chorus/codec/codec.hpp>
 #include <chorus/compressed/options.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <span>

@@ -30,9 +30,10 @@ struct compression_options {
 
 namespace compressed {
 
+// The names chorus-perf's --scheme takes and prints.
 inline constexpr std::string_view scheme_name(compression_scheme scheme) {
   switch (scheme) {
-    case compression_scheme::encode_once: return "encode once";
+    case compression_scheme::encode_once: return "once";
     case compression_scheme::ring: return "ring";
     default: return "automatic";
   }

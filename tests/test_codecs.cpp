@@ -64,6 +64,30 @@ std::vector<float> adversarial(std::size_t n) {
   return v;
 }
 
+// The edges of the two-byte formats, with both signs, repeated past the
+// 16-element vector step: values that round up to inf (and saturate), the
+// largest that do not, inf, NaNs whose payload is only in the dropped bits,
+// subnormals and ties.
+std::vector<float> format_edges(std::size_t n) {
+  const std::uint32_t edges[] = {0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, 0x7f800000u, 0x7f800001u, 0x7fa00000u,
+                                 0x7fc00000u, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0x00000001u, 0x00800000u,
+                                 0x3f808000u, 0x3f818000u, 0x33000000u, 0x387fc000u, 0x00000000u};
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t sign = (i / std::size(edges)) % 2 ? 0x80000000u : 0u;
+    v[i] = from_bits(edges[i % std::size(edges)] | sign);
+  }
+  return v;
+}
+
+// Runs of 64 values from 2^-95 down into the subnormals: blocks whose largest
+// magnitude is tiny, where a scale such as 127 / max|x| overflows.
+std::vector<float> tiny_values(std::size_t n, unsigned seed) {
+  std::vector<float> v = random_values(n, 1.0f, seed);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::ldexp(v[i], -95 - static_cast<int>((i / 64) % 55));
+  return v;
+}
+
 template <class C>
 std::size_t outside_bound(const C& c, const std::vector<float>& values) {
   const std::vector<float> decoded = round_trip(c, values);
@@ -79,6 +103,8 @@ bool same_bytes(const void* a, const void* b, std::size_t n) { return n == 0 || 
 
 template <class C>
 void paths_agree(const C& vector_path, const C& portable, const std::vector<float>& values) {
+  const std::string codec_name(C::name);
+  CAPTURE(codec_name);
   const auto a = encoded(vector_path, values), b = encoded(portable, values);
   CHECK(same_bytes(a.data(), b.data(), a.size()));
   std::vector<float> da(values.size()), db(values.size());
@@ -166,7 +192,8 @@ TEST_CASE("vector and portable paths give the same bits for every codec") {
   REQUIRE(codec::onebit(256, simd_path::portable).path() == simd_path::portable);
   for (std::size_t n : {0u, 1u, 7u, 8u, 255u, 256u, 1000u, 4099u}) {
     CAPTURE(n);
-    for (const auto& values : {random_values(n, 3.0f, 1), adversarial(n), random_values(n, 1e5f, 2)}) {
+    for (const auto& values : {random_values(n, 3.0f, 1), adversarial(n), random_values(n, 1e5f, 2), tiny_values(n, 6),
+                               format_edges(n)}) {
       for (auto policy : {codec::overflow::saturate, codec::overflow::infinity}) {
         paths_agree(codec::fp16(policy, simd_path::avx2), codec::fp16(policy, simd_path::portable), values);
         paths_agree(codec::bf16(policy, simd_path::avx2), codec::bf16(policy, simd_path::portable), values);
@@ -201,7 +228,7 @@ TEST_CASE("encoded sizes") {
 TEST_CASE("every codec stays within its stated bound on random and adversarial inputs") {
   for (std::size_t n : {1u, 9u, 256u, 4099u}) {
     CAPTURE(n);
-    for (const auto& values : {random_values(n, 1.0f, 3), random_values(n, 2e4f, 4), adversarial(n)}) {
+    for (const auto& values : {random_values(n, 1.0f, 3), random_values(n, 2e4f, 4), adversarial(n), tiny_values(n, 7)}) {
       CHECK(outside_bound(codec::identity{}, values) == 0);
       CHECK(outside_bound(codec::fp16{}, values) == 0);
       CHECK(outside_bound(codec::fp16{codec::overflow::infinity}, values) == 0);

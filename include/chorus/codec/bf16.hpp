@@ -41,25 +41,33 @@ struct bf16_format {
   }
 
 #if CHORUS_CODEC_X86
-  CHORUS_TARGET_AVX2 static void encode8(const float* in, std::uint16_t* out, overflow policy) {
+  // Saturation clamps finite magnitudes to the largest float that rounds to
+  // 0x7f7f; inf and NaN (magnitude bits above 0x7f7fffff) bypass rounding,
+  // NaN with its quiet bit set.
+  template <overflow Policy>
+  CHORUS_TARGET_AVX2 static __m256i encode8_bits(const float* in) {
     const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));
     const __m256i magnitude = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-    const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
-    if (policy == overflow::saturate) {
-      const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7f800000), magnitude);
-      const __m256i became_inf =
-          _mm256_cmpeq_epi32(_mm256_and_si256(rounded, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(infinity_bits));
-      const __m256i saturated = _mm256_or_si256(_mm256_and_si256(rounded, _mm256_set1_epi32(0x8000)),
-                                                _mm256_set1_epi32(largest_bits));
-      rounded = _mm256_blendv_epi8(rounded, saturated, _mm256_and_si256(finite, became_inf));
-    }
-    const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    const __m256i bits = _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
-    // packus works within 128-bit lanes: gather lanes 0 and 2 of 64 bits.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0xd8);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+    __m256i v = u;
+    if constexpr (Policy == overflow::saturate)
+      v = _mm256_or_si256(_mm256_min_epi32(magnitude, _mm256_set1_epi32(0x7f7f7fff)), _mm256_xor_si256(u, magnitude));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(v, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i special = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f7fffff));
+    const __m256i quiet = _mm256_and_si256(_mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000)), _mm256_set1_epi32(0x40));
+    return _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), special);
+  }
+  // 16 at a time: packus works within 128-bit lanes, the permute restores order.
+  template <overflow Policy>
+  CHORUS_TARGET_AVX2 static void encode16(const float* in, std::uint16_t* out) {
+    const __m256i packed = _mm256_packus_epi32(encode8_bits<Policy>(in), encode8_bits<Policy>(in + 8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+  template <overflow Policy>
+  CHORUS_TARGET_AVX2 static void encode8(const float* in, std::uint16_t* out) {
+    const __m256i bits = encode8_bits<Policy>(in);
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
   }
   CHORUS_TARGET_AVX2 static __m256 decode8(const std::uint16_t* in) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));

@@ -36,15 +36,21 @@ struct fp16_format {
   }
 
 #if CHORUS_CODEC_X86
-  CHORUS_TARGET_AVX2 static void encode8(const float* in, std::uint16_t* out, overflow policy) {
+  template <overflow Policy>
+  CHORUS_TARGET_AVX2 static void encode8(const float* in, std::uint16_t* out) {
     __m256 x = _mm256_loadu_ps(in);
-    if (policy == overflow::saturate) {
+    if constexpr (Policy == overflow::saturate) {
       const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
       const __m256 finite = _mm256_cmp_ps(magnitude, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ);
       const __m256 clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-largest)), _mm256_set1_ps(largest));
       x = _mm256_blendv_ps(x, clamped, finite);
     }
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  template <overflow Policy>
+  CHORUS_TARGET_AVX2 static void encode16(const float* in, std::uint16_t* out) {
+    encode8<Policy>(in, out);
+    encode8<Policy>(in + 8, out + 8);
   }
   CHORUS_TARGET_AVX2 static __m256 decode8(const std::uint16_t* in) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));

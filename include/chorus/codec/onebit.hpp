@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -89,9 +88,7 @@ class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
     if (path_ == simd_path::avx2) i = split_avx2(x, n, signs, sums);
 #endif
     split_portable(x, i, n, signs, sums);
-    std::size_t positives = 0;
-    for (std::size_t k = 0; k < payload::payload_bytes(n); ++k) positives += static_cast<std::size_t>(std::popcount(signs[k]));
-    const float means[2] = {mean(sums.positive, positives), mean(sums.negative, n - positives)};
+    const float means[2] = {mean(sums.positive, sums.positives), mean(sums.negative, n - sums.positives)};
     std::memcpy(out, means, sizeof means);
   }
 
@@ -113,11 +110,15 @@ class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
 
   struct lanes {
     std::array<float, 8> positive, negative;
+    std::size_t positives;  // elements >= 0
   };
 
   static float mean(const std::array<float, 8>& lane, std::size_t count) {
     if (count == 0) return 0.0f;
     const float sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    // Which NaN an addition of two NaNs returns depends on operand order,
+    // which the compiler may swap: one canonical NaN keeps the paths equal.
+    if (std::isnan(sum)) return std::numeric_limits<float>::quiet_NaN();
     return sum / static_cast<float>(count);
   }
 
@@ -128,6 +129,7 @@ class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
       const bool non_negative = x[i] >= 0.0f;
       sums.positive[i % 8] += non_negative ? x[i] : 0.0f;
       sums.negative[i % 8] += non_negative ? 0.0f : x[i];
+      sums.positives += non_negative ? 1u : 0u;
       signs[i / 8] = static_cast<std::uint8_t>(signs[i / 8] | (non_negative ? 1u << (i % 8) : 0u));
     }
   }
@@ -136,16 +138,19 @@ class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
   CHORUS_TARGET_AVX2 static std::size_t split_avx2(const float* x, std::size_t n, std::uint8_t* signs, lanes& sums) {
     __m256 positive = _mm256_setzero_ps(), negative = _mm256_setzero_ps();
     const __m256 zero = _mm256_setzero_ps();
-    std::size_t i = 0;
+    std::size_t i = 0, positives = 0;
     for (; i + 8 <= n; i += 8) {
       const __m256 v = _mm256_loadu_ps(x + i);
       const __m256 non_negative = _mm256_cmp_ps(v, zero, _CMP_GE_OQ);
       positive = _mm256_add_ps(positive, _mm256_and_ps(v, non_negative));
       negative = _mm256_add_ps(negative, _mm256_andnot_ps(non_negative, v));
-      signs[i / 8] = static_cast<std::uint8_t>(_mm256_movemask_ps(non_negative));
+      const auto mask = static_cast<unsigned>(_mm256_movemask_ps(non_negative));
+      signs[i / 8] = static_cast<std::uint8_t>(mask);
+      positives += static_cast<std::size_t>(_mm_popcnt_u32(mask));
     }
     _mm256_storeu_ps(sums.positive.data(), positive);
     _mm256_storeu_ps(sums.negative.data(), negative);
+    sums.positives = positives;
     return i;
   }
 

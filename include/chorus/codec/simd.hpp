@@ -16,9 +16,10 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CHORUS_CODEC_X86 1
 #include <immintrin.h>
-// The vector kernels are compiled for AVX2 + F16C whatever the caller's
-// -march; they only run after the CPU check below.
-#define CHORUS_TARGET_AVX2 __attribute__((target("avx2,f16c")))
+// The vector kernels are compiled for AVX2 + F16C (and POPCNT, which every
+// AVX2 CPU has) whatever the caller's -march; they only run after the CPU
+// check below.
+#define CHORUS_TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
 #else
 #define CHORUS_CODEC_X86 0
 #endif
@@ -48,7 +49,7 @@ inline bool cpu_has_avx2() {
 #if CHORUS_CODEC_X86
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("popcnt");
   }();
   return has;
 #else

@@ -23,8 +23,8 @@ enum class overflow { saturate, infinity };
 namespace detail {
 
 // Format: static scalar encode(float, overflow) -> uint16, decode(uint16) -> float,
-// and under CHORUS_CODEC_X86 encode8(const float*, uint16*, overflow) and
-// decode8(const uint16*) -> __m256.
+// and under CHORUS_CODEC_X86 encode16<overflow>(const float*, uint16*),
+// encode8<overflow>(const float*, uint16*) and decode8(const uint16*) -> __m256.
 template <class Format>
 class two_byte_float {
  public:
@@ -41,7 +41,9 @@ class two_byte_float {
     auto* bits = reinterpret_cast<std::uint16_t*>(out.data());
     std::size_t i = 0;
 #if CHORUS_CODEC_X86
-    if (path_ == simd_path::avx2) i = encode_avx2(in.data(), bits, in.size(), policy_);
+    if (path_ == simd_path::avx2)
+      i = policy_ == overflow::saturate ? encode_avx2<overflow::saturate>(in.data(), bits, in.size())
+                                        : encode_avx2<overflow::infinity>(in.data(), bits, in.size());
 #endif
     for (; i < in.size(); ++i) bits[i] = Format::encode(in[i], policy_);
   }
@@ -79,9 +81,11 @@ class two_byte_float {
   }
 
 #if CHORUS_CODEC_X86
-  CHORUS_TARGET_AVX2 static std::size_t encode_avx2(const float* in, std::uint16_t* out, std::size_t n, overflow policy) {
+  template <overflow Policy>
+  CHORUS_TARGET_AVX2 static std::size_t encode_avx2(const float* in, std::uint16_t* out, std::size_t n) {
     std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) Format::encode8(in + i, out + i, policy);
+    for (; i + 16 <= n; i += 16) Format::template encode16<Policy>(in + i, out + i);
+    for (; i + 8 <= n; i += 8) Format::template encode8<Policy>(in + i, out + i);
     return i;
   }
 

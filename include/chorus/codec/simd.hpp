@@ -2,7 +2,10 @@
 // it, detected at run time, or the portable C++ loops. Both give the same
 // bits: the portable loops follow the vector code's operation order (for
 // example the 8-lane partial sums of onebit), use the same rounding (round to
-// nearest even) and never fuse a multiply with an add.
+// nearest even) and never fuse a multiply with an add. One exception:
+// decode_add into an accumulator that holds NaN gives NaN on both paths, but
+// not always the same NaN (an addition of two NaNs returns one of them, by
+// an operand order the compiler picks for the portable loop).
 //
 //   CHORUS_CODEC_SIMD=portable   forces the portable loops (auto: detect)
 #pragma once

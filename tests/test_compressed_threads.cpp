@@ -62,22 +62,35 @@ outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, chorus::comp
   return o;
 }
 
-constexpr chorus::compression_scheme both_schemes[] = {chorus::compression_scheme::encode_once,
-                                                       chorus::compression_scheme::ring};
+struct scheme_case {
+  std::string_view name;
+  chorus::compression_options options;
+};
+
+chorus::compression_options forced(chorus::compression_scheme scheme, std::size_t chunk_bytes = 4u << 20) {
+  chorus::compression_options options;
+  options.scheme = scheme;
+  options.chunk_bytes = chunk_bytes;
+  return options;
+}
+
+// Both schemes, and encode-once cut into chunks of 256 encoded bytes so that
+// its pipelined path runs on small tensors (1000 int8 elements: 3 chunks).
+const scheme_case every_scheme[] = {{"once", forced(chorus::compression_scheme::encode_once)},
+                                    {"once in chunks", forced(chorus::compression_scheme::encode_once, 256)},
+                                    {"ring", forced(chorus::compression_scheme::ring)}};
 
 // Every scheme, on 1..9 ranks, with counts that are empty, tiny, odd, and
 // (70001) more than one ring segment.
 template <class MakeCodec>
 void every_rank_count(MakeCodec make) {
-  for (const chorus::compression_scheme scheme : both_schemes)
+  for (const scheme_case& scheme : every_scheme)
     for (int ranks = 1; ranks <= 9; ++ranks)
       for (std::size_t count : {0u, 1u, 7u, 1000u, 70001u}) {
-        CAPTURE(chorus::compressed::scheme_name(scheme));
+        CAPTURE(scheme.name);
         CAPTURE(ranks);
         CAPTURE(count);
-        chorus::compression_options options;
-        options.scheme = scheme;
-        const outcome o = run_allreduce(ranks, count, make, options);
+        const outcome o = run_allreduce(ranks, count, make, scheme.options);
         CHECK(o.outside == 0);
         CHECK(o.differing == 0);
       }
@@ -122,14 +135,37 @@ TEST_CASE("compressed allreduce with error feedback: identical on all ranks, res
   }
 }
 
+TEST_CASE("encode-once with error feedback keeps exactly what encoding its contribution lost, chunked or not") {
+  // Parts and chunks follow the codec's blocks, so the residual of slot 0 is
+  // x - decode(encode(x)) of the whole contribution, element for element.
+  for (const scheme_case& scheme : every_scheme) {
+    if (scheme.options.scheme != chorus::compression_scheme::encode_once) continue;
+    CAPTURE(scheme.name);
+    const std::size_t count = 3000;
+    std::vector<std::size_t> misplaced(5);
+    chorus::run_threads(5, [&](communicator& comm) {
+      codec::error_feedback feedback{codec::int8{}};
+      std::vector<float> data = contribution(comm.rank(), count);
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback, scheme.options);
+      const std::vector<float> x = contribution(comm.rank(), count);
+      std::vector<std::byte> bytes(codec::int8{}.encoded_bytes(count));
+      std::vector<float> decoded(count);
+      codec::int8{}.encode(x, bytes);
+      codec::int8{}.decode(bytes, decoded);
+      for (std::size_t i = 0; i < count; ++i)
+        misplaced[static_cast<std::size_t>(comm.rank())] += feedback.residual(0)[i] != x[i] - decoded[i];
+    }, quick());
+    for (std::size_t m : misplaced) CHECK(m == 0);
+  }
+}
+
 TEST_CASE("error feedback over steps: the time-averaged compressed sum converges to the exact sum") {
-  for (const chorus::compression_scheme scheme : both_schemes) {
-  CAPTURE(chorus::compressed::scheme_name(scheme));
+  for (const scheme_case& scheme : every_scheme) {
+  CAPTURE(scheme.name);
   const int ranks = 4, steps = 40;
   const std::size_t count = 3000;
   std::vector<double> delivered(count, 0.0), exact(count, 0.0);
-  chorus::compression_options options;
-  options.scheme = scheme;
+  const chorus::compression_options options = scheme.options;
   chorus::run_threads(ranks, [&](communicator& comm) {
     codec::error_feedback feedback{codec::int8{}};
     for (int step = 0; step < steps; ++step) {
@@ -202,12 +238,10 @@ std::size_t outside_average_bound(const Codec& c, chorus::compression_options op
 }
 
 TEST_CASE("compressed allreduce, avg: the bound of the sum divided by n") {
-  for (const chorus::compression_scheme scheme : both_schemes) {
-    CAPTURE(chorus::compressed::scheme_name(scheme));
-    chorus::compression_options options;
-    options.scheme = scheme;
-    CHECK(outside_average_bound(codec::int8{}, options) == 0);
-    CHECK(outside_average_bound(codec::fp16{}, options) == 0);
+  for (const scheme_case& scheme : every_scheme) {
+    CAPTURE(scheme.name);
+    CHECK(outside_average_bound(codec::int8{}, scheme.options) == 0);
+    CHECK(outside_average_bound(codec::fp16{}, scheme.options) == 0);
   }
 }
 
@@ -228,6 +262,19 @@ TEST_CASE("the automatic scheme: the ring for fp16 and bf16 from 1 MiB encoded, 
   const outcome o = run_allreduce(3, ring_floats + 12345, [] { return codec::fp16{}; });
   CHECK(o.outside == 0);
   CHECK(o.differing == 0);
+}
+
+TEST_CASE("encode-once chunks: encoded size / chunk_bytes, within 1..4 and the tensor's codec blocks") {
+  using chorus::compressed::once_chunks;
+  const std::size_t mib = 1u << 20;
+  CHECK(once_chunks(codec::int8{}, 16 * mib, 4, 4 * mib) == 4);   // 16.25 MiB encoded
+  CHECK(once_chunks(codec::int8{}, 8 * mib, 4, 4 * mib) == 2);    // 8.1 MiB
+  CHECK(once_chunks(codec::int8{}, 4 * mib, 4, 4 * mib) == 1);    // 4.06 MiB: one chunk
+  CHECK(once_chunks(codec::int8{}, 64 * mib, 4, 4 * mib) == 4);   // never more than 4
+  CHECK(once_chunks(codec::int8{}, 64 * mib, 1, 4 * mib) == 1);   // one rank: nothing to overlap
+  CHECK(once_chunks(codec::int8{}, 64 * mib, 4, 0) == 1);         // 0 turns chunking off
+  CHECK(once_chunks(codec::int8{}, 300, 4, 1) == 2);              // two int8 blocks: two chunks
+  CHECK(once_chunks(codec::int8{}, 0, 4, 1) == 1);
 }
 
 TEST_CASE("the ring's stated bound is the looser one, and both hold their own results") {

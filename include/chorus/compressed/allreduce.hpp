@@ -60,7 +60,7 @@ void allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, com
   const float scale = compressed::prescale_for<plain>(n, options);
   constexpr bool average = std::is_same_v<Op, op::avg>;
   if (scheme == compression_scheme::ring && n > 1) compressed::allreduce_ring(comm, data, coder, average, scale);
-  else compressed::allreduce_encode_once(comm, data, coder, average, scale);
+  else compressed::allreduce_encode_once(comm, data, coder, average, scale, options.chunk_bytes);
 }
 
 }  // namespace chorus

@@ -15,6 +15,12 @@
 // size. The reduce-scatter has all n-1 parts in flight at once (each sent as
 // soon as it is encoded); the allgather is the pipelined ring of
 // ring_allgather.hpp, decoding each piece as it lands.
+//
+// Large tensors go through in chunks (once_chunks), each an independent
+// encode-once allreduce with the same error bound. Two chunks' reduce-
+// scatters are on the wire at a time; when chunk c's has arrived, chunk
+// c+2's starts, so the links stay busy while chunk c is summed, encoded and
+// gathered and while the slowest of an alltoall's flows finish.
 #pragma once
 
 #include <chorus/codec/error_feedback.hpp>
@@ -32,71 +38,196 @@
 namespace chorus::compressed {
 
 // Allgather segments: whole parts up to 4M elements. Over UCX's TCP
-// transport, cutting an int8 part of 4 MiB into 1 MiB segments made the
-// 64 MiB allreduce 15% slower on the shaped network (bench/ratelimited).
+// transport with rendezvous, cutting an int8 part of 4 MiB into 1 MiB
+// segments made the 64 MiB allreduce 15% slower on the shaped network
+// (bench/ratelimited); sent eager, smaller segments were within the noise.
 inline constexpr std::size_t once_segment_elements = 1u << 22;
+
+// Pipelining: at most once_max_chunks chunks, and the reduce-scatters of
+// once_in_flight of them on the wire at a time. On the shaped network
+// (bench/ratelimited, int8, 64 MiB, 4 ranks) one chunk took 259-265 ms, four
+// with one in flight 238-246 ms, four with two 227-233 ms; eight gained
+// nothing over four.
+inline constexpr std::size_t once_max_chunks = 4;
+inline constexpr std::size_t once_in_flight = 2;
+
+// How many chunks: encoded size / chunk_bytes, within 1..once_max_chunks and
+// no more than the tensor has codec granules.
+template <class Codec>
+std::size_t once_chunks(const Codec& c, std::size_t count, int ranks, std::size_t chunk_bytes) {
+  if (ranks < 2 || chunk_bytes == 0) return 1;
+  const std::size_t granules = (count + c.granule() - 1) / c.granule();
+  return std::clamp<std::size_t>(c.encoded_bytes(count) / chunk_bytes, 1, std::clamp<std::size_t>(granules, 1, once_max_chunks));
+}
+
+namespace detail {
+
+// One chunk of an encode-once allreduce: [chunk.offset, +chunk.count) of the
+// tensor, with its own exchange (wire sequence) and its slices of the
+// call's buffers. Phases, in order: post_receives, send_contribution,
+// reduce_my_part, start_allgather, allgather, finish.
+template <class Communicator, class Coder>
+class once_chunk {
+ public:
+  using access = codec::codec_of<std::remove_cvref_t<Coder>>;
+  using codec_type = typename access::type;
+  using request = typename Communicator::request;
+
+  struct call {  // what every chunk of one call shares
+    Coder& coder;
+    std::span<float> data;
+    bool average;
+    float scale;
+    std::size_t segment_elements;
+    std::span<std::byte> mine, gathered;  // the whole tensor's encodings
+    std::span<float> scaled;              // the whole tensor, prescaled (empty when scale is 1)
+  };
+
+  once_chunk(Communicator& comm, const call& shared, range chunk)
+      : ex_(comm, "compressed allreduce"),
+        shared_(shared),
+        c_(access::get(shared.coder)),
+        chunk_(chunk),
+        geometry_(c_, chunk.count, comm.size(), shared.segment_elements),
+        arriving_(static_cast<std::size_t>(comm.size())) {}
+
+  std::size_t received_bytes() const { return geometry_.blocks().bytes(ex_.rank()) * static_cast<std::size_t>(ex_.size()); }
+  std::size_t my_part_size() const { return geometry_.blocks().size(ex_.rank()); }
+
+  void post_receives(std::span<std::byte> received) {
+    received_ = received;
+    const int n = ex_.size(), me = ex_.rank();
+    for (int k = 1; k < n; ++k) {
+      const int source = (me - k + n) % n;
+      arriving_[static_cast<std::size_t>(source)] = ex_.irecv(from(source), source, 0);
+    }
+  }
+
+  // My contribution encoded once, part p sent to rank p as soon as it is
+  // encoded (my own part last).
+  void send_contribution() {
+    const int n = ex_.size(), me = ex_.rank();
+    for (int k = 1; k < n; ++k) {
+      const int peer = (me + k) % n;
+      encode_part(peer);
+      sends_.push_back(ex_.isend(std::span<const std::byte>(encoded(mine(), geometry_.whole(peer))), peer, 0));
+    }
+    encode_part(me);
+  }
+
+  // The n contributions to my part summed in rank order (each as soon as it
+  // is in), then encoded once. sum_offset/sum_total place this chunk's part
+  // among all of this rank's parts, for error feedback's second slot.
+  void reduce_my_part(std::span<float> sum, std::size_t sum_offset, std::size_t sum_total) {
+    const int n = ex_.size(), me = ex_.rank();
+    const std::size_t part_bytes = geometry_.blocks().bytes(me);
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int r = 0; r < n; ++r) {
+      if (r != me) ex_.finish_receive(arriving_[static_cast<std::size_t>(r)], part_bytes);
+      c_.decode_add(r == me ? encoded(mine(), geometry_.whole(me)) : from(r), sum);
+    }
+    if (shared_.average)
+      for (float& value : sum) value /= static_cast<float>(n);
+    access::encode(shared_.coder, sum, encoded(gathered(), geometry_.whole(me)), 1, sum_offset, sum_total);
+  }
+
+  // Around the ring; everyone decodes the same bytes. start_allgather sends
+  // my summed part on its first hop, so that the next chunk's contribution
+  // is encoded while it travels.
+  void start_allgather() {
+    const int me = ex_.rank(), right = (me + 1) % ex_.size();
+    if (ex_.size() == 1) return;
+    for (std::size_t k = 0; k < geometry_.pieces(me); ++k) {
+      const std::span<const std::byte> piece = encoded(gathered(), geometry_.piece(me, k));
+      sends_.push_back(ex_.isend(piece, right, geometry_.step(1, k)));
+    }
+  }
+  void allgather() {
+    ring_allgather(ex_, geometry_, gathered(), {0, 1, false}, sends_, [&](range r) { take_result(r); });
+    take_result(geometry_.whole(ex_.rank()));
+  }
+
+  void finish() { ex_.wait_all(sends_); }
+
+ private:
+  std::span<float> data() const { return shared_.data.subspan(chunk_.offset, chunk_.count); }
+  std::span<std::byte> in_chunk(std::span<std::byte> whole) const {
+    return whole.subspan(c_.encoded_bytes(chunk_.offset), c_.encoded_bytes(chunk_.count));
+  }
+  std::span<std::byte> mine() const { return in_chunk(shared_.mine); }
+  std::span<std::byte> gathered() const { return in_chunk(shared_.gathered); }
+  std::span<std::byte> encoded(std::span<std::byte> chunk_bytes, range r) const { return geometry_.encoded(chunk_bytes, r); }
+  std::span<std::byte> from(int rank) const {
+    const std::size_t bytes = geometry_.blocks().bytes(ex_.rank());
+    return received_.subspan(static_cast<std::size_t>(rank) * bytes, bytes);
+  }
+
+  void encode_part(int p) {
+    const range whole = geometry_.whole(p);
+    std::span<const float> values = data().subspan(whole.offset, whole.count);
+    if (shared_.scale != 1.0f) {
+      const std::span<float> scaled = shared_.scaled.subspan(chunk_.offset + whole.offset, whole.count);
+      scale_into(values, scaled, shared_.scale);
+      values = scaled;
+    }
+    access::encode(shared_.coder, values, encoded(mine(), whole), 0, chunk_.offset + whole.offset, shared_.data.size());
+  }
+
+  void take_result(range r) {
+    c_.decode(encoded(gathered(), r), data().subspan(r.offset, r.count));
+    unscale(data().subspan(r.offset, r.count), shared_.scale);
+  }
+
+  collective::exchange<Communicator> ex_;
+  const call& shared_;
+  const codec_type& c_;
+  range chunk_;
+  segmented_partition<codec_type> geometry_;
+  std::span<std::byte> received_;
+  std::vector<request> arriving_, sends_;
+};
+
+}  // namespace detail
 
 template <class Communicator, class Coder>
 void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& coder, bool average, float scale,
-                           std::size_t segment_elements = once_segment_elements) {
-  using access = codec::codec_of<std::remove_cvref_t<Coder>>;
-  using request = typename Communicator::request;
-  const auto& c = access::get(coder);
-  const int n = comm.size(), me = comm.rank();
-  const segmented_partition geometry(c, data.size(), n, segment_elements);
-  const auto& parts = geometry.blocks();
+                           std::size_t chunk_bytes, std::size_t segment_elements = once_segment_elements) {
+  using chunk_type = detail::once_chunk<Communicator, std::remove_reference_t<Coder>>;
+  const auto& c = codec::codec_of<std::remove_cvref_t<Coder>>::get(coder);
   workspace& space = workspace::local();
-  collective::exchange ex(comm, "compressed allreduce");
+  const std::size_t bytes = c.encoded_bytes(data.size());
+  const typename chunk_type::call shared{coder, data, average, scale, segment_elements, sized(space.mine, bytes),
+                                         sized(space.gathered, bytes),
+                                         sized(space.contribution, scale != 1.0f ? data.size() : 0)};
 
-  const std::span<std::byte> mine = sized(space.mine, parts.total_bytes());
-  const std::span<std::byte> received = sized(space.received, parts.bytes(me) * static_cast<std::size_t>(n));
-  const auto from = [&](int r) { return received.subspan(static_cast<std::size_t>(r) * parts.bytes(me), parts.bytes(me)); };
-  std::vector<request> arriving(static_cast<std::size_t>(n)), sends;
-  for (int k = 1; k < n; ++k) {
-    const int source = (me - k + n) % n;
-    arriving[static_cast<std::size_t>(source)] = ex.irecv(from(source), source, 0);
+  // Every rank builds the chunks in the same order, so their wire sequences agree.
+  const std::size_t count = once_chunks(c, data.size(), comm.size(), chunk_bytes);
+  const encoded_partition<std::remove_cvref_t<decltype(c)>> cuts(c, data.size(), static_cast<int>(count));
+  std::vector<chunk_type> chunks;
+  chunks.reserve(count);
+  std::size_t received_bytes = 0, sum_total = 0;
+  for (std::size_t k = 0; k < count; ++k) {
+    const int index = static_cast<int>(k);
+    chunks.emplace_back(comm, shared, range{cuts.offset(index), cuts.size(index)});
+    received_bytes += chunks.back().received_bytes();
+    sum_total += chunks.back().my_part_size();
+  }
+  const std::span<std::byte> received = sized(space.received, received_bytes);
+  for (std::size_t offset = 0; auto& chunk : chunks) {
+    chunk.post_receives(received.subspan(offset, chunk.received_bytes()));
+    offset += chunk.received_bytes();
   }
 
-  // Reduce-scatter: my contribution encoded once, part p sent to rank p as
-  // soon as it is encoded (my own part last).
-  const std::span<float> scaled = sized(space.contribution, scale != 1.0f ? data.size() : 0);
-  const auto encode_part = [&](int p) {
-    const range whole = geometry.whole(p);
-    std::span<const float> values = data.subspan(whole.offset, whole.count);
-    if (scale != 1.0f) {
-      scale_into(values, scaled.subspan(whole.offset, whole.count), scale);
-      values = scaled.subspan(whole.offset, whole.count);
-    }
-    access::encode(coder, values, geometry.encoded(mine, whole), 0, whole.offset, data.size());
-  };
-  for (int k = 1; k < n; ++k) {
-    const int peer = (me + k) % n;
-    encode_part(peer);
-    sends.push_back(ex.isend(std::span<const std::byte>(geometry.encoded(mine, geometry.whole(peer))), peer, 0));
+  for (std::size_t k = 0; k < std::min(once_in_flight, count); ++k) chunks[k].send_contribution();
+  for (std::size_t k = 0, sum_offset = 0; k < count; ++k) {
+    const std::span<float> sum = sized(space.sum, chunks[k].my_part_size());
+    chunks[k].reduce_my_part(sum, sum_offset, sum_total);
+    sum_offset += sum.size();
+    chunks[k].start_allgather();
+    if (k + once_in_flight < count) chunks[k + once_in_flight].send_contribution();
+    chunks[k].allgather();
   }
-  encode_part(me);
-
-  // My part: the n contributions summed in rank order (each as soon as it is
-  // in), then encoded once.
-  const std::span<float> sum = sized(space.sum, parts.size(me));
-  std::fill(sum.begin(), sum.end(), 0.0f);
-  for (int r = 0; r < n; ++r) {
-    if (r != me) ex.finish_receive(arriving[static_cast<std::size_t>(r)], parts.bytes(me));
-    c.decode_add(r == me ? geometry.encoded(mine, geometry.whole(me)) : from(r), sum);
-  }
-  if (average)
-    for (float& value : sum) value /= static_cast<float>(n);
-  const std::span<std::byte> gathered = sized(space.gathered, parts.total_bytes());
-  access::encode(coder, sum, geometry.encoded(gathered, geometry.whole(me)), 1);
-
-  // Allgather around the ring; everyone decodes the same bytes.
-  const auto take_result = [&](range r) {
-    c.decode(geometry.encoded(gathered, r), data.subspan(r.offset, r.count));
-    unscale(data.subspan(r.offset, r.count), scale);
-  };
-  ring_allgather(ex, geometry, gathered, {0, 1, true}, sends, take_result);
-  take_result(geometry.whole(me));
-  ex.wait_all(sends);
+  for (auto& chunk : chunks) chunk.finish();
 }
 
 }  // namespace chorus::compressed

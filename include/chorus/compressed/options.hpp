@@ -26,6 +26,10 @@ struct compression_options {
   // range (fp16), so a sum of n values near 6e4 stays finite; 1 otherwise.
   std::optional<float> prescale{};
   compression_scheme scheme = compression_scheme::automatic;
+  // Encode-once only: a tensor of at least 2 chunk_bytes encoded goes through
+  // in chunks of at least that many bytes (at most 4), pipelined; see
+  // allreduce_once.hpp. Like every argument, the same on every rank.
+  std::size_t chunk_bytes = 4u << 20;
 };
 
 namespace compressed {

@@ -72,6 +72,8 @@ class once_chunk {
   using access = codec::codec_of<std::remove_cvref_t<Coder>>;
   using codec_type = typename access::type;
   using request = typename Communicator::request;
+  // Rank r owns block r; its first hop follows the reduce-scatter's step 0.
+  static constexpr ring_allgather_plan allgather_plan{0, 1};
 
   struct call {  // what every chunk of one call shares
     Coder& coder;
@@ -134,16 +136,9 @@ class once_chunk {
   // Around the ring; everyone decodes the same bytes. start_allgather sends
   // my summed part on its first hop, so that the next chunk's contribution
   // is encoded while it travels.
-  void start_allgather() {
-    const int me = ex_.rank(), right = (me + 1) % ex_.size();
-    if (ex_.size() == 1) return;
-    for (std::size_t k = 0; k < geometry_.pieces(me); ++k) {
-      const std::span<const std::byte> piece = encoded(gathered(), geometry_.piece(me, k));
-      sends_.push_back(ex_.isend(piece, right, geometry_.step(1, k)));
-    }
-  }
+  void start_allgather() { ring_allgather_send_own(ex_, geometry_, gathered(), allgather_plan, sends_); }
   void allgather() {
-    ring_allgather(ex_, geometry_, gathered(), {0, 1, false}, sends_, [&](range r) { take_result(r); });
+    ring_allgather(ex_, geometry_, gathered(), allgather_plan, sends_, [&](range r) { take_result(r); });
     take_result(geometry_.whole(ex_.rank()));
   }
 
@@ -202,7 +197,7 @@ void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& co
 
   // Every rank builds the chunks in the same order, so their wire sequences agree.
   const std::size_t count = once_chunks(c, data.size(), comm.size(), chunk_bytes);
-  const encoded_partition<std::remove_cvref_t<decltype(c)>> cuts(c, data.size(), static_cast<int>(count));
+  const encoded_partition<typename chunk_type::codec_type> cuts(c, data.size(), static_cast<int>(count));
   std::vector<chunk_type> chunks;
   chunks.reserve(count);
   std::size_t received_bytes = 0, sum_total = 0;

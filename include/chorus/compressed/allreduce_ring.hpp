@@ -62,7 +62,7 @@ class compressed_ring {
     send_own_block();
     reduce_scatter();
     // Rank r ends the reduce-scatter owning block r+1, already sent on.
-    ring_allgather(ex_, geometry_, gathered_, {1, static_cast<std::size_t>(n_ - 1), false}, sends_,
+    ring_allgather(ex_, geometry_, gathered_, {1, static_cast<std::size_t>(n_ - 1)}, sends_,
                    [&](range r) { take_result(r); });
     ex_.wait_all(sends_);
   }

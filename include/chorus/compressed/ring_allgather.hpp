@@ -21,11 +21,27 @@ namespace chorus::compressed {
 struct ring_allgather_plan {
   int owner_shift = 0;        // rank r holds block r + owner_shift complete in `gathered`
   std::size_t first_hop = 0;  // wire steps start at geometry.step(first_hop, 0)
-  bool send_own = true;       // false: the caller already sent its own block at first_hop
 };
 
-// Calls arrived(range) for every other block's piece as it lands in `gathered`.
-// Appends its sends to `sends` without waiting for them.
+// Sends this rank's own block (complete in `gathered`) on the ring's first
+// hop; ring_allgather expects it sent. Apart, so that a caller can overlap
+// other work with that hop (the ring scheme sends its block as the
+// reduce-scatter's last hop instead).
+template <class X, class Codec>
+void ring_allgather_send_own(X& ex, const segmented_partition<Codec>& geometry, std::span<std::byte> gathered,
+                             ring_allgather_plan plan, std::vector<typename X::request>& sends) {
+  const int n = ex.size(), right = (ex.rank() + 1) % n;
+  if (n == 1) return;
+  const int own = geometry.block_of(ex.rank() + plan.owner_shift);
+  for (std::size_t k = 0; k < geometry.pieces(own); ++k) {
+    const std::span<const std::byte> piece = geometry.encoded(gathered, geometry.piece(own, k));
+    sends.push_back(ex.isend(piece, right, geometry.step(plan.first_hop, k)));
+  }
+}
+
+// Receives every other block, forwarding each piece right as it lands and
+// then calling arrived(range) for it. Appends its sends to `sends` without
+// waiting for them.
 template <class X, class Codec, class Arrived>
 void ring_allgather(X& ex, const segmented_partition<Codec>& geometry, std::span<std::byte> gathered,
                     ring_allgather_plan plan, std::vector<typename X::request>& sends, Arrived&& arrived) {
@@ -35,8 +51,6 @@ void ring_allgather(X& ex, const segmented_partition<Codec>& geometry, std::span
     sends.push_back(ex.isend(std::span<const std::byte>(geometry.encoded(gathered, r)), right, geometry.step(hop, k)));
   };
   const int own = geometry.block_of(rank + plan.owner_shift);
-  if (plan.send_own)
-    for (std::size_t k = 0; k < geometry.pieces(own); ++k) send_right(geometry.piece(own, k), plan.first_hop, k);
   std::vector<typename X::request> arriving;
   for (int h = 0; h + 1 < n; ++h) {
     const int block = geometry.block_of(own - 1 - h);

@@ -340,34 +340,31 @@ class ucx_transport {
     slot->failure.store(status, std::memory_order_release);
   }
 
+  // UCX defaults chorus changes, set in the environment once per process
+  // before any context reads it (UCT options cannot be set through
+  // ucp_config_modify); a user's value always wins.
+  //
   // Shared-memory transports can detect a dead peer (they check that its
   // process is alive) but UCX hides that unless asked; without it the PEER
   // error mode pushes intra-node traffic onto TCP, 30x slower. The keepalive
   // that runs the check defaults to 20 s, longer than users wait for an
-  // error; 1 s costs one tiny message per endpoint per second. UCT options
-  // cannot be set through ucp_config_modify, so this sets the environment
-  // once per process, before any context reads it; a user's value wins.
-  static void enable_peer_failure_detection() {
-    static const bool done = [] {
-      ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-      ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
-      ::setenv("UCX_KEEPALIVE_INTERVAL", "1s", 0);
-      return true;
-    }();
-    (void)done;
-  }
-
+  // error; 1 s costs one tiny message per endpoint per second.
+  //
   // When the user restricts UCX_TLS to tcp (and self), large messages go
   // eager in 64 KiB fragments. A rendezvous handshake queues behind bulk
   // data on a busy link: on a shaped 1 Gbit/s network that cost the
   // encode-once compressed allreduce 10-25% (docs/performance.md), and TCP
-  // copies through the kernel either way. A user's value wins.
-  static void prefer_eager_over_tcp() {
+  // copies through the kernel either way.
+  static void set_ucx_defaults() {
     static const bool done = [] {
+      ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+      ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+      ::setenv("UCX_KEEPALIVE_INTERVAL", "1s", 0);
       const char* tls = std::getenv("UCX_TLS");
-      if (tls == nullptr || !only_tcp(tls)) return false;
-      ::setenv("UCX_RNDV_THRESH", "inf", 0);
-      ::setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
+      if (tls != nullptr && only_tcp(tls)) {
+        ::setenv("UCX_RNDV_THRESH", "inf", 0);
+        ::setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
+      }
       return true;
     }();
     (void)done;
@@ -386,8 +383,7 @@ class ucx_transport {
   }
 
   void create_context() {
-    enable_peer_failure_detection();
-    prefer_eager_over_tcp();
+    set_ucx_defaults();
     ucp_config_t* ucx_config = nullptr;
     ucs_status_t status = ucp_config_read(nullptr, nullptr, &ucx_config);
     if (status != UCS_OK) fail_setup("ucp_config_read", status);

@@ -169,37 +169,54 @@ TEST_CASE("the one-peer exponential graph reaches the exact mean in log2(n) roun
   }
 }
 
-TEST_CASE("GoSGD: sum of weights 1 and sum a x unchanged after quiescence; consensus with learning rate 0") {
+TEST_CASE("GoSGD: every quiesce() is a consistent cut (sum a = 1, sum a x unchanged); consensus with learning rate 0") {
+  // Ranks stop at different times in every round and push again right after
+  // quiesce() returns, so a fast rank's next push races the slow ranks' drain:
+  // merging it before their cut would count its weight twice.
   const int n = 5;
-  per_rank<double> weights(n);
-  per_rank<std::vector<double>> weighted(n);
+  const int rounds = 6;
+  per_rank<std::vector<double>> weights(n);                // per round
+  per_rank<std::vector<std::vector<double>>> weighted(n);  // per round: a x
   per_rank<double> distance(n);
   per_rank<std::uint64_t> merges(n);
   chorus::run_threads(n, [&](communicator& comm) {
     model mine(comm.rank());
     avg::gosgd scheme(comm, mine.view(), {.push_probability = 0.7, .seed = 11});
-    for (int step = 0; step < 20 + 3 * comm.rank(); ++step) {  // ranks stop at different times
-      scheme.step([&] { std::this_thread::sleep_for(std::chrono::microseconds(100 * (comm.rank() + 1))); }, no_op);
+    std::vector<double> my_weights;
+    std::vector<std::vector<double>> my_weighted;
+    for (int round = 0; round < rounds; ++round) {
+      const int steps = 4 + 3 * ((comm.rank() + round) % n);
+      for (int step = 0; step < steps; ++step)  // the first step of a round pushes without delay
+        scheme.step([&] { if (step > 0) std::this_thread::sleep_for(std::chrono::microseconds(100 * (comm.rank() + 1))); }, no_op);
+      scheme.quiesce();
+      my_weights.push_back(scheme.weight());
+      std::vector<double> ax;
+      for (float value : mine.flat()) ax.push_back(scheme.weight() * value);
+      my_weighted.push_back(std::move(ax));
     }
-    scheme.quiesce();
-    weights.set(comm.rank(), scheme.weight());
-    std::vector<double> ax;
-    for (float value : mine.flat()) ax.push_back(scheme.weight() * value);
-    weighted.set(comm.rank(), ax);
+    weights.set(comm.rank(), my_weights);
+    weighted.set(comm.rank(), my_weighted);
     for (int step = 0; step < 150; ++step) scheme.step(no_op, no_op);
     scheme.quiesce();
     distance.set(comm.rank(), avg::consensus_distance(comm, mine.view()));
     merges.set(comm.rank(), scheme.stats().merges);
     scheme.finish();
   }, quick());
-  CHECK(std::accumulate(weights.values.begin(), weights.values.end(), 0.0) == doctest::Approx(1.0).epsilon(1e-12));
-  std::vector<double> sum(model_size(), 0.0);
-  for (const auto& ax : weighted.values)
-    for (std::size_t k = 0; k < ax.size(); ++k) sum[k] += ax[k];
   const std::vector<double> mean = initial_mean(n);
-  double gap = 0;
-  for (std::size_t k = 0; k < mean.size(); ++k) gap = std::max(gap, std::fabs(sum[k] - mean[k]));
-  CHECK(gap < 1e-5);
+  for (std::size_t round = 0; round < rounds; ++round) {
+    CAPTURE(round);
+    double weight_sum = 0;
+    std::vector<double> sum(model_size(), 0.0);
+    for (int r = 0; r < n; ++r) {
+      weight_sum += weights.values[static_cast<std::size_t>(r)][round];
+      const std::vector<double>& ax = weighted.values[static_cast<std::size_t>(r)][round];
+      for (std::size_t k = 0; k < ax.size(); ++k) sum[k] += ax[k];
+    }
+    CHECK(weight_sum == doctest::Approx(1.0).epsilon(1e-12));
+    double gap = 0;
+    for (std::size_t k = 0; k < mean.size(); ++k) gap = std::max(gap, std::fabs(sum[k] - mean[k]));
+    CHECK(gap < 1e-5);
+  }
   for (double d : distance.values) CHECK(d < 1e-6);
   CHECK(std::accumulate(merges.values.begin(), merges.values.end(), std::uint64_t{0}) > 100);
 }

@@ -7,11 +7,16 @@
 // messages in flight have landed (weights are doubles). No global barrier:
 // the communicator's progress thread receives while the trainer computes.
 //
-// finish() is collective: each rank tells every peer how many pushes it sent
-// it, merges until it has merged that many from each, and then (quiescent)
-// the group takes the consensus x = sum a x / sum a, the model to keep.
-// quiesce() is that drain alone. A rank that finished early keeps merging
-// until the last peer finishes; a dead peer is a peer-failure or timeout error.
+// quiesce() is collective and takes a consistent cut: each rank sends every
+// peer a cut message behind its pushes, on the pushes' tag, so the peer
+// matches it right after them (UCP tag matching keeps a sender's order). A
+// rank merges each peer's stream up to that peer's cut and holds what comes
+// after it until its own quiesce() returns: a peer that left first may push
+// again at once, and merging that push before our cut would count its weight
+// on both sides. So sum a = 1 over the ranks' states when quiesce() returns.
+// finish() is quiesce() and then the consensus x = sum a x / sum a over the
+// group, the model to keep. A rank that finished early keeps merging until
+// the last peer finishes; a dead peer is a peer-failure or timeout error.
 //
 // Cost: p (alpha + S beta) per step on average, one message to one peer,
 // whatever n is; chosen for many ranks and heterogeneous speeds.
@@ -70,18 +75,23 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     if (comm_.size() > 1 && std::bernoulli_distribution(options_.push_probability)(random_)) push(random_peer());
   }
 
-  // Collective: returns once every push sent by any rank has been merged.
+  // Collective: returns once this rank has merged every push that a peer
+  // sent before its own quiesce(), and none sent after.
   void quiesce() {
-    announce_counts();
+    send_cuts();
     const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
-    while (!drained()) {
+    while (!every_cut_in()) {
       if (!merge_arrivals() && !comm_.transport().progress()) std::this_thread::yield();
       if (std::chrono::steady_clock::now() > deadline)
-        throw error(errc::timeout, "gosgd: pushes still missing at the timeout",
+        throw error(errc::timeout, "gosgd: a peer's pushes or cut still missing at the timeout",
                     {comm_.world_rank(comm_.rank()), -1, "gosgd quiesce"});
     }
+    for (int peer = 0; peer < comm_.size(); ++peer)
+      if (peer != comm_.rank()) comm_.wait(at(peer).cut_send, "gosgd cut");
     for (outgoing& sent : in_flight_) comm_.wait(sent.handle, "gosgd push");
     in_flight_.clear();
+    for (int peer = 0; peer < comm_.size(); ++peer)
+      if (peer != comm_.rank()) resume(peer);
   }
 
   // Collective: drain, then every rank takes the consensus sum a x / sum a.
@@ -103,17 +113,24 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
  private:
   static constexpr int gossip_tag = 1;
-  static constexpr int count_tag = 2;
+
+  // Every message opens with this. The sequence numbers make the ordering
+  // the protocol relies on a checked invariant rather than an assumption.
+  enum class kind : std::uint64_t { push = 1, cut = 2 };
+  struct header {
+    kind what;
+    std::uint64_t sequence;  // push: its number among pushes to this peer, from 1; cut: pushes before it
+    double weight;           // push: the half weight it carries
+  };
 
   struct peer_state {
     std::vector<std::byte> incoming;
     request receive;
-    std::uint64_t pushed_to = 0;      // pushes this rank sent the peer, ever
-    std::uint64_t merged_from = 0;    // pushes merged from the peer, ever
-    std::uint64_t announced = 0;      // what the peer said it sent us
-    request count_receive;
-    std::uint64_t count_out = 0;
-    request count_send;
+    std::uint64_t pushed_to = 0;    // pushes this rank sent the peer, ever
+    std::uint64_t merged_from = 0;  // pushes merged from the peer, ever
+    bool cut_in = false;            // its cut arrived: hold the rest until our quiesce() returns
+    header cut_out{};
+    request cut_send;
   };
   struct outgoing {
     std::vector<std::byte> bytes;
@@ -124,7 +141,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   void post(int peer) {
     peer_state& state = at(peer);
-    state.incoming.resize(sizeof(double) + payload_bytes_);
+    state.incoming.resize(sizeof(header) + payload_bytes_);
     state.receive = comm_.irecv(std::span(state.incoming), peer, gossip_tag);
   }
 
@@ -136,11 +153,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void push(int peer) {
     outgoing& message = free_buffer();  // may merge arrivals: before the halving
     weight_ /= 2;
-    message.bytes.resize(sizeof(double) + payload_bytes_);
-    std::memcpy(message.bytes.data(), &weight_, sizeof(double));
-    encode(std::span(message.bytes).subspan(sizeof(double)));
+    const header head{kind::push, ++at(peer).pushed_to, weight_};
+    message.bytes.resize(sizeof(header) + payload_bytes_);
+    std::memcpy(message.bytes.data(), &head, sizeof(header));
+    encode(std::span(message.bytes).subspan(sizeof(header)));
     this->metered([&] { message.handle = comm_.isend(std::span<const std::byte>(message.bytes), peer, gossip_tag); });
-    ++at(peer).pushed_to;
     ++this->stats_.exchanges;
   }
 
@@ -168,28 +185,47 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     options_.codec.encode(flat_, out);
   }
 
-  // Merges every model that has arrived; true if there was one.
+  // Takes in every message that has arrived from a peer before its cut;
+  // true if there was one.
   bool merge_arrivals() {
-    bool merged = false;
+    bool took = false;
     for (int peer = 0; peer < comm_.size(); ++peer) {
       if (peer == comm_.rank()) continue;
       peer_state& state = at(peer);
-      while (comm_.test(state.receive)) {
-        comm_.expect_bytes(state.receive, state.incoming.size(), "gosgd merge");
-        merge(state.incoming);
-        ++state.merged_from;
-        merged = true;
-        post(peer);
+      while (!state.cut_in && comm_.test(state.receive)) {
+        take(peer, state);
+        took = true;
       }
     }
-    return merged;
+    return took;
   }
 
-  void merge(std::span<const std::byte> message) {
-    double theirs = 0;
-    std::memcpy(&theirs, message.data(), sizeof(double));
+  void take(int peer, peer_state& state) {
+    header head{};
+    if (state.receive.received_bytes() >= sizeof(header)) std::memcpy(&head, state.incoming.data(), sizeof(header));
+    if (head.what == kind::cut) {
+      comm_.expect_bytes(state.receive, sizeof(header), "gosgd cut");
+      expect_sequence(peer, head.sequence, state.merged_from);
+      state.cut_in = true;  // no receive posted until resume(): the rest is past the cut
+      return;
+    }
+    comm_.expect_bytes(state.receive, state.incoming.size(), "gosgd merge");
+    expect_sequence(peer, head.sequence, state.merged_from + 1);
+    merge(head.weight, std::span<const std::byte>(state.incoming).subspan(sizeof(header)));
+    ++state.merged_from;
+    post(peer);
+  }
+
+  void expect_sequence(int peer, std::uint64_t got, std::uint64_t expected) const {
+    if (got != expected)
+      throw error(errc::mismatch,
+                  "gosgd: message " + std::to_string(got) + " arrived where " + std::to_string(expected) +
+                      " was due (messages out of order, or a peer running another scheme on this communicator)",
+                  {comm_.world_rank(comm_.rank()), comm_.world_rank(peer), "gosgd merge"});
+  }
+
+  void merge(double theirs, std::span<const std::byte> payload) {
     flat_.resize(model_.size());
-    const std::span<const std::byte> payload = message.subspan(sizeof(double));
     options_.codec.decode(payload, flat_);
     const auto share = static_cast<float>(theirs / (weight_ + theirs));
     model_.for_each_part(std::span<const float>(flat_), [&](std::span<float> mine, std::span<const float> other) {
@@ -199,24 +235,24 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     ++this->stats_.merges;
   }
 
-  void announce_counts() {
+  void send_cuts() {
     for (int peer = 0; peer < comm_.size(); ++peer) {
       if (peer == comm_.rank()) continue;
       peer_state& state = at(peer);
-      state.count_out = state.pushed_to;
-      state.count_receive = comm_.irecv(std::span(&state.announced, 1), peer, count_tag);
-      state.count_send = comm_.isend(std::span<const std::uint64_t>(&state.count_out, 1), peer, count_tag);
+      state.cut_out = header{kind::cut, state.pushed_to, 0.0};
+      state.cut_send = comm_.isend(std::span<const header>(&state.cut_out, 1), peer, gossip_tag);
     }
   }
 
-  bool drained() {
-    for (int peer = 0; peer < comm_.size(); ++peer) {
-      if (peer == comm_.rank()) continue;
-      peer_state& state = at(peer);
-      if (!comm_.test(state.count_receive) || !comm_.test(state.count_send)) return false;
-      if (state.merged_from < state.announced) return false;
-    }
+  bool every_cut_in() const {
+    for (int peer = 0; peer < comm_.size(); ++peer)
+      if (peer != comm_.rank() && !peers_[static_cast<std::size_t>(peer)].cut_in) return false;
     return true;
+  }
+
+  void resume(int peer) {
+    at(peer).cut_in = false;
+    post(peer);
   }
 
   static constexpr std::size_t max_in_flight = 4;

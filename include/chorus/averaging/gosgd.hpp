@@ -80,11 +80,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void quiesce() {
     send_cuts();
     const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
-    while (!every_cut_in()) {
+    for (int waiting = peer_without_cut(); waiting >= 0; waiting = peer_without_cut()) {
       if (!merge_arrivals() && !comm_.transport().progress()) std::this_thread::yield();
       if (std::chrono::steady_clock::now() > deadline)
-        throw error(errc::timeout, "gosgd: a peer's pushes or cut still missing at the timeout",
-                    {comm_.world_rank(comm_.rank()), -1, "gosgd quiesce"});
+        throw error(errc::timeout, "gosgd: the peer's cut (it enters quiesce() or finish()) did not arrive in time",
+                    {comm_.world_rank(comm_.rank()), comm_.world_rank(waiting), "gosgd quiesce"});
     }
     for (int peer = 0; peer < comm_.size(); ++peer)
       if (peer != comm_.rank()) comm_.wait(at(peer).cut_send, "gosgd cut");
@@ -244,10 +244,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     }
   }
 
-  bool every_cut_in() const {
+  // The first peer whose cut has not arrived, or -1.
+  int peer_without_cut() const {
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank() && !peers_[static_cast<std::size_t>(peer)].cut_in) return false;
-    return true;
+      if (peer != comm_.rank() && !peers_[static_cast<std::size_t>(peer)].cut_in) return peer;
+    return -1;
   }
 
   void resume(int peer) {

@@ -60,8 +60,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     if (!(options_.push_probability >= 0.0 && options_.push_probability <= 1.0))
       throw error(errc::invalid_argument, "gosgd: push probability must be in [0, 1], got " +
                                               std::to_string(options_.push_probability));
-    for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank()) post(peer);
+    for_each_peer([&](int peer, peer_state&) { post(peer); });
     if (comm_.size() > 1) progress_ = comm_.progress_thread().add([] { return false; });
   }
 
@@ -86,12 +85,13 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
         throw error(errc::timeout, "gosgd: the peer's cut (it enters quiesce() or finish()) did not arrive in time",
                     {comm_.world_rank(comm_.rank()), comm_.world_rank(waiting), "gosgd quiesce"});
     }
-    for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank()) comm_.wait(at(peer).cut_send, "gosgd cut");
     for (outgoing& sent : in_flight_) comm_.wait(sent.handle, "gosgd push");
     in_flight_.clear();
-    for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank()) resume(peer);
+    for_each_peer([&](int peer, peer_state& state) {  // resume receiving past each cut
+      comm_.wait(state.cut_send, "gosgd cut");
+      state.cut_in = false;
+      post(peer);
+    });
   }
 
   // Collective: drain, then every rank takes the consensus sum a x / sum a.
@@ -138,6 +138,12 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   };
 
   peer_state& at(int peer) { return peers_[static_cast<std::size_t>(peer)]; }
+
+  template <class F>
+  void for_each_peer(F&& visit) {
+    for (int peer = 0; peer < comm_.size(); ++peer)
+      if (peer != comm_.rank()) visit(peer, at(peer));
+  }
 
   void post(int peer) {
     peer_state& state = at(peer);
@@ -189,14 +195,12 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // true if there was one.
   bool merge_arrivals() {
     bool took = false;
-    for (int peer = 0; peer < comm_.size(); ++peer) {
-      if (peer == comm_.rank()) continue;
-      peer_state& state = at(peer);
+    for_each_peer([&](int peer, peer_state& state) {
       while (!state.cut_in && comm_.test(state.receive)) {
         take(peer, state);
         took = true;
       }
-    }
+    });
     return took;
   }
 
@@ -206,7 +210,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     if (head.what == kind::cut) {
       comm_.expect_bytes(state.receive, sizeof(header), "gosgd cut");
       expect_sequence(peer, head.sequence, state.merged_from);
-      state.cut_in = true;  // no receive posted until resume(): the rest is past the cut
+      state.cut_in = true;  // no receive posted until our quiesce() returns: the rest is past the cut
       return;
     }
     comm_.expect_bytes(state.receive, state.incoming.size(), "gosgd merge");
@@ -236,12 +240,10 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   }
 
   void send_cuts() {
-    for (int peer = 0; peer < comm_.size(); ++peer) {
-      if (peer == comm_.rank()) continue;
-      peer_state& state = at(peer);
+    for_each_peer([&](int peer, peer_state& state) {
       state.cut_out = header{kind::cut, state.pushed_to, 0.0};
       state.cut_send = comm_.isend(std::span<const header>(&state.cut_out, 1), peer, gossip_tag);
-    }
+    });
   }
 
   // The first peer whose cut has not arrived, or -1.
@@ -249,11 +251,6 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     for (int peer = 0; peer < comm_.size(); ++peer)
       if (peer != comm_.rank() && !peers_[static_cast<std::size_t>(peer)].cut_in) return peer;
     return -1;
-  }
-
-  void resume(int peer) {
-    at(peer).cut_in = false;
-    post(peer);
   }
 
   static constexpr std::size_t max_in_flight = 4;

@@ -30,6 +30,7 @@ struct client_options {
   std::string token;
   std::chrono::milliseconds timeout{180000};  // connect and each request
   store::limits limits;
+  int rank = -1;  // named in errors
 };
 
 class client {
@@ -50,7 +51,7 @@ class client {
       throw error(errc::invalid_argument,
                   "value of " + std::to_string(value.size()) + " bytes exceeds the store limit of " +
                       std::to_string(options_.limits.max_value_bytes),
-                  {-1, -1, "store set '" + std::string(key) + "'"});
+                  {options_.rank, -1, "store set '" + std::string(key) + "'"});
     expect(transact(frame_writer(opcode::set).put_string(key).put_string(value), options_.timeout,
                     "set", key),
            opcode::reply_ok, "set", key);
@@ -74,7 +75,7 @@ class client {
     if (answer.code == opcode::reply_timeout)
       throw error(errc::timeout,
                   "key did not appear within " + std::to_string(timeout.count()) + " ms",
-                  {-1, -1, "store wait '" + std::string(key) + "'"});
+                  {options_.rank, -1, "store wait '" + std::string(key) + "'"});
     expect(answer, opcode::reply_value, "wait", key);
     return answer.text;
   }
@@ -108,7 +109,7 @@ class client {
     const auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port), failure);
     if (failure)
       throw error(errc::invalid_argument, "cannot resolve store host: " + failure.message(),
-                  {-1, -1, "store connect " + where()});
+                  {options_.rank, -1, "store connect " + where()});
     auto pause = std::chrono::milliseconds(10);
     for (;;) {
       failure = boost::asio::error::would_block;
@@ -122,13 +123,18 @@ class client {
         throw error(errc::timeout,
                     "no store answered within " + std::to_string(options_.timeout.count()) +
                         " ms (last error: " + failure.message() + ")",
-                    {-1, -1, "store connect " + where()});
+                    {options_.rank, -1, "store connect " + where()});
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
     }
   }
 
   void hello() {
+    if (options_.token.size() > options_.limits.max_token_bytes)
+      throw error(errc::invalid_argument,
+                  "token of " + std::to_string(options_.token.size()) + " bytes exceeds the limit of " +
+                      std::to_string(options_.limits.max_token_bytes) + " (CHORUS_TOKEN)",
+                  {options_.rank, -1, "store connect " + where()});
     reply answer =
         transact(frame_writer(opcode::hello).put_u32(protocol_version).put_string(options_.token),
                  options_.timeout, "hello", "");
@@ -139,7 +145,7 @@ class client {
     if (key.empty() || key.size() > options_.limits.max_key_bytes)
       throw error(errc::invalid_argument,
                   "key must have 1.." + std::to_string(options_.limits.max_key_bytes) + " bytes",
-                  {-1, -1, std::string("store ") + operation});
+                  {options_.rank, -1, std::string("store ") + operation});
   }
 
   // Runs the io_context until the pending operations finish; on timeout the
@@ -160,7 +166,7 @@ class client {
     const std::string context = std::string("store ") + operation +
                                 (key.empty() ? "" : " '" + std::string(key) + "'") + " at " + where();
     if (!socket_.is_open())
-      throw error(errc::transport, "connection is closed after an earlier failure", {-1, -1, context});
+      throw error(errc::transport, "connection is closed after an earlier failure", {options_.rank, -1, context});
     const std::vector<std::byte> frame = request.finish();
     std::array<std::byte, 4> header{};
     std::vector<std::byte> body;
@@ -191,13 +197,13 @@ class client {
       throw error(errc::timeout,
                   "no reply within " +
                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) + " ms",
-                  {-1, -1, context});
+                  {options_.rank, -1, context});
     if (failure) {
       boost::system::error_code ignored;
       socket_.close(ignored);
       throw error(errc::transport,
                   protocol_problem.empty() ? "connection failed: " + failure.message() : protocol_problem,
-                  {-1, -1, context});
+                  {options_.rank, -1, context});
     }
     return decode(body, context);
   }
@@ -216,7 +222,7 @@ class client {
     } catch (const protocol_error& problem) {
       boost::system::error_code ignored;
       socket_.close(ignored);
-      throw error(errc::mismatch, "bad reply: " + problem.detail(), {-1, -1, context});
+      throw error(errc::mismatch, "bad reply: " + problem.detail(), {options_.rank, -1, context});
     }
   }
 
@@ -227,10 +233,10 @@ class client {
     if (answer.code == opcode::reply_error) {
       boost::system::error_code ignored;
       socket_.close(ignored);
-      throw error(errc::invalid_argument, "the store refused: " + answer.text, {-1, -1, context});
+      throw error(errc::invalid_argument, "the store refused: " + answer.text, {options_.rank, -1, context});
     }
     throw error(errc::mismatch, "unexpected reply opcode " + std::to_string(static_cast<int>(answer.code)),
-                {-1, -1, context});
+                {options_.rank, -1, context});
   }
 
   client_options options_;

@@ -39,8 +39,12 @@ enum class opcode : std::uint8_t {
 struct limits {
   std::uint32_t max_key_bytes = 1024;
   std::uint32_t max_value_bytes = 16u << 20;
+  std::uint32_t max_token_bytes = 1024;
+  // Largest HELLO: opcode, version, token. Before HELLO no larger frame is
+  // read, so an unauthenticated peer cannot make the server allocate much.
+  std::uint32_t max_hello_bytes() const noexcept { return 1 + 4 + 4 + max_token_bytes; }
   // Largest body any valid request can have: opcode, two length-prefixed
-  // strings (a hello's token counts as a value) and an integer.
+  // strings and an integer.
   std::uint32_t max_frame_bytes() const noexcept { return 1 + 4 + max_key_bytes + 4 + max_value_bytes + 8; }
 };
 

@@ -25,6 +25,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -53,12 +54,15 @@ struct world_state {
   world_state& operator=(const world_state&) = delete;
 
   // Leave the store first, then (if hosting) wait for the other ranks to
-  // leave too, so a fast rank 0 does not pull the store from under them.
+  // leave too, so a fast rank 0 does not pull the store from under them;
+  // but not after an error: the others are failing too, and waiting for
+  // them would hold this rank up to a whole timeout.
   ~world_state() {
+    const bool failing = std::uncaught_exceptions() > 0 || (transport && transport->failed());
     background.reset();  // finishes queued collectives while the transport lives
     progress.reset();
     store.reset();
-    if (store_host) store_host->wait_until_no_clients(config.timeout);
+    if (store_host && !failing) store_host->wait_until_no_clients(config.timeout);
     transport.reset();
     store_host.reset();
   }

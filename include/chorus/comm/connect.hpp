@@ -31,14 +31,25 @@ inline std::string address_key(int rank) { return "chorus/address/" + std::to_st
 inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
   if (info.size == 1 && !info.store) return;
   if (info.rank == 0 && !info.launcher_hosts_store) {
-    world.store_host = std::make_unique<store::server>(
-        store::server_options{info.store->host, info.store->port, info.token, {}, std::chrono::milliseconds(10000)});
+    store::server_options hosting;
+    hosting.bind_host = info.store->host;
+    hosting.port = info.store->port;
+    hosting.token = info.token;
+    hosting.rank = info.rank;
+    world.store_host = std::make_unique<store::server>(std::move(hosting));
     log::debug(info.rank, "hosting the store at " + world.store_host->address());
   }
-  world.store = std::make_unique<store::client>(
-      store::client_options{info.store->host, info.store->port, info.token, world.config.timeout, {}});
+  store::client_options joining;
+  joining.host = info.store->host;
+  joining.port = info.store->port;
+  joining.token = info.token;
+  joining.timeout = world.config.timeout;
+  joining.rank = info.rank;
+  world.store = std::make_unique<store::client>(std::move(joining));
 }
 
+// Each rank publishes "<process identity>\n<UCX worker address>", so a peer
+// on the same host can watch its process (see transport/peer_process.hpp).
 inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
   ucx::ucx_transport& transport = *world.transport;
   const auto own = transport.address();
@@ -46,12 +57,18 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
     transport.connect(0, own);
     return;
   }
-  world.store->set(address_key(info.rank),
-                   std::string_view(reinterpret_cast<const char*>(own.data()), own.size()));
+  std::string published = transport::process_identity::self().encode() + "\n";
+  published.append(reinterpret_cast<const char*>(own.data()), own.size());
+  world.store->set(address_key(info.rank), published);
   for (int peer = 0; peer < info.size; ++peer) {
-    const std::string address = peer == info.rank ? std::string(reinterpret_cast<const char*>(own.data()), own.size())
-                                                   : world.store->wait(address_key(peer));
-    transport.connect(peer, std::as_bytes(std::span(address)));
+    const std::string value = peer == info.rank ? published : world.store->wait(address_key(peer));
+    const std::size_t split = value.find('\n');
+    const auto process = transport::process_identity::decode(std::string_view(value).substr(0, split));
+    if (split == std::string::npos || !process)
+      throw error(errc::mismatch, "the address rank " + std::to_string(peer) + " published does not parse",
+                  {info.rank, peer, "connect"});
+    transport.connect(peer, std::as_bytes(std::span(value).subspan(split + 1)));
+    transport.watch_process(peer, *process);
   }
 }
 

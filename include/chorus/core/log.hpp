@@ -19,4 +19,10 @@ inline void debug(int rank, std::string_view message) {
   std::fprintf(stderr, "chorus[%d]: %.*s\n", rank, static_cast<int>(message.size()), message.data());
 }
 
+// Something a user should know even without CHORUS_DEBUG (a store that
+// could not accept a connection, say); rare by construction.
+inline void warn(int rank, std::string_view message) {
+  std::fprintf(stderr, "chorus[%d] warning: %.*s\n", rank, static_cast<int>(message.size()), message.data());
+}
+
 }  // namespace chorus::log

@@ -72,6 +72,8 @@ concept Transport =
       // Waits until every request completed; throws chorus::error (timeout,
       // peer_failure, mismatch on truncation, transport) naming `operation`.
       { transport.wait_all(requests, deadline, operation) } -> std::same_as<void>;
+      // True once an operation failed or timed out (the job is going down).
+      { view.failed() } -> std::same_as<bool>;
     };
 
 }  // namespace chorus::transport

@@ -10,6 +10,18 @@
 // top `rank_bits` of every wire tag carry the sender's rank and a receive from
 // peer p matches only tags that p sent.
 //
+// Failure detection: UCX reports a dead peer through the endpoint error
+// handler (TCP reset, keepalive); for peers on this host the transport also
+// watches the peer's process (peer_process.hpp) every `watch_interval` while
+// anyone progresses, which UCX's shared-memory transports do not do well. A
+// failed peer's endpoint is force-closed at once, so sends to it complete
+// with an error instead of waiting for a flush.
+//
+// Teardown after a failure is bounded: the first failure (or timeout) starts
+// an `abandon_budget`; cancelling a pending request waits for UCX's
+// acknowledgement only until that budget runs out, however many requests an
+// unwinding collective drops, instead of up to a second each.
+//
 // Waiting: spin, yield or block (ucp_worker_arm + poll on the worker's event
 // fd). Block mode needs UCP_FEATURE_WAKEUP, which is requested only then, so
 // the spinning modes keep every UCX transport available.
@@ -17,6 +29,7 @@
 
 #include <chorus/core/error.hpp>
 #include <chorus/core/memory_kind.hpp>
+#include <chorus/transport/peer_process.hpp>
 #include <chorus/transport/transport.hpp>
 
 #include <ucp/api/ucp.h>
@@ -129,6 +142,15 @@ class request {
   inline void reset() noexcept;
 
  private:
+  // Drops a request that was never handed to UCX (both references are ours).
+  void abandon_unsent() noexcept {
+    delete std::exchange(state_, nullptr);
+    owner_ = nullptr;
+  }
+
+ public:
+
+ private:
   friend class ucx_transport;
   ucx_transport* owner_ = nullptr;
   detail::operation_state* state_ = nullptr;
@@ -193,6 +215,19 @@ class ucx_transport {
     peers_[static_cast<std::size_t>(peer)]->endpoint = endpoint;
   }
 
+  // Watches a peer's process: if it runs on this host (same kernel and
+  // namespaces), its death becomes a peer failure within `watch_interval`.
+  void watch_process(int peer, const transport::process_identity& process) {
+    check_peer(peer, "connect");
+    if (peer == rank_ || process.host != self_.host || process.pid == self_.pid) return;  // threads of one process
+    std::lock_guard lock(mutex_);
+    peers_[static_cast<std::size_t>(peer)]->process = process;
+  }
+
+  // True once an operation failed or timed out: the transport is being torn
+  // down, and whoever hosts shared services should not wait for its peers.
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
   // The failure UCX reported for a peer's endpoint, if any.
   std::optional<ucs_status_t> peer_failure(int peer) const noexcept {
     const ucs_status_t status =
@@ -204,18 +239,23 @@ class ucx_transport {
   request isend(int peer, tag_t tag, std::span<const std::byte> data) {
     check_peer(peer, "send");
     check_tag(tag, peer, "send");
-    ucp_ep_h endpoint = peers_[static_cast<std::size_t>(peer)]->endpoint;
-    if (endpoint == nullptr)
-      throw error(errc::invalid_argument, "no endpoint: connect() was not called", {rank_, peer, "send"});
-    if (auto failure = peer_failure(peer))
-      throw error(errc::peer_failure, std::string("peer is gone: ") + ucs_status_string(*failure),
-                  {rank_, peer, "send"});
+    if (peer_failure(peer)) {
+      note_failure();
+      throw error(errc::peer_failure, "peer is gone: " + failure_text(peer), {rank_, peer, "send"});
+    }
     request handle = make_request(peer, tag, false);
     ucp_request_param_t params{};
     params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     params.cb.send = &detail::on_send_done;
     params.user_data = handle.state_;
     std::lock_guard lock(mutex_);
+    ucp_ep_h endpoint = peers_[static_cast<std::size_t>(peer)]->endpoint;
+    if (endpoint == nullptr) {
+      handle.abandon_unsent();
+      if (peer_failure(peer))  // closed by a failure noticed since the check above
+        throw error(errc::peer_failure, "peer is gone: " + failure_text(peer), {rank_, peer, "send"});
+      throw error(errc::invalid_argument, "no endpoint: connect() was not called", {rank_, peer, "send"});
+    }
     const ucs_status_ptr_t result = ucp_tag_send_nbx(
         endpoint, data.empty() ? static_cast<const void*>(&empty_) : data.data(), data.size(),
         wire_tag(rank_, tag), &params);
@@ -242,10 +282,18 @@ class ucx_transport {
     return handle;
   }
 
-  // One round of network progress; true if anything happened.
+  // One round of network progress; true if anything happened. Every
+  // `polls_per_watch` idle rounds it reads the clock to watch the peers, so
+  // a caller's own polling loop notices a dead peer too.
   bool progress() {
     std::lock_guard lock(mutex_);
-    return ucp_worker_progress(worker_) != 0;
+    const bool moved = ucp_worker_progress(worker_) != 0;
+    if (!moved && ++idle_polls_ >= polls_per_watch) {
+      idle_polls_ = 0;
+      watch_peers(clock::now());
+    }
+    if (failures_pending_.load(std::memory_order_acquire)) close_failed_endpoints();
+    return moved;
   }
 
   // True once the request completed successfully; throws if it failed.
@@ -297,6 +345,10 @@ class ucx_transport {
       if (mode == progress_mode::spin && ++idle_polls < spin_polls_per_clock_read) continue;
       idle_polls = 0;
       const auto now = clock::now();
+      {
+        std::lock_guard lock(mutex_);
+        watch_peers(now);
+      }
       if (now >= deadline) return done();
       if (idle_since == clock::time_point{}) idle_since = now;
       switch (mode) {
@@ -315,6 +367,9 @@ class ucx_transport {
 
  private:
   static constexpr auto block_after_idle = std::chrono::microseconds(200);
+  static constexpr auto watch_interval = std::chrono::milliseconds(100);
+  static constexpr auto abandon_budget = std::chrono::milliseconds(500);
+  static constexpr int polls_per_watch = 256;
   static constexpr int spin_polls_per_clock_read = 64;
 
   static std::optional<progress_mode>& thread_mode() noexcept {
@@ -327,6 +382,8 @@ class ucx_transport {
     int rank = -1;
     ucp_ep_h endpoint = nullptr;
     std::atomic<ucs_status_t> failure{UCS_OK};
+    std::optional<transport::process_identity> process;  // watched when on this host
+    std::atomic<bool> process_exited{false};
   };
 
   friend class ucx::request;
@@ -335,9 +392,61 @@ class ucx_transport {
     return (static_cast<tag_t>(sender) << transport::user_tag_bits) | tag;
   }
 
+  // Runs inside ucp_worker_progress: only records; the endpoint is closed
+  // by close_failed_endpoints once progress returns.
   static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* slot = static_cast<peer_slot*>(arg);
-    slot->failure.store(status, std::memory_order_release);
+    mark_failed(*slot, status);
+  }
+
+  static void mark_failed(peer_slot& slot, ucs_status_t status) noexcept {
+    ucs_status_t expected = UCS_OK;
+    slot.failure.compare_exchange_strong(expected, status, std::memory_order_acq_rel);
+    slot.owner->failures_pending_.store(true, std::memory_order_release);
+  }
+
+  // Called with mutex_ held: checks the watched processes at most once per
+  // watch_interval.
+  void watch_peers(clock::time_point now) {
+    if (now - last_watch_ < watch_interval) return;
+    last_watch_ = now;
+    for (auto& slot : peers_) {
+      if (!slot->process || slot->failure.load(std::memory_order_acquire) != UCS_OK) continue;
+      if (transport::process_alive(*slot->process)) continue;
+      slot->process_exited.store(true, std::memory_order_release);
+      mark_failed(*slot, UCS_ERR_CONNECTION_RESET);
+    }
+    if (failures_pending_.load(std::memory_order_acquire)) close_failed_endpoints();
+  }
+
+  // Called with mutex_ held: force-closes the endpoints of failed peers, so
+  // UCX completes their outstanding operations with an error now.
+  void close_failed_endpoints() {
+    failures_pending_.store(false, std::memory_order_release);
+    for (auto& slot : peers_) {
+      if (slot->endpoint == nullptr || slot->failure.load(std::memory_order_acquire) == UCS_OK) continue;
+      ucp_request_param_t params{};
+      params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      params.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      const ucs_status_ptr_t result = ucp_ep_close_nbx(slot->endpoint, &params);
+      if (UCS_PTR_IS_PTR(result)) closing_.push_back(result);
+      slot->endpoint = nullptr;
+    }
+  }
+
+  // The first operation that fails or times out starts the abandon budget.
+  // (A peer failure alone does not: a peer that finished and left is not an
+  // error until someone needs it.)
+  void note_failure() noexcept {
+    if (failed_.exchange(true, std::memory_order_acq_rel)) return;
+    abandon_by_.store((clock::now() + abandon_budget).time_since_epoch().count(), std::memory_order_release);
+  }
+
+  std::string failure_text(int peer) const {
+    const peer_slot& slot = *peers_[static_cast<std::size_t>(peer)];
+    if (slot.process_exited.load(std::memory_order_acquire))
+      return "its process (pid " + std::to_string(slot.process->pid) + " on this host) has exited";
+    return ucs_status_string(slot.failure.load(std::memory_order_acquire));
   }
 
   // UCX defaults chorus changes, set in the environment once per process
@@ -445,6 +554,7 @@ class ucx_transport {
     std::vector<void*> pending;
     {
       std::lock_guard lock(mutex_);
+      pending.swap(closing_);
       bool abandon = failed_.load();
       for (auto& slot : peers_) abandon = abandon || slot->failure.load() != UCS_OK;
       for (auto& slot : peers_) {
@@ -518,13 +628,14 @@ class ucx_transport {
   }
 
   [[noreturn]] void raise(request& handle, std::string_view operation) {
+    const bool from_peer = !handle.done() || handle.status() == UCS_ERR_CANCELED;
     const ucs_status_t status = handle.done() ? handle.status() : *peer_failure(handle.peer());
     const int peer = handle.peer();
     const bool truncated = status == UCS_ERR_MESSAGE_TRUNCATED;
+    const std::string cause = from_peer && peer_failure(peer) ? failure_text(peer) : ucs_status_string(status);
     std::string detail = truncated ? "message is larger than the receive buffer"
-                                   : std::string(handle.is_receive() ? "receive" : "send") +
-                                         " failed: " + ucs_status_string(status);
-    failed_.store(true);
+                                   : std::string(handle.is_receive() ? "receive" : "send") + " failed: " + cause;
+    if (!truncated) note_failure();
     handle.reset();
     const errc category = truncated                          ? errc::mismatch
                           : detail::is_peer_failure(status) ? errc::peer_failure
@@ -537,7 +648,7 @@ class ucx_transport {
     const std::string detail = std::string(handle.is_receive() ? "receive from" : "send to") +
                                " peer did not complete before the deadline (tag 0x" +
                                to_hex(handle.tag()) + ")";
-    failed_.store(true);
+    note_failure();
     handle.reset();
     throw error(errc::timeout, detail, {rank_, peer, std::string(operation)});
   }
@@ -563,6 +674,11 @@ class ucx_transport {
     ::poll(&descriptor, 1, static_cast<int>(std::max<long long>(ms, 1)));
   }
 
+  // Asks UCX to cancel and waits for the acknowledgement: up to a second
+  // in normal operation, but after a failure only until the shared abandon
+  // budget runs out. An abandoned request's state stays alive until its
+  // callback (shared ownership), and the endpoints are force-closed at
+  // teardown, so UCX never writes into freed request state.
   void cancel(request& handle) noexcept {
     detail::operation_state* state = handle.state_;
     {
@@ -570,10 +686,12 @@ class ucx_transport {
       if (state->status.load(std::memory_order_acquire) == UCS_INPROGRESS && state->ucp_request)
         ucp_request_cancel(worker_, state->ucp_request);
     }
-    const auto deadline = clock::now() + std::chrono::seconds(1);
-    while (state->status.load(std::memory_order_acquire) == UCS_INPROGRESS &&
-           clock::now() < deadline)
+    auto deadline = clock::now() + std::chrono::seconds(1);
+    if (failed()) deadline = std::min(deadline, clock::time_point(clock::duration(abandon_by_.load())));
+    while (state->status.load(std::memory_order_acquire) == UCS_INPROGRESS) {
       progress();
+      if (clock::now() >= deadline) break;
+    }
   }
 
   int rank_;
@@ -588,6 +706,12 @@ class ucx_transport {
   std::vector<std::unique_ptr<peer_slot>> peers_;
   std::byte empty_{};
   std::atomic<bool> failed_{false};  // an operation failed or timed out: teardown force-closes
+  std::atomic<clock::rep> abandon_by_{0};  // after a failure: when cancels stop waiting
+  std::atomic<bool> failures_pending_{false};  // a failed peer's endpoint awaits its force-close
+  std::vector<void*> closing_;                 // force-close requests, freed at teardown
+  transport::process_identity self_ = transport::process_identity::self();
+  clock::time_point last_watch_{};
+  int idle_polls_ = 0;
   std::mutex mutex_;
 };
 

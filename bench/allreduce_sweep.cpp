@@ -39,6 +39,12 @@ double seconds_per_call(chorus::communicator& comm, std::vector<float>& data, ch
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::printf("usage: allreduce_sweep [--min 8] [--max 64M] [--factor 2] [--rounds 3]\n"
+                  "Times every allreduce algorithm per size against the decision table; run under chorus-run.\n");
+      return 0;
+    }
   std::size_t min_bytes = 8, max_bytes = 64u << 20, factor = 2;
   int rounds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -36,6 +36,12 @@ std::size_t parse_size(std::string_view text) {
 
 sweep parse_arguments(int argc, char** argv) {
   sweep settings;
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::printf("usage: ping_pong [--min BYTES] [--max BYTES] [--factor F]   (2 ranks: chorus-run -n 2 ping_pong)\n"
+                  "One-way latency, ping-pong and streaming bandwidth over UCX, and #wrong bytes.\n");
+      std::exit(0);
+    }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i];
     const std::string_view value = argv[i + 1];

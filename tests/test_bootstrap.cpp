@@ -3,6 +3,7 @@
 #include <chorus/bootstrap/environment.hpp>
 #include <chorus/bootstrap/store_client.hpp>
 #include <chorus/bootstrap/store_server.hpp>
+#include <chorus/bootstrap/store_session.hpp>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -13,7 +14,11 @@
 
 #include "expect_error.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
+#include <limits>
+#include <memory>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -360,4 +365,208 @@ TEST_CASE("discovery: rendezvous addresses") {
   CHECK_THROWS_AS(parse_address("node7:65536"), chorus::error);
   CHECK_THROWS_AS(parse_address(":80"), chorus::error);
   CHECK_THROWS_AS(parse_address("[::1:80"), chorus::error);
+}
+
+// --- Hostile and broken clients -------------------------------------------
+
+namespace {
+
+std::vector<std::byte> wait_frame(const std::string& key, std::uint64_t timeout_ms) {
+  return store::frame_writer(store::opcode::wait).put_string(key).put_u64(timeout_ms).finish();
+}
+
+std::vector<std::byte> header_declaring(std::uint32_t length) {
+  std::vector<std::byte> header(4);
+  store::frame_writer::write_u32(header.data(), length);
+  return header;
+}
+
+}  // namespace
+
+TEST_CASE("store: a client that closes while waiting on a key ends its session") {
+  store::server host(server_settings());
+  {
+    raw_connection waiter(host.port());
+    waiter.hello("secret");
+    waiter.write(wait_frame("never", 600000));
+    std::this_thread::sleep_for(50ms);
+    CHECK(host.connected_clients() == 1);
+  }  // closed with its WAIT pending
+  CHECK(host.wait_until_no_clients(3000ms));
+}
+
+TEST_CASE("store: a request sent while a WAIT is pending is refused") {
+  store::server host(server_settings());
+  raw_connection client(host.port());
+  client.hello("secret");
+  client.write(wait_frame("later", 600000));
+  client.write(store::frame_writer(store::opcode::get).put_string("k").finish());
+  expect_refusal(client, "while a WAIT was pending");
+}
+
+TEST_CASE("store: before HELLO only a HELLO-sized frame is read") {
+  store::server host(server_settings());
+  raw_connection stranger(host.port());
+  stranger.write(header_declaring(16u << 20));
+  expect_refusal(stranger, "before HELLO");
+  // After HELLO the same size is a legal SET (within the value limit).
+  raw_connection member(host.port());
+  member.hello("secret");
+  const std::string value(1u << 20, 'v');
+  member.write(store::frame_writer(store::opcode::set).put_string("big").put_string(value).finish());
+  CHECK(member.read_reply().first == store::opcode::reply_ok);
+}
+
+TEST_CASE("store: a half-sent frame is closed after the frame timeout") {
+  store::server_options options = server_settings();
+  options.frame_timeout = 300ms;
+  store::server host(options);
+  raw_connection stalled(host.port());
+  stalled.hello("secret");
+  std::vector<std::byte> partial = header_declaring(100);
+  partial.resize(14);  // the header and 10 of the 100 bytes
+  stalled.write(partial);
+  const auto start = steady::now();
+  CHECK(stalled.closed_by_peer());
+  CHECK(steady::now() - start < 3s);
+  CHECK(host.wait_until_no_clients(3000ms));
+}
+
+TEST_CASE("store: ADD past the 64-bit range and ADD on text are error replies") {
+  store::server host(server_settings());
+  store::client client(client_settings(host));
+  CHECK(client.add("n", std::numeric_limits<std::int64_t>::max()) == std::numeric_limits<std::int64_t>::max());
+  chorus_test::expect_error([&] { client.add("n", 1); }, chorus::errc::invalid_argument, "overflows");
+  store::client other(client_settings(host));
+  CHECK(other.add("n", -1) == std::numeric_limits<std::int64_t>::max() - 1);  // the failed ADD changed nothing
+  CHECK(other.add("low", std::numeric_limits<std::int64_t>::min()) == std::numeric_limits<std::int64_t>::min());
+  chorus_test::expect_error([&] { other.add("low", -1); }, chorus::errc::invalid_argument, "overflows");
+  store::client third(client_settings(host));
+  third.set("text", "abc");
+  chorus_test::expect_error([&] { third.add("text", 1); }, chorus::errc::invalid_argument, "not an integer");
+}
+
+TEST_CASE("store: keeps accepting after running out of file descriptors") {
+  store::server host(server_settings());
+  rlimit original{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &original) == 0);
+  {
+    std::vector<std::unique_ptr<raw_connection>> crowd;
+    rlimit lowered = original;
+    lowered.rlim_cur = 64;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &lowered) == 0);
+    for (int i = 0; i < 100; ++i) {
+      try {
+        crowd.push_back(std::make_unique<raw_connection>(host.port()));
+      } catch (const std::exception&) {
+        break;  // this process is out of descriptors too
+      }
+    }
+    std::this_thread::sleep_for(200ms);
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &original) == 0);
+  }  // every connection closes
+  CHECK(host.accept_errors() > 0);
+  store::client_options options = client_settings(host);
+  options.timeout = 5000ms;
+  store::client later(options);
+  later.set("after", "the storm");
+  CHECK(later.get("after") == "the storm");
+}
+
+TEST_CASE("store: errors from the client name the rank") {
+  std::uint16_t port = 0;
+  {
+    store::server gone(server_settings());
+    port = gone.port();
+  }
+  store::client_options options;
+  options.port = port;
+  options.timeout = 200ms;
+  options.rank = 3;
+  chorus_test::expect_error([&] { store::client client(options); }, chorus::errc::timeout, "rank 3");
+}
+
+// --- The protocol without sockets (what the fuzz target drives) -------------
+
+namespace {
+
+struct protocol_rig {
+  store::server_options options = server_settings();
+  store::table values;
+  std::vector<std::unique_ptr<store::session_protocol>> sessions;
+
+  store::session_protocol& open() {
+    sessions.push_back(std::make_unique<store::session_protocol>(values, options, sessions.size() + 1));
+    return *sessions.back();
+  }
+
+  // Feeds one byte at a time; returns every reply's opcode.
+  std::vector<store::opcode> trickle(store::session_protocol& session, const std::vector<std::byte>& bytes,
+                                     store::session_protocol::effects* last = nullptr) {
+    std::vector<std::byte> sent;
+    for (std::byte byte : bytes) {
+      store::session_protocol::effects effects = session.feed(std::span(&byte, 1));
+      sent.insert(sent.end(), effects.send.begin(), effects.send.end());
+      if (last != nullptr) *last = std::move(effects);
+    }
+    std::vector<store::opcode> codes;
+    for (std::size_t at = 0; at + 4 < sent.size();) {
+      const std::uint32_t length = store::read_u32(std::span<const std::byte, 4>(sent.data() + at, 4));
+      codes.push_back(static_cast<store::opcode>(sent[at + 4]));
+      at += 4 + length;
+    }
+    return codes;
+  }
+};
+
+std::vector<std::byte> hello_frame(const std::string& token) {
+  return store::frame_writer(store::opcode::hello).put_u32(store::protocol_version).put_string(token).finish();
+}
+
+}  // namespace
+
+TEST_CASE("store protocol: frames fed a byte at a time, and a WAIT answered by another session's SET") {
+  protocol_rig rig;
+  store::session_protocol& waiter = rig.open();
+  store::session_protocol& setter = rig.open();
+  CHECK(rig.trickle(waiter, hello_frame("secret")) == std::vector{store::opcode::reply_ok});
+  store::session_protocol::effects effects;
+  CHECK(rig.trickle(waiter, wait_frame("k", 1000), &effects).empty());
+  CHECK(waiter.waiting());
+  REQUIRE(effects.start_wait);
+  CHECK(effects.start_wait->count() == 1000);
+  CHECK(rig.values.waiting_keys() == 1);
+  rig.trickle(setter, hello_frame("secret"));
+  CHECK(rig.trickle(setter, store::frame_writer(store::opcode::set).put_string("k").put_string("v").finish(), &effects) ==
+        std::vector{store::opcode::reply_ok});
+  REQUIRE(effects.woken == std::vector<store::session_id>{waiter.id()});
+  const std::vector<std::byte> reply = waiter.deliver("k", "v");
+  REQUIRE(reply.size() > 4);
+  CHECK(static_cast<store::opcode>(reply[4]) == store::opcode::reply_value);
+  CHECK_FALSE(waiter.waiting());
+  CHECK(rig.values.waiting_keys() == 0);
+}
+
+TEST_CASE("store protocol: an unauthenticated header over the HELLO limit is refused before any body is kept") {
+  protocol_rig rig;
+  store::session_protocol& stranger = rig.open();
+  const auto effects = stranger.feed(header_declaring(rig.options.limits.max_hello_bytes() + 1));
+  CHECK(effects.close);
+  CHECK(stranger.closed());
+  CHECK_FALSE(stranger.partial());
+  store::session_protocol& member = rig.open();
+  rig.trickle(member, hello_frame("secret"));
+  CHECK_FALSE(member.feed(header_declaring(rig.options.limits.max_hello_bytes() + 1)).close);
+  CHECK(member.partial());
+}
+
+TEST_CASE("store protocol: a session that ends while waiting leaves no waiter behind") {
+  protocol_rig rig;
+  store::session_protocol& waiter = rig.open();
+  rig.trickle(waiter, hello_frame("secret"));
+  rig.trickle(waiter, wait_frame("k", 1000));
+  CHECK(rig.values.waiting_keys() == 1);
+  waiter.end();
+  CHECK(rig.values.waiting_keys() == 0);
+  CHECK(waiter.wait_expired().empty());
 }

@@ -5,6 +5,7 @@
 #include <chorus/core/error.hpp>
 #include <chorus/core/memory_kind.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/core/variables.hpp>
 
 #include <doctest/doctest.h>
 
@@ -134,4 +135,58 @@ TEST_CASE("settings: code wins over the environment, auto progress follows the c
   CHECK_THROWS_AS(chorus::resolve({}, 1), chorus::error);
   ::unsetenv("CHORUS_PROGRESS");
   ::unsetenv("CHORUS_TIMEOUT");
+}
+
+namespace {
+
+// Sets a variable for one test and removes it afterwards.
+struct scoped_variable {
+  const char* name;
+  scoped_variable(const char* variable, const char* value) : name(variable) { ::setenv(name, value, 1); }
+  ~scoped_variable() { ::unsetenv(name); }
+};
+
+}  // namespace
+
+TEST_CASE("CHORUS_* variables: every value checked at once, misspelt names caught") {
+  CHECK_NOTHROW(chorus::variables::check_variables());
+  SUBCASE("a bad value of any known variable") {
+    const std::pair<const char*, const char*> bad[] = {
+        {"CHORUS_TIMEOUT", "soon"},          {"CHORUS_PROGRESS", "fast"},  {"CHORUS_DEBUG", "yes"},
+        {"CHORUS_CHECK", "2"},               {"CHORUS_ALLREDUCE_ALGO", "bogus"},
+        {"CHORUS_ALLREDUCE_ALGO", "chain"},  // a name, but not an allreduce algorithm
+        {"CHORUS_CODEC_SIMD", "avx512"},     {"CHORUS_FUSION_BUCKET", "0"}, {"CHORUS_LOCAL_RANK", "-1"}};
+    for (const auto& [name, value] : bad) {
+      scoped_variable set(name, value);
+      CAPTURE(name);
+      try {
+        chorus::variables::check_variables();
+        FAIL("accepted " << name << "=" << value);
+      } catch (const chorus::error& failure) {
+        CHECK(failure.category() == chorus::errc::invalid_argument);
+        CHECK(std::string(failure.what()).find(name) != std::string::npos);
+      }
+    }
+  }
+  SUBCASE("a misspelt name says which variable it resembles") {
+    scoped_variable set("CHORUS_TIMOUT", "5");
+    CHECK_THROWS_WITH_AS(chorus::variables::check_variables(),
+                         doctest::Contains("CHORUS_TIMOUT is not a chorus variable; did you mean CHORUS_TIMEOUT?"),
+                         chorus::error);
+  }
+  SUBCASE("names unlike any chorus variable are someone else's") {
+    scoped_variable set("CHORUS_BUILD_DIR", "/tmp/b");
+    CHECK_NOTHROW(chorus::variables::check_variables());
+  }
+  SUBCASE("good values pass") {
+    scoped_variable timeout("CHORUS_TIMEOUT", "2m"), algorithm("CHORUS_ALLREDUCE_ALGO", "rd");
+    CHECK_NOTHROW(chorus::variables::check_variables());
+    CHECK(chorus::variables::allreduce_algorithm() == chorus::algorithm::recursive_doubling);
+  }
+}
+
+TEST_CASE("edit distance") {
+  CHECK(chorus::variables::edit_distance("CHORUS_TIMOUT", "CHORUS_TIMEOUT") == 1);
+  CHECK(chorus::variables::edit_distance("", "abc") == 3);
+  CHECK(chorus::variables::edit_distance("kitten", "sitting") == 3);
 }

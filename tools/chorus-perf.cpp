@@ -70,14 +70,17 @@ struct settings {
   chorus::compression_scheme scheme = chorus::compression_scheme::automatic;  // --scheme
 };
 
+// An empty problem is --help: the usage on stdout, exit status 0.
 [[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "chorus-perf: %s\nusage: chorus-perf COLLECTIVE [-b MIN] [-e MAX] [-f FACTOR] [--algo A] "
+  std::FILE* out = problem.empty() ? stdout : stderr;
+  if (!problem.empty()) std::fprintf(out, "chorus-perf: %s\n", problem.c_str());
+  std::fprintf(out,
+               "usage: chorus-perf COLLECTIVE [-b MIN] [-e MAX] [-f FACTOR] [--algo A] "
                "[--dtype T] [--op OP] [--root R] [-n ITERS] [-w WARMUP] [-c 0|1] [--json FILE] [--auto-iters BYTES] [--codec C] "
                "[--scheme ring|once]\n"
-               "collectives: allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter\n",
-               problem.c_str());
-  std::exit(2);
+               "collectives: allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter\n"
+               "Run it under a launcher, e.g. chorus-run -n 4 chorus-perf allreduce -b 8 -e 64M -f 2\n");
+  std::exit(problem.empty() ? 0 : 2);
 }
 
 std::size_t size_argument(std::string_view text) {
@@ -100,6 +103,8 @@ chorus::compression_scheme parse_scheme(std::string_view text) {
 
 settings parse(int argc, char** argv) {
   if (argc < 2) usage("no collective given");
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") usage("");
   settings parsed;
   parsed.collective = argv[1];
   const auto* named = std::find_if(std::begin(collective_names), std::end(collective_names),

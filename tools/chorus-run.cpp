@@ -46,13 +46,16 @@ struct arguments {
   std::vector<std::string> command;
 };
 
+// An empty problem is --help: the usage on stdout, exit status 0.
 [[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "chorus-run: %s\n"
+  std::FILE* out = problem.empty() ? stdout : stderr;
+  if (!problem.empty()) std::fprintf(out, "chorus-run: %s\n", problem.c_str());
+  std::fprintf(out,
                "usage: chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT] "
-               "[--no-prefix] [--] program [args...]\n",
-               problem.c_str());
-  std::exit(2);
+               "[--no-prefix] [--] program [args...]\n"
+               "Starts N ranks of the program on this machine, hosts the rendezvous store, prefixes\n"
+               "output lines with [rank], and ends the job with the first failing rank's exit code.\n");
+  std::exit(problem.empty() ? 0 : 2);
 }
 
 arguments parse(int argc, char** argv) {
@@ -63,6 +66,7 @@ arguments parse(int argc, char** argv) {
     return argv[++i];
   };
   for (; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") usage("");
     const std::string_view flag = argv[i];
     if (flag == "--") {
       ++i;

@@ -35,6 +35,12 @@ inline std::size_t size_of(std::string_view text) {
 
 inline sweep_settings parse(int argc, char** argv) {
   sweep_settings s;
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [--algo A] [--auto-iters BYTES]\n"
+                  "Allreduce in chorus-perf's columns, for bench/compare.\n", argv[0]);
+      std::exit(0);
+    }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i], value = argv[i + 1];
     if (flag == "-b") s.min_bytes = size_of(value);

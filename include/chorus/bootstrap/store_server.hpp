@@ -59,6 +59,8 @@ class server {
   std::string address() const { return options_.bind_host + ":" + std::to_string(port_); }
 
   int connected_clients() const noexcept { return clients_.load(); }
+  // How many accepts failed (EMFILE and the like) and were retried.
+  std::size_t accept_errors() const noexcept { return accept_errors_.load(); }
 
   // Waits until every client has disconnected (or the timeout passes), so a
   // hosting rank does not pull the store from under slower ranks.
@@ -119,6 +121,7 @@ class server {
   std::condition_variable clients_changed_;
   std::uint16_t port_ = 0;
   std::chrono::milliseconds accept_backoff_{0};
+  std::atomic<std::size_t> accept_errors_{0};
   boost::asio::io_context io_;
   tcp::acceptor acceptor_;
   boost::asio::steady_timer accept_timer_{io_};
@@ -257,6 +260,7 @@ inline void server::accept() {
 // Out of descriptors or another transient failure: try again soon, so the
 // store serves again once connections close (logged once per streak).
 inline void server::accept_later(const boost::system::error_code& failure) {
+  ++accept_errors_;
   if (accept_backoff_.count() == 0)
     log::warn(options_.rank, "store: accept failed (" + failure.message() + "); retrying");
   accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(500));

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chorus/core/env.hpp>
+#include <chorus/core/variables.hpp>
 
 #include <bit>
 #include <cstdint>
@@ -63,7 +64,7 @@ inline bool cpu_has_avx2() {
 // The fastest path this CPU runs, unless CHORUS_CODEC_SIMD says portable.
 inline simd_path best_path() {
   static const simd_path path = [] {
-    const auto choice = env::get_choice("CHORUS_CODEC_SIMD", {"auto", "portable"});
+    const auto choice = env::get_choice("CHORUS_CODEC_SIMD", variables::codec_simd_choices);
     if (choice && *choice == 1) return simd_path::portable;
     return cpu_has_avx2() ? simd_path::avx2 : simd_path::portable;
   }();

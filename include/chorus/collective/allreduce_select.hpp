@@ -5,8 +5,9 @@
 // logs it.
 #pragma once
 
-#include <chorus/collective/algorithm.hpp>
+#include <chorus/core/algorithm.hpp>
 #include <chorus/core/env.hpp>
+#include <chorus/core/variables.hpp>
 #include <chorus/core/error.hpp>
 
 #include <cstddef>
@@ -37,28 +38,16 @@ struct allreduce_choice {
   const char* reason;  // "caller", "CHORUS_ALLREDUCE_ALGO" or "table"
 };
 
-// `configured` is the CHORUS_ALLREDUCE_ALGO text (a communicator reads it
-// once, at creation); the two-argument form reads the environment now.
-inline allreduce_choice choose_allreduce(int ranks, std::size_t bytes, algorithm forced,
-                                         const std::optional<std::string>& configured) {
-  const auto valid = [](algorithm a, const char* source) {
-    if (a == algorithm::ring || a == algorithm::recursive_doubling || a == algorithm::rabenseifner ||
-        a == algorithm::tree)
-      return a;
-    throw error(errc::invalid_argument,
-                std::string(source) + " names " + std::string(to_string(a)) +
-                    ", which is not an allreduce algorithm (ring, recursive_doubling, rabenseifner, tree)");
-  };
-  if (forced != algorithm::automatic) return {valid(forced, "the caller"), "caller"};
-  if (configured) {
-    const algorithm from_env = parse_algorithm(*configured, "CHORUS_ALLREDUCE_ALGO");
-    if (from_env != algorithm::automatic) return {valid(from_env, "CHORUS_ALLREDUCE_ALGO"), "CHORUS_ALLREDUCE_ALGO"};
-  }
+// `configured` is CHORUS_ALLREDUCE_ALGO, parsed and checked once (a
+// communicator does it at init); automatic when unset or "auto".
+inline allreduce_choice choose_allreduce(int ranks, std::size_t bytes, algorithm forced, algorithm configured) {
+  if (forced != algorithm::automatic) return {require_allreduce_algorithm(forced, "the caller"), "caller"};
+  if (configured != algorithm::automatic) return {configured, "CHORUS_ALLREDUCE_ALGO"};
   return {allreduce_table(ranks, bytes), "table"};
 }
 
 inline allreduce_choice choose_allreduce(int ranks, std::size_t bytes, algorithm forced = algorithm::automatic) {
-  return choose_allreduce(ranks, bytes, forced, env::get("CHORUS_ALLREDUCE_ALGO"));
+  return choose_allreduce(ranks, bytes, forced, variables::allreduce_algorithm());
 }
 
 }  // namespace chorus

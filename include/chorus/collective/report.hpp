@@ -1,7 +1,7 @@
 // The CHORUS_DEBUG=1 line each collective prints about its choice.
 #pragma once
 
-#include <chorus/collective/algorithm.hpp>
+#include <chorus/core/algorithm.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/log.hpp>
 

@@ -7,11 +7,13 @@
 //             cores, spin otherwise.
 //   check     CHORUS_CHECK     (0|1): agree on every collective's arguments
 //             first (one small allgather)  default 1, 0 with NDEBUG
-//   CHORUS_ALLREDUCE_ALGO is read here too, once, and parsed by the
-//   collectives (see collective/allreduce_select.hpp).
+//   CHORUS_ALLREDUCE_ALGO is parsed here too, once, for the collectives
+//   (see collective/allreduce_select.hpp); every other CHORUS_* variable is
+//   checked here (core/variables.hpp), so a bad one fails init().
 #pragma once
 
 #include <chorus/core/env.hpp>
+#include <chorus/core/variables.hpp>
 #include <chorus/transport/transport.hpp>
 
 #include <sched.h>
@@ -37,7 +39,7 @@ struct settings {
   transport::progress_mode progress = transport::progress_mode::spin;
   std::string progress_reason;  // why this mode, for the debug log
   bool check = true;
-  std::optional<std::string> allreduce_algorithm;  // CHORUS_ALLREDUCE_ALGO as given
+  algorithm allreduce_algorithm = algorithm::automatic;  // CHORUS_ALLREDUCE_ALGO
 };
 
 inline bool check_by_default() {
@@ -57,10 +59,11 @@ inline int usable_cores() {
 }
 
 inline settings resolve(const options& given, int local_ranks) {
+  variables::check_variables();
   settings chosen;
   chosen.timeout = given.timeout.value_or(env::get_duration("CHORUS_TIMEOUT").value_or(default_timeout));
   // Read once here: the collectives consult these on every call.
-  chosen.allreduce_algorithm = env::get("CHORUS_ALLREDUCE_ALGO");
+  chosen.allreduce_algorithm = variables::allreduce_algorithm();
   chosen.check = given.check.value_or(env::get_integer("CHORUS_CHECK", 0, 1).value_or(check_by_default() ? 1 : 0) == 1);
   using transport::progress_mode;
   if (given.progress) {
@@ -68,7 +71,7 @@ inline settings resolve(const options& given, int local_ranks) {
     chosen.progress_reason = "set in code";
     return chosen;
   }
-  const auto from_env = env::get_choice("CHORUS_PROGRESS", {"spin", "yield", "block", "auto"});
+  const auto from_env = env::get_choice("CHORUS_PROGRESS", variables::progress_choices);
   if (from_env && *from_env < 3) {
     chosen.progress = static_cast<progress_mode>(*from_env);
     chosen.progress_reason = "CHORUS_PROGRESS";

@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -102,18 +103,24 @@ inline std::optional<std::size_t> get_size(const char* name) {
 }
 
 // Returns the index of the value among `choices`.
-inline std::optional<std::size_t> get_choice(const char* name,
-                                             std::initializer_list<std::string_view> choices) {
+inline std::optional<std::size_t> get_choice(const char* name, std::span<const std::string_view> choices) {
   const auto text = get(name);
   if (!text) return std::nullopt;
   std::size_t index = 0;
   std::string expected;
   for (std::string_view choice : choices) {
     if (*text == choice) return index;
-    expected += (index++ ? "|" : "") + std::string(choice);
+    // Appended piece by piece: GCC 12 at -O3 warns falsely (-Wrestrict)
+    // about `(cond ? "|" : "") + std::string(choice)`.
+    if (index++ > 0) expected += '|';
+    expected += choice;
   }
   throw error(errc::invalid_argument,
               std::string(name) + "='" + *text + "' is not one of " + expected);
+}
+
+inline std::optional<std::size_t> get_choice(const char* name, std::initializer_list<std::string_view> choices) {
+  return get_choice(name, std::span<const std::string_view>(choices.begin(), choices.size()));
 }
 
 }  // namespace chorus::env

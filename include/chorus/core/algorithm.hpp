@@ -49,6 +49,16 @@ constexpr std::string_view to_string(algorithm choice) noexcept {
   return "unknown";
 }
 
+// Throws unless `chosen` is an allreduce algorithm; `source` says who chose it.
+inline algorithm require_allreduce_algorithm(algorithm chosen, std::string_view source) {
+  if (chosen == algorithm::ring || chosen == algorithm::recursive_doubling || chosen == algorithm::rabenseifner ||
+      chosen == algorithm::tree)
+    return chosen;
+  throw error(errc::invalid_argument,
+              std::string(source) + " names " + std::string(to_string(chosen)) +
+                  ", which is not an allreduce algorithm (ring, recursive_doubling, rabenseifner, tree)");
+}
+
 inline algorithm parse_algorithm(std::string_view text, std::string_view source) {
   for (const auto& [value, name] : algorithm_names)
     if (name == text) return value;

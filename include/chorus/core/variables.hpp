@@ -1,0 +1,106 @@
+// Every CHORUS_* variable chorus reads at run time, in one table: its name
+// and how its value is checked. init() checks them all (check_variables), so
+// a bad value fails at start-up rather than at the first collective that
+// would have read it, and a misspelt name (CHORUS_TIMOUT) is an error naming
+// the variable it resembles rather than a setting silently ignored. Names
+// that resemble no chorus variable are left alone (other tools may use the
+// prefix; chorus's own scripts read CHORUS_BUILD_DIR, for one).
+#pragma once
+
+#include <chorus/core/algorithm.hpp>
+#include <chorus/core/env.hpp>
+#include <chorus/core/error.hpp>
+
+#include <unistd.h>  // environ
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::variables {
+
+inline constexpr std::array<std::string_view, 4> progress_choices{"spin", "yield", "block", "auto"};
+inline constexpr std::array<std::string_view, 2> codec_simd_choices{"auto", "portable"};
+
+// CHORUS_ALLREDUCE_ALGO: automatic when unset or "auto".
+inline algorithm allreduce_algorithm() {
+  const auto text = env::get("CHORUS_ALLREDUCE_ALGO");
+  if (!text) return algorithm::automatic;
+  const algorithm chosen = parse_algorithm(*text, "CHORUS_ALLREDUCE_ALGO");
+  return chosen == algorithm::automatic ? chosen : require_allreduce_algorithm(chosen, "CHORUS_ALLREDUCE_ALGO");
+}
+
+struct variable {
+  std::string_view name;
+  void (*check)();  // throws invalid_argument for a value that does not parse
+};
+
+inline void any_value() {}
+
+// The launcher's variables (rank, size, address) are parsed by bootstrap's
+// discover(), which init() also runs; here they only count as known names.
+inline constexpr std::array<variable, 14> catalogue{{
+    {"CHORUS_RANK", any_value},
+    {"CHORUS_SIZE", any_value},
+    {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); }},
+    {"CHORUS_LOCAL_SIZE", any_value},
+    {"CHORUS_ADDR", any_value},
+    {"CHORUS_TOKEN", any_value},
+    {"CHORUS_LAUNCHER", any_value},
+    {"CHORUS_TIMEOUT", [] { env::get_duration("CHORUS_TIMEOUT"); }},
+    {"CHORUS_PROGRESS", [] { env::get_choice("CHORUS_PROGRESS", progress_choices); }},
+    {"CHORUS_DEBUG", [] { env::get_integer("CHORUS_DEBUG", 0, 1); }},
+    {"CHORUS_CHECK", [] { env::get_integer("CHORUS_CHECK", 0, 1); }},
+    {"CHORUS_ALLREDUCE_ALGO", [] { allreduce_algorithm(); }},
+    {"CHORUS_CODEC_SIMD", [] { env::get_choice("CHORUS_CODEC_SIMD", codec_simd_choices); }},
+    {"CHORUS_FUSION_BUCKET", [] { env::get_size("CHORUS_FUSION_BUCKET"); }},
+}};
+
+// Levenshtein distance, for "did you mean".
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The known name a misspelt one most resembles (at most two edits away).
+inline std::string_view resembles(std::string_view name) {
+  std::string_view closest;
+  std::size_t best = 3;
+  for (const variable& known : catalogue) {
+    const std::size_t distance = edit_distance(name, known.name);
+    if (distance < best) {
+      best = distance;
+      closest = known.name;
+    }
+  }
+  return closest;
+}
+
+inline void check_variables() {
+  for (const variable& known : catalogue) known.check();
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const std::string_view name = text.substr(0, text.find('='));
+    if (!name.starts_with("CHORUS_")) continue;
+    if (std::any_of(catalogue.begin(), catalogue.end(), [&](const variable& known) { return known.name == name; }))
+      continue;
+    if (const std::string_view meant = resembles(name); !meant.empty())
+      throw error(errc::invalid_argument, std::string(name) + " is not a chorus variable; did you mean " +
+                                              std::string(meant) + "? (the README's Configuration table lists them)");
+  }
+}
+
+}  // namespace chorus::variables

@@ -1,0 +1,56 @@
+# Sourced (not run): simulated hosts on one machine, each its own network
+# namespace with one veth "wire" to a bridge in a switch namespace, so UCX
+# and the store talk TCP between real addresses, as across machines.
+# Used by bench/ratelimited (with a rate) and tests/cross_host.
+#
+#   source scripts/hosts.sh
+#   hosts_create PREFIX COUNT SUBNET [RATE]   # hosts PREFIXh0.. at SUBNET.1.. (SUBNET like 10.78.0)
+#   hosts_exec I command...                   # run in host I
+#   hosts_address I                           # SUBNET.(I+1)
+#   hosts_cleanup                             # removes them (also on EXIT once created)
+# Needs root and iproute2; RATE (e.g. 1gbit) shapes both ends of each wire
+# with tc's token bucket, like a NIC of that speed.
+
+hosts_prefix="" hosts_count=0 hosts_subnet=""
+
+hosts_available() {
+  [[ $(id -u) == 0 ]] && command -v ip >/dev/null && ip netns add "chorus-probe-$$" 2>/dev/null &&
+    ip netns del "chorus-probe-$$" 2>/dev/null
+}
+
+hosts_cleanup() {
+  local i
+  for ((i = 0; i < hosts_count; i++)); do ip netns del "${hosts_prefix}h$i" 2>/dev/null || true; done
+  [[ -n $hosts_prefix ]] && ip netns del "${hosts_prefix}sw" 2>/dev/null || true
+}
+
+hosts_create() {
+  hosts_prefix="$1" hosts_count="$2" hosts_subnet="$3"
+  local rate="${4:-}" switch="${1}sw" i ns
+  trap hosts_cleanup EXIT
+  ip netns add "$switch"
+  ip -n "$switch" link add br0 type bridge
+  ip -n "$switch" link set br0 up
+  for ((i = 0; i < hosts_count; i++)); do
+    ns="${hosts_prefix}h$i"
+    ip netns add "$ns"
+    ip -n "$ns" link add wire type veth peer name "p$i" netns "$switch"
+    ip -n "$ns" addr add "$(hosts_address "$i")/24" dev wire
+    ip -n "$ns" link set wire up
+    ip -n "$ns" link set lo up
+    ip -n "$switch" link set "p$i" master br0
+    ip -n "$switch" link set "p$i" up
+    if [[ -n $rate ]]; then
+      ip netns exec "$ns" tc qdisc add dev wire root tbf rate "$rate" burst 256kb latency 100ms
+      ip netns exec "$switch" tc qdisc add dev "p$i" root tbf rate "$rate" burst 256kb latency 100ms
+    fi
+  done
+}
+
+hosts_address() { echo "$hosts_subnet.$(($1 + 1))"; }
+hosts_name() { echo "${hosts_prefix}h$1"; }
+hosts_exec() {
+  local i="$1"
+  shift
+  ip netns exec "${hosts_prefix}h$i" "$@"
+}

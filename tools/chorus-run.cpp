@@ -12,6 +12,7 @@
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/token.hpp>
 #include <chorus/core/env.hpp>
+#include <chorus/transport/ucx_shm_orphans.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -353,7 +354,11 @@ class launcher {
 
 int main(int argc, char** argv) {
   try {
-    return launcher(parse(argc, argv)).run();
+    const int status = launcher(parse(argc, argv)).run();
+    // A rank killed while UCX was creating a shared-memory segment leaves
+    // it in /dev/shm; the job is over, so sweep what nobody uses.
+    chorus::transport::remove_orphaned_ucx_segments(std::chrono::seconds(0));
+    return status;
   } catch (const std::exception& failure) {
     std::fprintf(stderr, "chorus-run: %s\n", failure.what());
     return 1;

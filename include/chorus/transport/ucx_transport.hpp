@@ -31,6 +31,7 @@
 #include <chorus/core/memory_kind.hpp>
 #include <chorus/transport/peer_process.hpp>
 #include <chorus/transport/transport.hpp>
+#include <chorus/transport/ucx_shm_orphans.hpp>
 
 #include <ucp/api/ucp.h>
 
@@ -493,6 +494,8 @@ class ucx_transport {
 
   void create_context() {
     set_ucx_defaults();
+    static const bool swept = (transport::remove_orphaned_ucx_segments(), true);  // see ucx_shm_orphans.hpp
+    (void)swept;
     ucp_config_t* ucx_config = nullptr;
     ucs_status_t status = ucp_config_read(nullptr, nullptr, &ucx_config);
     if (status != UCS_OK) fail_setup("ucp_config_read", status);
@@ -643,12 +646,20 @@ class ucx_transport {
     throw error(category, detail, {rank_, peer, std::string(operation)});
   }
 
+  // A peer that let an operation time out is treated as failed from here on:
+  // its endpoint is force-closed, so a send to it that UCX cannot cancel (a
+  // stopped process never fetches a rendezvous) does not hold up unwinding.
   [[noreturn]] void raise_timeout(request& handle, clock::time_point, std::string_view operation) {
     const int peer = handle.peer();
     const std::string detail = std::string(handle.is_receive() ? "receive from" : "send to") +
                                " peer did not complete before the deadline (tag 0x" +
                                to_hex(handle.tag()) + ")";
     note_failure();
+    {
+      std::lock_guard lock(mutex_);
+      mark_failed(*peers_[static_cast<std::size_t>(peer)], UCS_ERR_ENDPOINT_TIMEOUT);
+      close_failed_endpoints();
+    }
     handle.reset();
     throw error(errc::timeout, detail, {rank_, peer, std::string(operation)});
   }

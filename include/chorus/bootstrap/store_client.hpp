@@ -201,11 +201,22 @@ class client {
     if (failure) {
       boost::system::error_code ignored;
       socket_.close(ignored);
+      if (protocol_problem.empty() && lost_store(failure))
+        throw error(errc::peer_failure,
+                    "lost the connection to the store (" + failure.message() +
+                        "): the process hosting it (rank 0, or the launcher) is gone",
+                    {options_.rank, -1, context});
       throw error(errc::transport,
                   protocol_problem.empty() ? "connection failed: " + failure.message() : protocol_problem,
                   {options_.rank, -1, context});
     }
     return decode(body, context);
+  }
+
+  // The other end went away: the store's host died (or closed it on us).
+  static bool lost_store(const boost::system::error_code& failure) {
+    return failure == boost::asio::error::eof || failure == boost::asio::error::connection_reset ||
+           failure == boost::asio::error::broken_pipe || failure == boost::asio::error::connection_aborted;
   }
 
   reply decode(const std::vector<std::byte>& body, const std::string& context) {

@@ -74,7 +74,14 @@ struct operation_state {
   std::atomic<ucs_status_t> status{UCS_INPROGRESS};
   std::size_t received = 0;
   void* ucp_request = nullptr;
+  std::atomic<int>* outstanding = nullptr;  // the peer's count of operations in flight
 };
+
+// The operation is over (completed, failed or cancelled): the peer has one
+// operation fewer in flight.
+inline void finished(operation_state* state) noexcept {
+  if (state->outstanding != nullptr) state->outstanding->fetch_sub(1, std::memory_order_acq_rel);
+}
 
 inline void release(operation_state* state) noexcept {
   if (state != nullptr && state->references.fetch_sub(1, std::memory_order_acq_rel) == 1)
@@ -83,6 +90,7 @@ inline void release(operation_state* state) noexcept {
 
 inline void on_send_done(void* ucp_request, ucs_status_t status, void* user_data) {
   auto* state = static_cast<operation_state*>(user_data);
+  finished(state);
   state->status.store(status, std::memory_order_release);
   ucp_request_free(ucp_request);
   release(state);
@@ -92,6 +100,7 @@ inline void on_recv_done(void* ucp_request, ucs_status_t status,
                          const ucp_tag_recv_info_t* info, void* user_data) {
   auto* state = static_cast<operation_state*>(user_data);
   if (status == UCS_OK) state->received = info->length;
+  finished(state);
   state->status.store(status, std::memory_order_release);
   ucp_request_free(ucp_request);
   release(state);
@@ -314,12 +323,12 @@ class ucx_transport {
 
   void wait_all(std::span<request> handles, clock::time_point deadline,
                 std::string_view operation) {
-    const bool finished = progress_until([&] { return settled(handles); }, deadline);
-    for (request& handle : handles) {
-      if (handle.done() && handle.succeeded()) continue;
-      if (handle.done() || peer_failure(handle.peer())) raise(handle, operation);
-      if (!finished) raise_timeout(handle, deadline, operation);
-    }
+    progress_until([&] { return settled(handles) || doomed_peer() >= 0; }, deadline);
+    for (request& handle : handles)
+      if (handle.done() ? !handle.succeeded() : peer_failure(handle.peer()).has_value()) raise(handle, operation);
+    if (const int doomed = doomed_peer(); doomed >= 0) raise_doomed(doomed, operation);
+    for (request& handle : handles)
+      if (!handle.done()) raise_timeout(handle, deadline, operation);
   }
 
   // Overrides the waiting mode for the calling thread (a background thread
@@ -385,6 +394,7 @@ class ucx_transport {
     std::atomic<ucs_status_t> failure{UCS_OK};
     std::optional<transport::process_identity> process;  // watched when on this host
     std::atomic<bool> process_exited{false};
+    std::atomic<int> outstanding{0};  // operations with this peer still in flight
   };
 
   friend class ucx::request;
@@ -402,8 +412,40 @@ class ucx_transport {
 
   static void mark_failed(peer_slot& slot, ucs_status_t status) noexcept {
     ucs_status_t expected = UCS_OK;
-    slot.failure.compare_exchange_strong(expected, status, std::memory_order_acq_rel);
+    if (slot.failure.compare_exchange_strong(expected, status, std::memory_order_acq_rel))
+      slot.owner->failed_peers_.fetch_add(1, std::memory_order_acq_rel);
     slot.owner->failures_pending_.store(true, std::memory_order_release);
+  }
+
+  // A failed peer with operations still in flight: they can never complete,
+  // and whatever the caller waits for depends on them (a collective waits on
+  // one peer while its exchange with the dead one is pending), so every wait
+  // fails. A peer that finished and left has nothing in flight: no error.
+  int doomed_peer() const noexcept {
+    if (failed_peers_.load(std::memory_order_acquire) == 0) return -1;
+    for (const auto& slot : peers_)
+      if (slot->failure.load(std::memory_order_acquire) != UCS_OK &&
+          slot->outstanding.load(std::memory_order_acquire) > 0)
+        return slot->rank;
+    return -1;
+  }
+
+  [[noreturn]] void raise_doomed(int peer, std::string_view operation) {
+    note_failure();
+    throw error(errc::peer_failure, "an operation with this peer can never complete: " + failure_text(peer),
+                {rank_, peer, std::string(operation)});
+  }
+
+  // Whether the peer has failed, asking the kernel now if its process is
+  // watched (an error status from UCX may arrive before the next watch).
+  bool peer_gone(int peer) {
+    peer_slot& slot = *peers_[static_cast<std::size_t>(peer)];
+    if (slot.failure.load(std::memory_order_acquire) == UCS_OK && slot.process &&
+        !transport::process_alive(*slot.process)) {
+      slot.process_exited.store(true, std::memory_order_release);
+      mark_failed(slot, UCS_ERR_CONNECTION_RESET);
+    }
+    return slot.failure.load(std::memory_order_acquire) != UCS_OK;
   }
 
   // Called with mutex_ held: checks the watched processes at most once per
@@ -587,6 +629,9 @@ class ucx_transport {
     request handle;
     handle.owner_ = this;
     handle.state_ = new detail::operation_state();
+    // Counted before the UCP call: its callback may run inside it.
+    handle.state_->outstanding = &peers_[static_cast<std::size_t>(peer)]->outstanding;
+    handle.state_->outstanding->fetch_add(1, std::memory_order_acq_rel);
     handle.peer_ = peer;
     handle.tag_ = tag;
     handle.is_receive_ = is_receive;
@@ -602,6 +647,7 @@ class ucx_transport {
       state->ucp_request = result;
       return;
     }
+    detail::finished(state);
     state->status.store(result == nullptr ? UCS_OK : UCS_PTR_STATUS(result), std::memory_order_release);
     detail::release(state);
   }
@@ -635,14 +681,17 @@ class ucx_transport {
     const ucs_status_t status = handle.done() ? handle.status() : *peer_failure(handle.peer());
     const int peer = handle.peer();
     const bool truncated = status == UCS_ERR_MESSAGE_TRUNCATED;
-    const std::string cause = from_peer && peer_failure(peer) ? failure_text(peer) : ucs_status_string(status);
+    const bool gone = peer_gone(peer);
+    const std::string cause = (from_peer || gone) && peer_failure(peer) ? failure_text(peer) : ucs_status_string(status);
     std::string detail = truncated ? "message is larger than the receive buffer"
                                    : std::string(handle.is_receive() ? "receive" : "send") + " failed: " + cause;
     if (!truncated) note_failure();
     handle.reset();
-    const errc category = truncated                          ? errc::mismatch
-                          : detail::is_peer_failure(status) ? errc::peer_failure
-                                                            : errc::transport;
+    // Any failure with a peer whose process is gone is that peer's failure
+    // (UCX may say "Shared memory error" for a dead shared-memory peer).
+    const errc category = truncated                                  ? errc::mismatch
+                          : detail::is_peer_failure(status) || gone ? errc::peer_failure
+                                                                    : errc::transport;
     throw error(category, detail, {rank_, peer, std::string(operation)});
   }
 
@@ -719,6 +768,7 @@ class ucx_transport {
   std::atomic<bool> failed_{false};  // an operation failed or timed out: teardown force-closes
   std::atomic<clock::rep> abandon_by_{0};  // after a failure: when cancels stop waiting
   std::atomic<bool> failures_pending_{false};  // a failed peer's endpoint awaits its force-close
+  std::atomic<int> failed_peers_{0};
   std::vector<void*> closing_;                 // force-close requests, freed at teardown
   transport::process_identity self_ = transport::process_identity::self();
   clock::time_point last_watch_{};

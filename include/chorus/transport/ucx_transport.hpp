@@ -154,6 +154,7 @@ class request {
  private:
   // Drops a request that was never handed to UCX (both references are ours).
   void abandon_unsent() noexcept {
+    detail::finished(state_);  // it was counted as in flight
     delete std::exchange(state_, nullptr);
     owner_ = nullptr;
   }
@@ -440,12 +441,16 @@ class ucx_transport {
   // watched (an error status from UCX may arrive before the next watch).
   bool peer_gone(int peer) {
     peer_slot& slot = *peers_[static_cast<std::size_t>(peer)];
-    if (slot.failure.load(std::memory_order_acquire) == UCS_OK && slot.process &&
-        !transport::process_alive(*slot.process)) {
-      slot.process_exited.store(true, std::memory_order_release);
-      mark_failed(slot, UCS_ERR_CONNECTION_RESET);
-    }
+    check_process(slot);
     return slot.failure.load(std::memory_order_acquire) != UCS_OK;
+  }
+
+  // Marks the peer failed if its watched process is gone.
+  static void check_process(peer_slot& slot) {
+    if (!slot.process || slot.failure.load(std::memory_order_acquire) != UCS_OK) return;
+    if (transport::process_alive(*slot.process)) return;
+    slot.process_exited.store(true, std::memory_order_release);
+    mark_failed(slot, UCS_ERR_CONNECTION_RESET);
   }
 
   // Called with mutex_ held: checks the watched processes at most once per
@@ -453,12 +458,7 @@ class ucx_transport {
   void watch_peers(clock::time_point now) {
     if (now - last_watch_ < watch_interval) return;
     last_watch_ = now;
-    for (auto& slot : peers_) {
-      if (!slot->process || slot->failure.load(std::memory_order_acquire) != UCS_OK) continue;
-      if (transport::process_alive(*slot->process)) continue;
-      slot->process_exited.store(true, std::memory_order_release);
-      mark_failed(*slot, UCS_ERR_CONNECTION_RESET);
-    }
+    for (auto& slot : peers_) check_process(*slot);
     if (failures_pending_.load(std::memory_order_acquire)) close_failed_endpoints();
   }
 

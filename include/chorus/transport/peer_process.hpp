@@ -17,11 +17,10 @@
 
 #include <charconv>
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace chorus::transport {
 
@@ -60,21 +59,27 @@ struct process_identity {
   static std::optional<std::pair<char, unsigned long long>> stat(long pid) {
     char path[48];
     std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    std::ifstream file(path);
-    if (!file) return std::nullopt;
-    std::string line;
-    std::getline(file, line);
-    const std::size_t close = line.rfind(')');
-    if (close == std::string::npos) return std::nullopt;
-    std::istringstream fields(line.substr(close + 1));
-    char state = '?';
-    fields >> state;
-    std::string skip;
-    for (int field = 4; field < 22; ++field) fields >> skip;  // ppid .. itrealvalue
+    std::FILE* file = std::fopen(path, "r");
+    if (file == nullptr) return std::nullopt;
+    char line[1024];
+    const std::size_t length = std::fread(line, 1, sizeof line - 1, file);
+    std::fclose(file);
+    const std::string_view text(line, length);
+    const std::size_t close = text.rfind(')');
+    if (close == std::string_view::npos) return std::nullopt;
+    // After ')': field 3 (state) is the first, field 22 (starttime) the 20th.
+    std::string_view rest = text.substr(close + 1);
+    std::string_view fields[20];
+    for (std::string_view& field : fields) {
+      const std::size_t begin = rest.find_first_not_of(' ');
+      if (begin == std::string_view::npos) return std::nullopt;
+      rest.remove_prefix(begin);
+      field = rest.substr(0, rest.find(' '));
+      rest.remove_prefix(field.size());
+    }
     unsigned long long start = 0;
-    fields >> start;
-    if (!fields) return std::nullopt;
-    return std::pair{state, start};
+    if (fields[0].empty() || !parse(fields[19], start)) return std::nullopt;
+    return std::pair{fields[0][0], start};
   }
 
   static std::optional<unsigned long long> start_ticks(long pid) {
@@ -91,9 +96,12 @@ struct process_identity {
   }
 
   static std::string host_key() {
-    std::string boot;
-    std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-    return boot + "/" + link("/proc/self/ns/net") + "/" + link("/proc/self/ns/pid");
+    char boot[64] = "?";
+    if (std::FILE* file = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+      if (std::fscanf(file, "%63s", boot) != 1) boot[0] = '?';
+      std::fclose(file);
+    }
+    return std::string(boot) + "/" + link("/proc/self/ns/net") + "/" + link("/proc/self/ns/pid");
   }
 
   static std::string link(const char* path) {

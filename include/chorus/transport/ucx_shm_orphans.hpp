@@ -20,9 +20,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
+#include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <set>
 #include <string>
 #include <string_view>
@@ -56,8 +55,11 @@ inline std::set<std::string> segments_in_use() {
   };
   for (const std::string& pid : directory_names("/proc")) {
     if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream maps("/proc/" + pid + "/maps");
-    for (std::string line; std::getline(maps, line);) take(line);
+    if (std::FILE* maps = std::fopen(("/proc/" + pid + "/maps").c_str(), "r")) {
+      char line[4096];
+      while (std::fgets(line, sizeof line, maps) != nullptr) take(line);
+      std::fclose(maps);
+    }
     const std::string fds = "/proc/" + pid + "/fd";
     for (const std::string& fd : directory_names(fds.c_str())) {
       char target[512];

@@ -559,3 +559,12 @@ TEST_CASE("store protocol: a session that ends while waiting leaves no waiter be
   CHECK(rig.values.waiting_keys() == 0);
   CHECK(waiter.wait_expired().empty());
 }
+
+TEST_CASE("discovery: a bad rendezvous address names the rank") {
+  clean_environment clean;
+  ::setenv("CHORUS_RANK", "2", 1);
+  ::setenv("CHORUS_SIZE", "4", 1);
+  ::setenv("CHORUS_ADDR", "node01", 1);
+  chorus_test::expect_error([] { chorus::bootstrap::discover(); }, chorus::errc::invalid_argument,
+                            "rank 2, in bootstrap: CHORUS_ADDR='node01' has no host:port form");
+}

@@ -95,7 +95,13 @@ inline launch_info discover() {
          detail::read_pair(info, "PMI_RANK", "PMI_SIZE") ||
          detail::read_pair(info, "SLURM_PROCID", "SLURM_NTASKS"));
   info.local_size = detail::local_size(info.size);
-  if (const auto text = env::get("CHORUS_ADDR")) info.store = parse_address(*text);
+  if (const auto text = env::get("CHORUS_ADDR")) {
+    try {
+      info.store = parse_address(*text);
+    } catch (const error& failure) {
+      throw with_rank(failure, info.rank, "bootstrap");
+    }
+  }
   info.token = env::get("CHORUS_TOKEN").value_or("");
   info.launcher_hosts_store = env::get("CHORUS_LAUNCHER").has_value();
   if (info.size > 1 && !info.store)

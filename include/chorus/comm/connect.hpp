@@ -76,7 +76,11 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
 
 inline communicator connect(const bootstrap::launch_info& info, const options& given = {}) {
   auto world = std::make_shared<world_state<ucx::ucx_transport>>();
-  world->config = resolve(given, info.local_size);
+  try {
+    world->config = resolve(given, info.local_size);
+  } catch (const error& failure) {
+    throw with_rank(failure, info.rank, "init");
+  }
   log::debug(info.rank, "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) +
                             " (" + info.source + "), progress " +
                             std::string(to_string(world->config.progress)) + " (" +

@@ -72,6 +72,14 @@ class error : public std::runtime_error {
   std::string detail_;
 };
 
+// The same error, naming the rank when it did not (a bad setting is found
+// before the rank is known to the code that parses it).
+inline error with_rank(const error& failure, int rank, std::string_view operation) {
+  if (failure.rank() >= 0) return failure;
+  return error(failure.category(), failure.detail(),
+               {rank, failure.peer(), failure.operation().empty() ? std::string(operation) : failure.operation()});
+}
+
 // Shorthand for argument checks: CHORUS_REQUIRE-style without a macro.
 inline void require(bool condition, std::string_view what,
                     const error_context& context = {}) {

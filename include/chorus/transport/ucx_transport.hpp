@@ -235,6 +235,39 @@ class ucx_transport {
     peers_[static_cast<std::size_t>(peer)]->process = process;
   }
 
+  // UCX defaults chorus changes, set in the environment once per process
+  // before any context reads it (UCT options cannot be set through
+  // ucp_config_modify); a user's value always wins. connect() calls this
+  // before anything reads the environment: setenv while another thread
+  // reads it is a data race (ranks as threads start concurrently), and the
+  // once-only initialisation makes every other caller wait until it is done.
+  //
+  // Shared-memory transports can detect a dead peer (they check that its
+  // process is alive) but UCX hides that unless asked; without it the PEER
+  // error mode pushes intra-node traffic onto TCP, 30x slower. The keepalive
+  // that runs the check defaults to 20 s, longer than users wait for an
+  // error; 1 s costs one tiny message per endpoint per second.
+  //
+  // When the user restricts UCX_TLS to tcp (and self), large messages go
+  // eager in 64 KiB fragments. A rendezvous handshake queues behind bulk
+  // data on a busy link: on a shaped 1 Gbit/s network that cost the
+  // encode-once compressed allreduce 10-25% (docs/performance.md), and TCP
+  // copies through the kernel either way.
+  static void prepare_environment() {
+    static const bool done = [] {
+      ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+      ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+      ::setenv("UCX_KEEPALIVE_INTERVAL", "1s", 0);
+      const char* tls = std::getenv("UCX_TLS");
+      if (tls != nullptr && only_tcp(tls)) {
+        ::setenv("UCX_RNDV_THRESH", "inf", 0);
+        ::setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
+      }
+      return true;
+    }();
+    (void)done;
+  }
+
   // True once an operation failed or timed out: the transport is being torn
   // down, and whoever hosts shared services should not wait for its peers.
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
@@ -492,36 +525,6 @@ class ucx_transport {
     return ucs_status_string(slot.failure.load(std::memory_order_acquire));
   }
 
-  // UCX defaults chorus changes, set in the environment once per process
-  // before any context reads it (UCT options cannot be set through
-  // ucp_config_modify); a user's value always wins.
-  //
-  // Shared-memory transports can detect a dead peer (they check that its
-  // process is alive) but UCX hides that unless asked; without it the PEER
-  // error mode pushes intra-node traffic onto TCP, 30x slower. The keepalive
-  // that runs the check defaults to 20 s, longer than users wait for an
-  // error; 1 s costs one tiny message per endpoint per second.
-  //
-  // When the user restricts UCX_TLS to tcp (and self), large messages go
-  // eager in 64 KiB fragments. A rendezvous handshake queues behind bulk
-  // data on a busy link: on a shaped 1 Gbit/s network that cost the
-  // encode-once compressed allreduce 10-25% (docs/performance.md), and TCP
-  // copies through the kernel either way.
-  static void set_ucx_defaults() {
-    static const bool done = [] {
-      ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-      ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
-      ::setenv("UCX_KEEPALIVE_INTERVAL", "1s", 0);
-      const char* tls = std::getenv("UCX_TLS");
-      if (tls != nullptr && only_tcp(tls)) {
-        ::setenv("UCX_RNDV_THRESH", "inf", 0);
-        ::setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
-      }
-      return true;
-    }();
-    (void)done;
-  }
-
   static bool only_tcp(std::string_view list) {
     bool tcp = false;
     while (!list.empty()) {
@@ -535,7 +538,7 @@ class ucx_transport {
   }
 
   void create_context() {
-    set_ucx_defaults();
+    prepare_environment();
     static const bool swept = (transport::remove_orphaned_ucx_segments(), true);  // see ucx_shm_orphans.hpp
     (void)swept;
     ucp_config_t* ucx_config = nullptr;

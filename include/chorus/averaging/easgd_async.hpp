@@ -214,9 +214,11 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       if (workers_done_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(20)),
                                    [&] { return workers_left_ == 0; }))
         break;
-      if (std::chrono::steady_clock::now() >= deadline)
+      if (std::chrono::steady_clock::now() >= deadline) {
+        comm_.transport().abandon();
         throw error(errc::timeout, std::to_string(workers_left_) + " worker(s) did not finish within the timeout",
                     {comm_.world_rank(comm_.rank()), -1, "easgd_async finish"});
+      }
     }
   }
 

@@ -81,9 +81,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
     for (int waiting = peer_without_cut(); waiting >= 0; waiting = peer_without_cut()) {
       if (!merge_arrivals() && !comm_.transport().progress()) std::this_thread::yield();
-      if (std::chrono::steady_clock::now() > deadline)
+      if (std::chrono::steady_clock::now() > deadline) {
+        comm_.transport().abandon();
         throw error(errc::timeout, "gosgd: the peer's cut (it enters quiesce() or finish()) did not arrive in time",
                     {comm_.world_rank(comm_.rank()), comm_.world_rank(waiting), "gosgd quiesce"});
+      }
     }
     for (outgoing& sent : in_flight_) comm_.wait(sent.handle, "gosgd push");
     in_flight_.clear();

@@ -59,6 +59,7 @@ struct world_state {
   // them would hold this rank up to a whole timeout.
   ~world_state() {
     const bool failing = std::uncaught_exceptions() > 0 || (transport && transport->failed());
+    if (failing && transport) transport->abandon();
     background.reset();  // finishes queued collectives while the transport lives
     progress.reset();
     store.reset();

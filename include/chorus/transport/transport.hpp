@@ -74,6 +74,8 @@ concept Transport =
       { transport.wait_all(requests, deadline, operation) } -> std::same_as<void>;
       // True once an operation failed or timed out (the job is going down).
       { view.failed() } -> std::same_as<bool>;
+      // Declares the job failed from above (teardown then abandons, bounded).
+      { transport.abandon() } -> std::same_as<void>;
     };
 
 }  // namespace chorus::transport

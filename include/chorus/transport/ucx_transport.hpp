@@ -272,6 +272,12 @@ class ucx_transport {
   // down, and whoever hosts shared services should not wait for its peers.
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
 
+  // The job is going down for a reason above the transport (a scheme's own
+  // deadline, an exception unwinding the communicator): start the abandon
+  // budget, so cancels and teardown do not wait on peers that may never
+  // answer (a flush to a stopped peer held teardown 2 s).
+  void abandon() noexcept { note_failure(); }
+
   // The failure UCX reported for a peer's endpoint, if any.
   std::optional<ucs_status_t> peer_failure(int peer) const noexcept {
     const ucs_status_t status =

@@ -92,8 +92,9 @@ std::vector<std::byte> bytes_of(std::initializer_list<int> values) {
 }
 
 void expect_refusal(raw_connection& connection, const std::string& fragment) {
-  const auto [code, text] = connection.read_reply();
-  CHECK(code == store::opcode::reply_error);
+  const auto reply = connection.read_reply();
+  const std::string& text = reply.second;  // not a structured binding: CAPTURE's lambda takes it (clang 14)
+  CHECK(reply.first == store::opcode::reply_error);
   CAPTURE(text);
   CHECK(text.find(fragment) != std::string::npos);
   CHECK(connection.closed_by_peer());

@@ -156,7 +156,9 @@ TEST_CASE("CHORUS_* variables: every value checked at once, misspelt names caugh
         {"CHORUS_CHECK", "2"},               {"CHORUS_ALLREDUCE_ALGO", "bogus"},
         {"CHORUS_ALLREDUCE_ALGO", "chain"},  // a name, but not an allreduce algorithm
         {"CHORUS_CODEC_SIMD", "avx512"},     {"CHORUS_FUSION_BUCKET", "0"}, {"CHORUS_LOCAL_RANK", "-1"}};
-    for (const auto& [name, value] : bad) {
+    for (const auto& entry : bad) {
+      const char* name = entry.first;  // not a structured binding: CAPTURE's lambda takes it (clang 14)
+      const char* value = entry.second;
       scoped_variable set(name, value);
       CAPTURE(name);
       try {

@@ -19,6 +19,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CHORUS_CODEC_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 // The vector kernels are compiled for AVX2 + F16C (and POPCNT, which every
 // AVX2 CPU has) whatever the caller's -march; they only run after the CPU
@@ -53,7 +54,11 @@ inline bool cpu_has_avx2() {
 #if CHORUS_CODEC_X86
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("popcnt");
+    // F16C from cpuid leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
+    // does not know "f16c".
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") && f16c;
   }();
   return has;
 #else

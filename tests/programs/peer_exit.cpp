@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string_view>
+#include <thread>
 
 int main(int argc, char** argv) {
   const bool pending = argc > 1 && std::string_view(argv[1]) == "pending";
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
                           (!pending && failure.category() == chorus::errc::timeout);
     const bool ok = expected && failure.peer() == 2 && waited <= limit;
     std::printf("rank %d: %s after %.2f s: %s\n", comm.rank(), ok ? "ok" : "WRONG", waited, failure.what());
+    // Stay alive a moment: the other survivor must find rank 2 the only
+    // failed peer, not see this rank leave first (also a correct error).
+    if (pending) std::this_thread::sleep_for(std::chrono::seconds(1));
     return ok ? 0 : 1;
   }
 }

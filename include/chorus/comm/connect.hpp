@@ -67,8 +67,8 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
     if (split == std::string::npos || !process)
       throw error(errc::mismatch, "the address rank " + std::to_string(peer) + " published does not parse",
                   {info.rank, peer, "connect"});
+    transport.watch_process(peer, *process);  // first: failing to reach a dead peer is its failure
     transport.connect(peer, std::as_bytes(std::span(value).subspan(split + 1)));
-    transport.watch_process(peer, *process);
   }
 }
 

@@ -220,9 +220,14 @@ class ucx_transport {
     std::lock_guard lock(mutex_);
     ucp_ep_h endpoint = nullptr;
     const ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint);
-    if (status != UCS_OK)
+    if (status != UCS_OK) {
+      // A peer that died during start-up (its shared memory is gone): its failure.
+      if (peer_gone(peer))
+        throw error(errc::peer_failure, std::string("ucp_ep_create: ") + ucs_status_string(status) + ": " +
+                                            failure_text(peer), {rank_, peer, "connect"});
       throw error(errc::transport, std::string("ucp_ep_create: ") + ucs_status_string(status),
                   {rank_, peer, "connect"});
+    }
     peers_[static_cast<std::size_t>(peer)]->endpoint = endpoint;
   }
 

@@ -1,5 +1,9 @@
 // chorus: collective communication and model averaging for data-parallel
-// training. Include this header and link chorus::chorus.
+// training. The everything-header; link chorus::runtime (or chorus::chorus
+// for header-only use, where this file also compiles Boost.Asio).
+// Narrower headers compile faster: chorus/collective.hpp for a file that
+// runs collectives on a communicator it is given, chorus/init.hpp for the
+// file that creates it.
 #pragma once
 
 #include <chorus/core/bfloat16.hpp>
@@ -13,13 +17,11 @@
 #include <chorus/transport/ucx_transport.hpp>
 
 #include <chorus/bootstrap/environment.hpp>
-#include <chorus/bootstrap/store_client.hpp>
-#include <chorus/bootstrap/store_server.hpp>
+#include <chorus/bootstrap/store_open.hpp>
 #include <chorus/bootstrap/token.hpp>
 
-#include <chorus/comm/communicator.hpp>
-#include <chorus/comm/connect.hpp>
-#include <chorus/comm/run_threads.hpp>
+#include <chorus/comm/ucx_communicator.hpp>
+#include <chorus/init.hpp>
 
 #include <chorus/collective.hpp>
 #include <chorus/codec.hpp>

@@ -1,5 +1,9 @@
-// All collectives: front doors, algorithms, non-blocking variants, fusion.
+// All collectives: front doors, algorithms, non-blocking variants, fusion,
+// and chorus::communicator. What a file that runs collectives on a
+// communicator it is given includes: no store, no Boost.Asio.
 #pragma once
+
+#include <chorus/comm/ucx_communicator.hpp>
 
 #include <chorus/collective/allgather.hpp>
 #include <chorus/collective/allreduce.hpp>

@@ -3,6 +3,7 @@
 // rank 0 may start its server after the other ranks are already up.
 #pragma once
 
+#include <chorus/bootstrap/store.hpp>
 #include <chorus/bootstrap/store_protocol.hpp>
 #include <chorus/core/error.hpp>
 
@@ -24,17 +25,9 @@
 
 namespace chorus::store {
 
-struct client_options {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0;
-  std::string token;
-  std::chrono::milliseconds timeout{180000};  // connect and each request
-  store::limits limits;
-  int rank = -1;  // named in errors
-};
-
-class client {
+class client final : public connection {
  public:
+  using connection::wait;
   explicit client(client_options options) : options_(std::move(options)), socket_(io_) {
     connect();
     hello();
@@ -43,9 +36,9 @@ class client {
   client(const client&) = delete;
   client& operator=(const client&) = delete;
 
-  std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
+  std::chrono::milliseconds timeout() const noexcept override { return options_.timeout; }
 
-  void set(std::string_view key, std::string_view value) {
+  void set(std::string_view key, std::string_view value) override {
     check_key(key, "set");
     if (value.size() > options_.limits.max_value_bytes)
       throw error(errc::invalid_argument,
@@ -57,7 +50,7 @@ class client {
            opcode::reply_ok, "set", key);
   }
 
-  std::optional<std::string> get(std::string_view key) {
+  std::optional<std::string> get(std::string_view key) override {
     check_key(key, "get");
     reply answer = transact(frame_writer(opcode::get).put_string(key), options_.timeout, "get", key);
     if (answer.code == opcode::reply_missing) return std::nullopt;
@@ -66,7 +59,7 @@ class client {
   }
 
   // Blocks until the key exists; a timeout error if it does not appear in time.
-  std::string wait(std::string_view key, std::chrono::milliseconds timeout) {
+  std::string wait(std::string_view key, std::chrono::milliseconds timeout) override {
     check_key(key, "wait");
     const auto ms = static_cast<std::uint64_t>(timeout.count());
     // The server answers at its own deadline; ours only guards a dead server.
@@ -79,9 +72,8 @@ class client {
     expect(answer, opcode::reply_value, "wait", key);
     return answer.text;
   }
-  std::string wait(std::string_view key) { return wait(key, options_.timeout); }
 
-  std::int64_t add(std::string_view key, std::int64_t delta) {
+  std::int64_t add(std::string_view key, std::int64_t delta) override {
     check_key(key, "add");
     reply answer = transact(
         frame_writer(opcode::add).put_string(key).put_u64(static_cast<std::uint64_t>(delta)),

@@ -40,7 +40,7 @@
 
 namespace chorus::store {
 
-class server {
+class server final : public host {
  public:
   explicit server(server_options options)
       : options_(std::move(options)), acceptor_(io_), work_(io_.get_executor()) {
@@ -52,19 +52,17 @@ class server {
   server(const server&) = delete;
   server& operator=(const server&) = delete;
 
-  ~server() { stop(); }
+  ~server() override { stop(); }
 
-  std::uint16_t port() const noexcept { return port_; }
+  std::uint16_t port() const noexcept override { return port_; }
   const std::string& host() const noexcept { return options_.bind_host; }
-  std::string address() const { return options_.bind_host + ":" + std::to_string(port_); }
+  std::string address() const override { return options_.bind_host + ":" + std::to_string(port_); }
 
   int connected_clients() const noexcept { return clients_.load(); }
   // How many accepts failed (EMFILE and the like) and were retried.
   std::size_t accept_errors() const noexcept { return accept_errors_.load(); }
 
-  // Waits until every client has disconnected (or the timeout passes), so a
-  // hosting rank does not pull the store from under slower ranks.
-  bool wait_until_no_clients(std::chrono::milliseconds timeout) {
+  bool wait_until_no_clients(std::chrono::milliseconds timeout) override {
     std::unique_lock lock(clients_mutex_);
     return clients_changed_.wait_for(lock, timeout, [this] { return clients_.load() == 0; });
   }

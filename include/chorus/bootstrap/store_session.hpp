@@ -16,6 +16,7 @@
 // - ADD on a non-integer or past the int64 range is an error frame.
 #pragma once
 
+#include <chorus/bootstrap/store.hpp>
 #include <chorus/bootstrap/store_protocol.hpp>
 
 #include <algorithm>
@@ -31,18 +32,6 @@
 #include <vector>
 
 namespace chorus::store {
-
-struct server_options {
-  std::string bind_host = "127.0.0.1";
-  std::uint16_t port = 0;  // 0: any free port
-  std::string token;
-  store::limits limits;
-  std::chrono::milliseconds hello_timeout{10000};
-  // A frame that started arriving must go on arriving: no new byte of it
-  // for this long closes the connection (a half-sent frame never wedges a session).
-  std::chrono::milliseconds frame_timeout{10000};
-  int rank = -1;  // named in errors
-};
 
 // Compares without an early exit so response timing does not leak the token.
 inline bool same_token(std::string_view expected, std::string_view offered) noexcept {

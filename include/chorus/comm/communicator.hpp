@@ -10,8 +10,7 @@
 // Not thread-safe: one thread calls a communicator at a time.
 #pragma once
 
-#include <chorus/bootstrap/store_client.hpp>
-#include <chorus/bootstrap/store_server.hpp>
+#include <chorus/bootstrap/store.hpp>
 #include <chorus/comm/background.hpp>
 #include <chorus/comm/options.hpp>
 #include <chorus/comm/progress_thread.hpp>
@@ -41,8 +40,8 @@ namespace chorus {
 template <transport::Transport T>
 struct world_state {
   settings config;
-  std::unique_ptr<store::server> store_host;  // when this rank hosts the store
-  std::unique_ptr<store::client> store;       // null in a single-rank job
+  std::unique_ptr<store::host> store_host;     // when this rank hosts the store
+  std::unique_ptr<store::connection> store;    // null in a single-rank job
   std::shared_ptr<T> transport;
   std::uint32_t local_ids = 0;                // id source when there is no store
   std::mutex background_mutex;

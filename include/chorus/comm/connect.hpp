@@ -10,19 +10,15 @@
 #pragma once
 
 #include <chorus/bootstrap/environment.hpp>
-#include <chorus/bootstrap/store_client.hpp>
-#include <chorus/bootstrap/store_server.hpp>
-#include <chorus/comm/communicator.hpp>
+#include <chorus/bootstrap/store_open.hpp>
+#include <chorus/comm/ucx_communicator.hpp>
 #include <chorus/comm/options.hpp>
 #include <chorus/core/log.hpp>
-#include <chorus/transport/ucx_transport.hpp>
 
 #include <memory>
 #include <string>
 
 namespace chorus {
-
-using communicator = basic_communicator<ucx::ucx_transport>;
 
 namespace detail {
 
@@ -36,7 +32,7 @@ inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::
     hosting.port = info.store->port;
     hosting.token = info.token;
     hosting.rank = info.rank;
-    world.store_host = std::make_unique<store::server>(std::move(hosting));
+    world.store_host = store::host_store(std::move(hosting));
     log::debug(info.rank, "hosting the store at " + world.store_host->address());
   }
   store::client_options joining;
@@ -45,7 +41,7 @@ inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::
   joining.token = info.token;
   joining.timeout = world.config.timeout;
   joining.rank = info.rank;
-  world.store = std::make_unique<store::client>(std::move(joining));
+  world.store = store::join_store(std::move(joining));
 }
 
 // Each rank publishes "<process identity>\n<UCX worker address>", so a peer

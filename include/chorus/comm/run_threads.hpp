@@ -9,7 +9,7 @@
 // rethrown after every thread has finished.
 #pragma once
 
-#include <chorus/bootstrap/store_server.hpp>
+#include <chorus/bootstrap/store_open.hpp>
 #include <chorus/bootstrap/token.hpp>
 #include <chorus/comm/connect.hpp>
 
@@ -26,11 +26,13 @@ template <class Body>
 void run_threads(int ranks, Body&& body, const options& given = {}) {
   require(ranks >= 1, "run_threads: ranks must be at least 1");
   const std::string token = bootstrap::random_token();
-  store::server store_host({"127.0.0.1", 0, token, {}, std::chrono::milliseconds(10000)});
+  store::server_options hosting;
+  hosting.token = token;
+  const std::unique_ptr<store::host> store_host = store::host_store(std::move(hosting));
   bootstrap::launch_info shared;
   shared.size = ranks;
   shared.local_size = ranks;
-  shared.store = bootstrap::address{"127.0.0.1", store_host.port()};
+  shared.store = bootstrap::address{"127.0.0.1", store_host->port()};
   shared.token = token;
   shared.launcher_hosts_store = true;
   shared.source = "run_threads";

@@ -463,3 +463,67 @@ TEST_CASE("selection: table, CHORUS_ALLREDUCE_ALGO and the caller, in that order
   expect_error([] { chorus::choose_allreduce(4, 8); }, chorus::errc::invalid_argument, "CHORUS_ALLREDUCE_ALGO='fastest'");
   ::unsetenv("CHORUS_ALLREDUCE_ALGO");
 }
+
+// Every phase of an algorithm reserves its wire-tag steps in an order all
+// ranks follow, also the ranks that sit out a folded group: at 37 ranks
+// (folded into 32: five halving rounds, five folded pairs) every algorithm
+// of every collective must still pair each send with its receive.
+TEST_CASE("wire-tag phases: every algorithm at 37 ranks, and a call that needs more steps than the tag holds") {
+  tally results;
+  fingerprints prints;
+  chorus::run_threads(37, [&](communicator& comm) {
+    const int n = comm.size();
+    for (const auto algorithm : allreduce_algorithms)
+      for (const std::size_t count : {std::size_t{1}, std::size_t(n + 2), std::size_t{70001}})
+        allreduce_case<float>(comm, algorithm, count, chorus::op::sum{}, flavour::general, 40 + count, results, prints);
+
+    const std::size_t count = 5;
+    const std::size_t total = count * static_cast<std::size_t>(n);
+    const auto full = reference<float>(all_ranks(n), total, 43, flavour::general, chorus::op::sum{});
+    for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
+      const auto input = inputs<float>(comm.rank(), total, 43, flavour::general);
+      std::vector<float> output(count);
+      chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
+      const std::vector<float> expected(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+                                        full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
+      results.record("reduce_scatter " + std::string(chorus::to_string(algorithm)), count_different(output, expected));
+    }
+    std::vector<float> expected_all;
+    for (int r = 0; r < n; ++r) {
+      const auto theirs = inputs<float>(r, count, 44, flavour::general);
+      expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+    }
+    for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling}) {
+      const auto mine = inputs<float>(comm.rank(), count, 44, flavour::general);
+      std::vector<float> all(total, -5.0f);
+      chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
+      results.record("allgather " + std::string(chorus::to_string(algorithm)), count_different(all, expected_all));
+    }
+    for (const auto algorithm : {chorus::algo::tree, chorus::algo::chain}) {
+      std::vector<std::int32_t> data(1000, comm.rank() == 3 ? 7 : -1);
+      chorus::broadcast(comm, std::span(data), 3, algorithm);
+      results.record("broadcast " + std::string(chorus::to_string(algorithm)),
+                     static_cast<std::size_t>(std::count_if(data.begin(), data.end(), [](std::int32_t v) { return v != 7; })));
+    }
+    std::vector<std::int64_t> values(3, comm.rank() + 1), reduced(3);
+    chorus::reduce(comm, std::span<const std::int64_t>(values), std::span(reduced), n - 1, chorus::op::sum{});
+    if (comm.rank() == n - 1)
+      results.record("reduce", static_cast<std::size_t>(std::count_if(reduced.begin(), reduced.end(), [&](std::int64_t v) {
+                       return v != std::int64_t{n} * (n + 1) / 2;
+                     })));
+
+    // The 16-bit step field holds 65536 steps per call; asking for more is
+    // an error naming the phase, on every rank, before anything is sent.
+    chorus::collective::exchange ex(comm, "phase test");
+    const auto most = ex.phase(65000, "most");
+    expect_error([&] { ex.phase(537, "too many"); }, chorus::errc::invalid_argument,
+                 "phase 'too many' needs 537 wire-tag steps, but only 536 of 65536 are left in this call (37 ranks)");
+    const auto rest = ex.phase(536, "rest");
+    CHECK(most(64999) + 1 == rest(0));
+    CHECK(rest(535) == chorus::tag::max_step);
+    expect_error([&] { (void)rest(536); }, chorus::errc::invalid_argument, "step 536 is outside phase 'rest'");
+    expect_error([&] { ex.phase(1, "one more"); }, chorus::errc::invalid_argument, "only 0 of 65536 are left");
+  }, quick());
+  results.report();
+  CHECK(prints.disagreements() == 0);
+}

@@ -25,13 +25,16 @@ void allgather_recursive_doubling(X& ex, std::span<A> data, std::size_t block) {
   const std::span<A> gathered = collective::scratch<A>(data.size());
   const auto own = data.subspan(static_cast<std::size_t>(rank) * block, block);
   std::copy(own.begin(), own.end(), gathered.begin());
+  std::uint64_t count_rounds = 0;  // ceil(log2 n)
+  for (int have = 1; have < n; have *= 2) ++count_rounds;
+  const auto rounds = ex.phase(count_rounds, "doubling");
   std::uint32_t step = 0;
   for (int have = 1; have < n; have *= 2, ++step) {
     const int count = std::min(have, n - have);
     const std::span<A> all = gathered;
     ex.sendrecv(std::span<const A>(all.first(static_cast<std::size_t>(count) * block)), (rank - have + n) % n,
                 all.subspan(static_cast<std::size_t>(have) * block, static_cast<std::size_t>(count) * block),
-                (rank + have) % n, step);
+                (rank + have) % n, rounds(step));
   }
   for (int i = 0; i < n; ++i) {
     const auto from = gathered.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * block);

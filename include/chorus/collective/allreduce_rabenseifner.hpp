@@ -31,10 +31,10 @@ void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op) {
       const block_partition blocks{data.size(), parts};
       std::vector<std::size_t> bounds(parts + 1);
       for (std::size_t i = 0; i <= parts; ++i) bounds[i] = blocks.offset(i);
-      halving_reduce_scatter(ex, shape, data, scratch, bounds, op, 1);
+      halving_reduce_scatter(ex, shape, data, scratch, bounds, op);
       const auto own = static_cast<std::size_t>(shape.participant);
       finalize_all(data.subspan(bounds[own], blocks.size(own)), op, static_cast<std::size_t>(n));
-      doubling_allgather(ex, shape, data, bounds, 32);
+      doubling_allgather(ex, shape, data, bounds);
     });
     return;
   }

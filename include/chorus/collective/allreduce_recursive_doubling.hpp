@@ -26,10 +26,11 @@ void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op) {
   if (n > 1 && !data.empty()) {
     const std::span<A> scratch = collective::scratch<A>(data.size());
     folded(ex, data, scratch, op, [&](const folding& shape) {
-      std::uint32_t step = 1;
-      for (int distance = 1; distance < shape.participants; distance *= 2, ++step) {
+      const auto rounds = ex.phase(shape.rounds(), "doubling");
+      std::uint32_t round = 0;
+      for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
         const int partner = shape.rank_of(shape.participant ^ distance);
-        ex.sendrecv(std::span<const A>(data), partner, scratch, partner, step);
+        ex.sendrecv(std::span<const A>(data), partner, scratch, partner, rounds(round));
         reduce_into(data, std::span<const A>(scratch), op, partner < ex.rank());
       }
     });

@@ -40,10 +40,10 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
   }
   const block_partition blocks{data.size(), static_cast<std::size_t>(n)};
   const std::size_t largest = blocks.size(0);
-  // Every (hop, segment) needs its own step in the 16-bit tag field.
+  // Every (hop, segment) needs its own step: segments grow until they fit.
   const std::size_t hops = 2 * static_cast<std::size_t>(n - 1);
   std::size_t segment = std::max<std::size_t>(1, settings.segment_bytes / sizeof(A));
-  const std::size_t most_segments = std::max<std::size_t>(1, tag::max_step / hops);
+  const std::size_t most_segments = std::max<std::size_t>(1, ex.steps_left() / hops);
   segment = std::max(segment, (largest + most_segments - 1) / most_segments);
   const std::size_t segments_per_block = (largest + segment - 1) / segment;
   const std::size_t depth = std::max<std::size_t>(1, std::min(settings.depth, segments_per_block));
@@ -56,9 +56,8 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
     return data.subspan(blocks.offset(block) + begin, end - begin);
   };
   const auto pieces = [&](std::size_t block) { return (blocks.size(block) + segment - 1) / segment; };
-  const auto step_of = [&](std::size_t hop, std::size_t k) {
-    return static_cast<std::uint32_t>(hop * segments_per_block + k);
-  };
+  const auto ring_steps = ex.phase(hops * segments_per_block, "ring hops x segments");
+  const auto step_of = [&](std::size_t hop, std::size_t k) { return ring_steps(hop * segments_per_block + k); };
 
   std::vector<typename X::request> sends;
   sends.reserve(hops * segments_per_block);

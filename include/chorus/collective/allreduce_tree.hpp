@@ -18,9 +18,9 @@ namespace chorus::collective {
 
 template <class X, class A, class Op>
 void allreduce_tree(X& ex, std::span<A> data, const Op& op) {
-  reduce_tree(ex, data, 0, op, 0);
+  reduce_tree(ex, data, 0, op);
   if (ex.rank() == 0) finalize_all(data, op, static_cast<std::size_t>(ex.size()));
-  broadcast_tree(ex, data, 0, 40);
+  broadcast_tree(ex, data, 0);
 }
 
 }  // namespace chorus::collective

@@ -33,9 +33,10 @@ algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> ou
   const auto in = [&](int b) { return input.subspan(static_cast<std::size_t>(b) * block, block); };
   const auto out = [&](int b) { return output.subspan(static_cast<std::size_t>(b) * block, block); };
   std::copy(in(rank).begin(), in(rank).end(), out(rank).begin());
+  const auto pairings = ex.phase(static_cast<std::uint64_t>(n - 1), "pairwise exchange");
   for (int step = 1; step < n; ++step) {
     const int to = (rank + step) % n, from = (rank - step + n) % n;
-    ex.sendrecv(in(to), to, out(from), from, static_cast<std::uint32_t>(step));
+    ex.sendrecv(in(to), to, out(from), from, pairings(static_cast<std::uint64_t>(step - 1)));
   }
   return algorithm::automatic;
 }

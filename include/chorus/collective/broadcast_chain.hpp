@@ -22,18 +22,20 @@ void broadcast_chain(X& ex, std::span<A> data, int root, std::size_t segment_byt
   const int relative = (ex.rank() - root + n) % n;
   const int previous = (ex.rank() - 1 + n) % n, next = (ex.rank() + 1) % n;
   std::size_t segment = std::max<std::size_t>(1, segment_bytes / sizeof(A));
-  segment = std::max(segment, (data.size() + tag::max_step - 1) / tag::max_step);
+  const std::size_t most_segments = static_cast<std::size_t>(ex.steps_left());  // one step per segment
+  segment = std::max(segment, (data.size() + most_segments - 1) / most_segments);
   const std::size_t segments = (data.size() + segment - 1) / segment;
+  const auto segment_steps = ex.phase(segments, "chain segments");
   const auto piece = [&](std::size_t k) {
     const std::size_t begin = k * segment;
     return data.subspan(begin, std::min(segment, data.size() - begin));
   };
   std::vector<typename X::request> arriving, sends;
   if (relative != 0)
-    for (std::size_t k = 0; k < segments; ++k) arriving.push_back(ex.irecv(piece(k), previous, static_cast<std::uint32_t>(k)));
+    for (std::size_t k = 0; k < segments; ++k) arriving.push_back(ex.irecv(piece(k), previous, segment_steps(k)));
   for (std::size_t k = 0; k < segments; ++k) {
     if (relative != 0) ex.finish_receive(arriving[k], piece(k).size_bytes());
-    if (relative != n - 1) sends.push_back(ex.isend(std::span<const A>(piece(k)), next, static_cast<std::uint32_t>(k)));
+    if (relative != n - 1) sends.push_back(ex.isend(std::span<const A>(piece(k)), next, segment_steps(k)));
   }
   ex.wait_all(sends);
 }

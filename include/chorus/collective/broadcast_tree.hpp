@@ -11,21 +11,23 @@
 namespace chorus::collective {
 
 template <class X, class A>
-void broadcast_tree(X& ex, std::span<A> data, int root, std::uint32_t first_step = 0) {
+void broadcast_tree(X& ex, std::span<A> data, int root) {
   const int n = ex.size();
+  // One step: each rank receives once, from its parent.
+  const std::uint32_t step = ex.phase(1, "tree broadcast")(0);
   const int relative = (ex.rank() - root + n) % n;
   const auto real = [&](int r) { return (r + root) % n; };
   int mask = 1;
   while (mask < n) {
     if (relative & mask) {
-      ex.recv(data, real(relative - mask), first_step);
+      ex.recv(data, real(relative - mask), step);
       break;
     }
     mask <<= 1;
   }
   std::vector<typename X::request> sends;
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (relative + mask < n) sends.push_back(ex.isend(std::span<const A>(data), real(relative + mask), first_step));
+    if (relative + mask < n) sends.push_back(ex.isend(std::span<const A>(data), real(relative + mask), step));
   ex.wait_all(sends);
 }
 

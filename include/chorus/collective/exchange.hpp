@@ -38,6 +38,25 @@ class exchange {
 
   void wait_all(std::span<request> requests) { comm_.wait_all(requests, operation_); }
 
+  // Reserves the next `count` steps of this call for one phase of the
+  // algorithm (comm/tag.hpp). Every rank must reserve the same phases in the
+  // same order, including phases it takes no part in (a folded rank that
+  // sits out still reserves the halving rounds it skips, or reserves them
+  // after the phases it shares), so a step means the same on every rank.
+  tag::phase phase(std::uint64_t count, std::string_view name) {
+    if (!steps_.fits(count))
+      throw error(errc::invalid_argument,
+                  "phase '" + std::string(name) + "' needs " + std::to_string(count) + " wire-tag steps, but only " +
+                      std::to_string(std::uint64_t{tag::max_step} + 1 - steps_.used()) + " of " +
+                      std::to_string(std::uint64_t{tag::max_step} + 1) + " are left in this call (" +
+                      std::to_string(size()) + " ranks)",
+                  {comm_.transport().rank(), -1, std::string(operation_)});
+    return steps_.reserve(static_cast<std::uint32_t>(count), name);
+  }
+
+  // Steps left for further phases: a pipelined algorithm sizes its segments by it.
+  std::uint64_t steps_left() const noexcept { return std::uint64_t{tag::max_step} + 1 - steps_.used(); }
+
   // Waits for a receive and checks that exactly `bytes` arrived.
   void finish_receive(request& receive, std::size_t bytes) {
     comm_.wait(receive, operation_);
@@ -74,6 +93,7 @@ class exchange {
   Communicator& comm_;
   std::uint32_t sequence_;
   std::string_view operation_;
+  tag::step_ranges steps_;
 };
 
 }  // namespace chorus::collective

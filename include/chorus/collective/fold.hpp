@@ -11,6 +11,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/reduce_local.hpp>
 
+#include <cstdint>
 #include <span>
 
 namespace chorus::collective {
@@ -30,6 +31,12 @@ struct folding {
 
   // The real rank of participant i.
   int rank_of(int i) const noexcept { return i < remainder ? 2 * i + 1 : i + remainder; }
+  // Rounds of halving or doubling among the participants: log2(p).
+  std::uint32_t rounds() const noexcept {
+    std::uint32_t count = 0;
+    for (int p = participants; p > 1; p /= 2) ++count;
+    return count;
+  }
   bool sits_out() const noexcept { return participant < 0; }
 };
 
@@ -57,14 +64,17 @@ void fold_out(X& ex, const folding& shape, std::span<A> data, std::uint32_t step
   else ex.send(std::span<const A>(data), rank - 1, step);
 }
 
-// Runs `participate(shape)` between folding in and folding out:
-// the skeleton of every algorithm built on p = 2^k participants.
+// Runs `participate(shape)` between folding in and folding out: the
+// skeleton of every algorithm built on p = 2^k participants. The fold
+// phases are reserved first, so the ranks that sit out (and reserve no
+// more) agree with the participants on their steps.
 template <class X, class A, class Op, class Participate>
 void folded(X& ex, std::span<A> data, std::span<A> scratch, const Op& op, Participate&& participate) {
   const folding shape(ex.size(), ex.rank());
-  fold_in(ex, shape, data, scratch, op, 0);
+  const auto in = ex.phase(1, "fold in"), out = ex.phase(1, "fold out");
+  fold_in(ex, shape, data, scratch, op, in(0));
   if (!shape.sits_out()) participate(shape);
-  fold_out(ex, shape, data, 63);
+  fold_out(ex, shape, data, out(0));
 }
 
 }  // namespace chorus::collective

@@ -24,15 +24,16 @@ void gather(Communicator& comm, std::span<const T> mine, std::span<T> all, int r
   if (rank == root) collective::check_output(mine, all, block * static_cast<std::size_t>(n), world, "gather", false);
   collective::check_if_enabled(comm, {"gather", block, dtype_of<T>, "", root});
   collective::exchange ex(comm, "gather");
+  const std::uint32_t step = ex.phase(1, "to the root")(0);
   if (rank != root) {
-    ex.send(mine, root, 0);
+    ex.send(mine, root, step);
     return;
   }
   const auto slot = [&](int r) { return all.subspan(static_cast<std::size_t>(r) * block, block); };
   std::copy(mine.begin(), mine.end(), slot(root).begin());
   std::vector<typename collective::exchange<Communicator>::request> receives;
   for (int r = 0; r < n; ++r)
-    if (r != root) receives.push_back(ex.irecv(slot(r), r, 0));
+    if (r != root) receives.push_back(ex.irecv(slot(r), r, step));
   ex.wait_all(receives);
   for (auto& receive : receives) comm.expect_bytes(receive, block * sizeof(T), "gather");
 }

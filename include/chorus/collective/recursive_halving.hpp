@@ -24,10 +24,11 @@ namespace chorus::collective {
 
 template <class X, class A, class Op>
 void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch,
-                            const std::vector<std::size_t>& bounds, const Op& op, std::uint32_t first_step) {
+                            const std::vector<std::size_t>& bounds, const Op& op) {
   int low = 0, high = shape.participants;
-  std::uint32_t step = first_step;
-  for (int distance = shape.participants / 2; distance >= 1; distance /= 2, ++step) {
+  const auto rounds = ex.phase(shape.rounds(), "halving");
+  std::uint32_t round = 0;
+  for (int distance = shape.participants / 2; distance >= 1; distance /= 2, ++round) {
     const int partner = shape.rank_of(shape.participant ^ distance);
     const int middle = low + distance;
     const bool upper = (shape.participant & distance) != 0;
@@ -39,7 +40,7 @@ void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std:
     };
     const std::span<A> kept = range(keep_low, keep_high);
     const std::span<A> incoming = scratch.first(kept.size());
-    ex.sendrecv(std::span<const A>(range(send_low, send_high)), partner, incoming, partner, step);
+    ex.sendrecv(std::span<const A>(range(send_low, send_high)), partner, incoming, partner, rounds(round));
     reduce_into(kept, std::span<const A>(incoming), op, partner < ex.rank());
     low = keep_low;
     high = keep_high;
@@ -47,10 +48,10 @@ void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std:
 }
 
 template <class X, class A>
-void doubling_allgather(X& ex, const folding& shape, std::span<A> data, const std::vector<std::size_t>& bounds,
-                        std::uint32_t first_step) {
-  std::uint32_t step = first_step;
-  for (int distance = 1; distance < shape.participants; distance *= 2, ++step) {
+void doubling_allgather(X& ex, const folding& shape, std::span<A> data, const std::vector<std::size_t>& bounds) {
+  const auto rounds = ex.phase(shape.rounds(), "doubling");
+  std::uint32_t round = 0;
+  for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
     const int partner_number = shape.participant ^ distance;
     const int mine = shape.participant & ~(distance - 1), theirs = partner_number & ~(distance - 1);
     const auto range = [&](int from) {
@@ -58,7 +59,7 @@ void doubling_allgather(X& ex, const folding& shape, std::span<A> data, const st
       return data.subspan(begin, bounds[static_cast<std::size_t>(from + distance)] - begin);
     };
     ex.sendrecv(std::span<const A>(range(mine)), shape.rank_of(partner_number), range(theirs),
-                shape.rank_of(partner_number), step);
+                shape.rank_of(partner_number), rounds(round));
   }
 }
 

@@ -25,18 +25,20 @@ void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const O
   if (n == 1) return;
   const folding shape(n, rank);
   const std::span<A> scratch = collective::scratch<A>(data.size());
-  fold_in(ex, shape, data, scratch, op, 0);
+  // Both fold phases first: the ranks that sit out reserve nothing else.
+  const auto in = ex.phase(1, "fold in"), back = ex.phase(1, "hand back");
+  fold_in(ex, shape, data, scratch, op, in(0));
   if (!shape.sits_out()) {
     std::vector<std::size_t> bounds(static_cast<std::size_t>(shape.participants) + 1);
     for (int i = 0; i < shape.participants; ++i)  // first block of participant i's ranks
       bounds[static_cast<std::size_t>(i)] = static_cast<std::size_t>(i < shape.remainder ? 2 * i : i + shape.remainder) * block;
     bounds.back() = data.size();
-    halving_reduce_scatter(ex, shape, data, scratch, bounds, op, 1);
+    halving_reduce_scatter(ex, shape, data, scratch, bounds, op);
   }
   const std::span<A> even_block = data.subspan(static_cast<std::size_t>(rank - rank % 2) * block, block);
   if (rank < 2 * shape.remainder) {
-    if (shape.sits_out()) ex.recv(even_block, rank + 1, 63);
-    else ex.send(std::span<const A>(even_block), rank - 1, 63);
+    if (shape.sits_out()) ex.recv(even_block, rank + 1, back(0));
+    else ex.send(std::span<const A>(even_block), rank - 1, back(0));
   }
 }
 

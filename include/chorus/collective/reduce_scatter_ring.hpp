@@ -21,9 +21,10 @@ void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& 
   const int n = ex.size(), rank = ex.rank();
   const auto part = [&](int b) { return data.subspan(static_cast<std::size_t>(((b % n) + n) % n) * block, block); };
   const std::span<A> scratch = collective::scratch<A>(block);
+  const auto hops = ex.phase(static_cast<std::uint64_t>(n - 1), "ring hops");
   for (int step = 0; step + 1 < n; ++step) {
     ex.sendrecv(std::span<const A>(part(rank - step - 1)), (rank + 1) % n, scratch,
-                (rank - 1 + n) % n, static_cast<std::uint32_t>(step));
+                (rank - 1 + n) % n, hops(static_cast<std::uint64_t>(step)));
     reduce_into(part(rank - step - 2), std::span<const A>(scratch), op, true);
   }
 }

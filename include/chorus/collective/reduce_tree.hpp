@@ -16,19 +16,22 @@
 namespace chorus::collective {
 
 template <class X, class A, class Op>
-void reduce_tree(X& ex, std::span<A> data, int root, const Op& op, std::uint32_t first_step = 0) {
+void reduce_tree(X& ex, std::span<A> data, int root, const Op& op) {
   const int n = ex.size();
   const int relative = (ex.rank() - root + n) % n;
   const auto real = [&](int r) { return (r + root) % n; };
   const std::span<A> scratch = collective::scratch<A>(data.size());
-  std::uint32_t step = first_step;
-  for (int mask = 1; mask < n; mask <<= 1, ++step) {
+  std::uint64_t levels = 0;  // ceil(log2 n)
+  for (int mask = 1; mask < n; mask <<= 1) ++levels;
+  const auto level = ex.phase(levels, "tree reduce");
+  std::uint32_t depth = 0;
+  for (int mask = 1; mask < n; mask <<= 1, ++depth) {
     if (relative & mask) {
-      ex.send(std::span<const A>(data), real(relative - mask), step);
+      ex.send(std::span<const A>(data), real(relative - mask), level(depth));
       return;
     }
     if (relative + mask < n) {
-      ex.recv(scratch, real(relative + mask), step);
+      ex.recv(scratch, real(relative + mask), level(depth));
       // The sender holds higher relative ranks: it is the right operand.
       reduce_into(data, std::span<const A>(scratch), op, false);
     }

@@ -29,14 +29,15 @@ void scatter(Communicator& comm, std::span<const T> all, std::span<T> mine, int 
   if (rank == root) collective::check_output(all, mine, block, world, "scatter", false);
   collective::check_if_enabled(comm, {"scatter", block, dtype_of<T>, "", root});
   collective::exchange ex(comm, "scatter");
+  const std::uint32_t step = ex.phase(1, "from the root")(0);
   if (rank != root) {
-    ex.recv(mine, root, 0);
+    ex.recv(mine, root, step);
     return;
   }
   const auto slot = [&](int r) { return all.subspan(static_cast<std::size_t>(r) * block, block); };
   std::vector<typename collective::exchange<Communicator>::request> sends;
   for (int r = 0; r < n; ++r)
-    if (r != root) sends.push_back(ex.isend(slot(r), r, 0));
+    if (r != root) sends.push_back(ex.isend(slot(r), r, step));
   std::copy(slot(root).begin(), slot(root).end(), mine.begin());
   ex.wait_all(sends);
 }

@@ -8,11 +8,20 @@
 // point-to-point traffic, whose step is the user's tag.
 //
 //   bits 43..32 communicator id | 31..16 sequence | 15..0 step
+//
+// Within a call, each phase of an algorithm (fold in, halving, a ring's
+// hops x segments, ...) reserves its own range of steps, in an order every
+// rank follows (collective/exchange.hpp: `ex.phase(count, name)`), so two
+// phases never share a step whatever the rank count, and a call that needs
+// more steps than the field holds is an error, not a silent collision.
 #pragma once
 
+#include <chorus/core/error.hpp>
 #include <chorus/transport/transport.hpp>
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace chorus::tag {
 
@@ -32,10 +41,44 @@ constexpr transport::tag_t make(std::uint32_t id, std::uint32_t sequence, std::u
          (step & max_step);
 }
 
+// The steps one phase of a call owns: `first`, ..., `first + count - 1`.
+struct phase {
+  std::uint32_t first = 0;
+  std::uint32_t count = 0;
+  std::string_view name;
+
+  // The phase's i-th step. Past the end is a bug in the algorithm, which
+  // reserved too few: better an error than a step of the next phase.
+  std::uint32_t operator()(std::uint64_t i) const;
+};
+
+// Hands out consecutive step ranges; the caller checks fits() first.
+class step_ranges {
+ public:
+  // Whether `count` more steps fit in the field.
+  bool fits(std::uint64_t count) const noexcept { return next_ + count <= std::uint64_t{max_step} + 1; }
+  phase reserve(std::uint32_t count, std::string_view name) noexcept {
+    const phase reserved{static_cast<std::uint32_t>(next_), count, name};
+    next_ += count;
+    return reserved;
+  }
+  std::uint64_t used() const noexcept { return next_; }
+
+ private:
+  std::uint64_t next_ = 0;
+};
+
 // The sequence after `sequence`, skipping the point-to-point value 0.
 constexpr std::uint32_t next_sequence(std::uint32_t sequence) noexcept {
   const std::uint32_t next = (sequence + 1) % sequence_modulus;
   return next == point_to_point ? 1 : next;
+}
+
+inline std::uint32_t phase::operator()(std::uint64_t i) const {
+  if (i >= count)
+    throw error(errc::invalid_argument, "step " + std::to_string(i) + " is outside phase '" + std::string(name) +
+                                            "', which reserved " + std::to_string(count) + " (a bug in the algorithm)");
+  return first + static_cast<std::uint32_t>(i);
 }
 
 }  // namespace chorus::tag

@@ -91,6 +91,7 @@ class once_chunk {
         c_(access::get(shared.coder)),
         chunk_(chunk),
         geometry_(c_, chunk.count, comm.size(), shared.segment_elements),
+        ring_steps_(ex_.phase(geometry_.steps(), "direct exchange, then ring hops x segments")),
         arriving_(static_cast<std::size_t>(comm.size())) {}
 
   std::size_t received_bytes() const { return geometry_.blocks().bytes(ex_.rank()) * static_cast<std::size_t>(ex_.size()); }
@@ -101,7 +102,7 @@ class once_chunk {
     const int n = ex_.size(), me = ex_.rank();
     for (int k = 1; k < n; ++k) {
       const int source = (me - k + n) % n;
-      arriving_[static_cast<std::size_t>(source)] = ex_.irecv(from(source), source, 0);
+      arriving_[static_cast<std::size_t>(source)] = ex_.irecv(from(source), source, ring_steps_(geometry_.step(0, 0)));
     }
   }
 
@@ -112,7 +113,7 @@ class once_chunk {
     for (int k = 1; k < n; ++k) {
       const int peer = (me + k) % n;
       encode_part(peer);
-      sends_.push_back(ex_.isend(std::span<const std::byte>(encoded(mine(), geometry_.whole(peer))), peer, 0));
+      sends_.push_back(ex_.isend(std::span<const std::byte>(encoded(mine(), geometry_.whole(peer))), peer, ring_steps_(geometry_.step(0, 0))));
     }
     encode_part(me);
   }
@@ -136,9 +137,9 @@ class once_chunk {
   // Around the ring; everyone decodes the same bytes. start_allgather sends
   // my summed part on its first hop, so that the next chunk's contribution
   // is encoded while it travels.
-  void start_allgather() { ring_allgather_send_own(ex_, geometry_, gathered(), allgather_plan, sends_); }
+  void start_allgather() { ring_allgather_send_own(ex_, geometry_, ring_steps_, gathered(), allgather_plan, sends_); }
   void allgather() {
-    ring_allgather(ex_, geometry_, gathered(), allgather_plan, sends_, [&](range r) { take_result(r); });
+    ring_allgather(ex_, geometry_, ring_steps_, gathered(), allgather_plan, sends_, [&](range r) { take_result(r); });
     take_result(geometry_.whole(ex_.rank()));
   }
 
@@ -178,6 +179,7 @@ class once_chunk {
   const codec_type& c_;
   range chunk_;
   segmented_partition<codec_type> geometry_;
+  tag::phase ring_steps_;
   std::span<std::byte> received_;
   std::vector<request> arriving_, sends_;
 };

@@ -50,6 +50,7 @@ class compressed_ring {
       : ex_(comm, "compressed allreduce"), data_(data), coder_(coder), codec_(access::get(coder)),
         n_(comm.size()), rank_(comm.rank()), average_(average), scale_(scale),
         geometry_(codec_, data.size(), n_, settings.segment_elements),
+        ring_steps_(ex_.phase(geometry_.steps(), "ring hops x segments")),
         depth_(std::max<std::size_t>(1, std::min(settings.depth, geometry_.segments_per_block()))) {
     workspace& space = workspace::local();
     outgoing_ = sized(space.mine, geometry_.blocks().total_bytes());
@@ -62,7 +63,7 @@ class compressed_ring {
     send_own_block();
     reduce_scatter();
     // Rank r ends the reduce-scatter owning block r+1, already sent on.
-    ring_allgather(ex_, geometry_, gathered_, {1, static_cast<std::size_t>(n_ - 1)}, sends_,
+    ring_allgather(ex_, geometry_, ring_steps_, gathered_, {1, static_cast<std::size_t>(n_ - 1)}, sends_,
                    [&](range r) { take_result(r); });
     ex_.wait_all(sends_);
   }
@@ -84,7 +85,7 @@ class compressed_ring {
       const std::span<float> scaled = partial_.first(r.count);
       scale_into(values(r), scaled, scale_);
       encode(scaled, geometry_.encoded(outgoing_, r), r);
-      send_right(geometry_.encoded(outgoing_, r), geometry_.step(0, k));
+      send_right(geometry_.encoded(outgoing_, r), ring_steps_(geometry_.step(0, k)));
     }
   }
 
@@ -101,17 +102,17 @@ class compressed_ring {
       };
       const std::size_t count = geometry_.pieces(block);
       for (std::size_t k = 0; k < std::min(depth_, count); ++k)
-        receives[k] = ex_.irecv(slot(k), left, geometry_.step(hop, k));
+        receives[k] = ex_.irecv(slot(k), left, ring_steps_(geometry_.step(hop, k)));
       for (std::size_t k = 0; k < count; ++k) {
         const range r = geometry_.piece(block, k);
         ex_.finish_receive(receives[k % depth_], slot(k).size());
         const std::span<float> sum = partial_.first(r.count);
         scale_into(values(r), sum, scale_);
         codec_.decode_add(slot(k), sum);
-        if (k + depth_ < count) receives[k % depth_] = ex_.irecv(slot(k + depth_), left, geometry_.step(hop, k + depth_));
+        if (k + depth_ < count) receives[k % depth_] = ex_.irecv(slot(k + depth_), left, ring_steps_(geometry_.step(hop, k + depth_)));
         if (final_sum) finish_block_piece(sum, r);
         else encode(sum, geometry_.encoded(outgoing_, r), r);
-        send_right(geometry_.encoded(final_sum ? gathered_ : outgoing_, r), geometry_.step(hop + 1, k));
+        send_right(geometry_.encoded(final_sum ? gathered_ : outgoing_, r), ring_steps_(geometry_.step(hop + 1, k)));
       }
     }
   }
@@ -135,6 +136,7 @@ class compressed_ring {
   bool average_;
   float scale_;
   segmented_partition<plain> geometry_;
+  tag::phase ring_steps_;
   std::size_t depth_;
   std::span<std::byte> outgoing_, gathered_, window_;
   std::span<float> partial_;

@@ -40,16 +40,17 @@ struct range {
   std::size_t offset = 0, count = 0;
 };
 
-// One block per rank, each cut into segments of whole granules, and the wire
-// step of (hop, segment) for a ring of up to 2 (n-1) hops.
+// One block per rank, each cut into segments of whole granules, and the index
+// of (hop, segment) among the steps() wire steps a ring of up to 2 (n-1) hops
+// reserves (one phase: `ex.phase(geometry.steps(), ...)`, reserved first).
 template <class Codec>
 class segmented_partition {
  public:
   segmented_partition(const Codec& codec, std::size_t count, int ranks, std::size_t segment_elements)
       : codec_(codec), blocks_(codec, count, ranks), ranks_(ranks) {
     const std::size_t granule = codec.granule();
-    const std::size_t hops = std::max<std::size_t>(1, 2 * static_cast<std::size_t>(ranks - 1));
-    const std::size_t most_segments = std::max<std::size_t>(1, tag::max_step / hops);
+    hops_ = std::max<std::size_t>(1, 2 * static_cast<std::size_t>(ranks - 1));
+    const std::size_t most_segments = std::max<std::size_t>(1, (std::size_t{tag::max_step} + 1) / hops_);
     std::size_t largest = 0;
     for (int b = 0; b < ranks; ++b) largest = std::max(largest, blocks_.size(b));
     segment_ = std::max({segment_elements, (largest + most_segments - 1) / most_segments, std::size_t{1}});
@@ -76,15 +77,14 @@ class segmented_partition {
   std::span<std::byte> encoded(std::span<std::byte> whole, range r) const {
     return whole.subspan(codec_.encoded_bytes(r.offset), encoded_size(r));
   }
-  std::uint32_t step(std::size_t hop, std::size_t k) const {
-    return static_cast<std::uint32_t>(hop * segments_per_block_ + k);
-  }
+  std::size_t step(std::size_t hop, std::size_t k) const { return hop * segments_per_block_ + k; }
+  std::size_t steps() const { return hops_ * segments_per_block_; }
 
  private:
   const Codec& codec_;
   encoded_partition<Codec> blocks_;
   int ranks_;
-  std::size_t segment_ = 1, segments_per_block_ = 1;
+  std::size_t hops_ = 1, segment_ = 1, segments_per_block_ = 1;
 };
 
 }  // namespace chorus::compressed

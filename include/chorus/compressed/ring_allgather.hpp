@@ -20,7 +20,7 @@ namespace chorus::compressed {
 
 struct ring_allgather_plan {
   int owner_shift = 0;        // rank r holds block r + owner_shift complete in `gathered`
-  std::size_t first_hop = 0;  // wire steps start at geometry.step(first_hop, 0)
+  std::size_t first_hop = 0;  // its steps start at geometry.step(first_hop, 0) of `steps`
 };
 
 // Sends this rank's own block (complete in `gathered`) on the ring's first
@@ -28,14 +28,15 @@ struct ring_allgather_plan {
 // other work with that hop (the ring scheme sends its block as the
 // reduce-scatter's last hop instead).
 template <class X, class Codec>
-void ring_allgather_send_own(X& ex, const segmented_partition<Codec>& geometry, std::span<std::byte> gathered,
-                             ring_allgather_plan plan, std::vector<typename X::request>& sends) {
+void ring_allgather_send_own(X& ex, const segmented_partition<Codec>& geometry, const tag::phase& steps,
+                             std::span<std::byte> gathered, ring_allgather_plan plan,
+                             std::vector<typename X::request>& sends) {
   const int n = ex.size(), right = (ex.rank() + 1) % n;
   if (n == 1) return;
   const int own = geometry.block_of(ex.rank() + plan.owner_shift);
   for (std::size_t k = 0; k < geometry.pieces(own); ++k) {
     const std::span<const std::byte> piece = geometry.encoded(gathered, geometry.piece(own, k));
-    sends.push_back(ex.isend(piece, right, geometry.step(plan.first_hop, k)));
+    sends.push_back(ex.isend(piece, right, steps(geometry.step(plan.first_hop, k))));
   }
 }
 
@@ -43,12 +44,13 @@ void ring_allgather_send_own(X& ex, const segmented_partition<Codec>& geometry, 
 // then calling arrived(range) for it. Appends its sends to `sends` without
 // waiting for them.
 template <class X, class Codec, class Arrived>
-void ring_allgather(X& ex, const segmented_partition<Codec>& geometry, std::span<std::byte> gathered,
-                    ring_allgather_plan plan, std::vector<typename X::request>& sends, Arrived&& arrived) {
+void ring_allgather(X& ex, const segmented_partition<Codec>& geometry, const tag::phase& steps,
+                    std::span<std::byte> gathered, ring_allgather_plan plan, std::vector<typename X::request>& sends,
+                    Arrived&& arrived) {
   const int n = ex.size(), rank = ex.rank(), left = (rank - 1 + n) % n, right = (rank + 1) % n;
   if (n == 1) return;
   const auto send_right = [&](range r, std::size_t hop, std::size_t k) {
-    sends.push_back(ex.isend(std::span<const std::byte>(geometry.encoded(gathered, r)), right, geometry.step(hop, k)));
+    sends.push_back(ex.isend(std::span<const std::byte>(geometry.encoded(gathered, r)), right, steps(geometry.step(hop, k))));
   };
   const int own = geometry.block_of(rank + plan.owner_shift);
   std::vector<typename X::request> arriving;
@@ -57,7 +59,7 @@ void ring_allgather(X& ex, const segmented_partition<Codec>& geometry, std::span
     const std::size_t hop = plan.first_hop + static_cast<std::size_t>(h);
     arriving.clear();
     for (std::size_t k = 0; k < geometry.pieces(block); ++k)
-      arriving.push_back(ex.irecv(geometry.encoded(gathered, geometry.piece(block, k)), left, geometry.step(hop, k)));
+      arriving.push_back(ex.irecv(geometry.encoded(gathered, geometry.piece(block, k)), left, steps(geometry.step(hop, k))));
     for (std::size_t k = 0; k < geometry.pieces(block); ++k) {
       const range r = geometry.piece(block, k);
       ex.finish_receive(arriving[k], geometry.encoded_size(r));

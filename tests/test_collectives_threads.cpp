@@ -243,6 +243,56 @@ TEST_CASE("broadcast, reduce, gather and scatter from every kind of root") {
   results.report();
 }
 
+// The one ring pipeline (collective/ring_pipeline.hpp) with segments of a
+// few elements and a window of two: many segments per block, the window
+// reused many times, short last segments, empty blocks, and segments that
+// must grow to fit the wire tag (100003 one-element segments at 7 ranks).
+TEST_CASE("ring pipeline: tiny segments through a shallow window, for allreduce, reduce_scatter and allgather") {
+  tally results;
+  for (const int ranks : {2, 3, 5, 7}) {
+    CAPTURE(ranks);
+    chorus::run_threads(ranks, [&](communicator& comm) {
+      const int n = comm.size();
+      for (const chorus::collective::ring_settings settings : {chorus::collective::ring_settings{12, 2},
+                                                               chorus::collective::ring_settings{4, 1}}) {
+        const std::string shape = " segment=" + std::to_string(settings.segment_bytes) + "B depth=" +
+                                  std::to_string(settings.depth) + " n=" + std::to_string(n);
+        for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t(n - 1), std::size_t{1000},
+                                        std::size_t{100003}}) {
+          const std::uint64_t seed = 60 + count;
+          std::vector<float> data = inputs<float>(comm.rank(), count, seed, flavour::general);
+          chorus::collective::exchange ring_call(comm, "ring pipeline test");
+          chorus::collective::allreduce_ring(ring_call, std::span(data), chorus::op::sum{}, settings);
+          results.record("allreduce_ring count=" + std::to_string(count) + shape,
+                         count_different(data, reference<float>(all_ranks(n), count, seed, flavour::general, chorus::op::sum{})));
+
+          const std::size_t total = count * static_cast<std::size_t>(n);
+          const auto full = reference<float>(all_ranks(n), total, seed + 1, flavour::general, chorus::op::sum{});
+          std::vector<float> work = inputs<float>(comm.rank(), total, seed + 1, flavour::general);
+          chorus::collective::exchange scatter_call(comm, "ring pipeline test");
+          chorus::collective::reduce_scatter_ring(scatter_call, std::span(work), count, chorus::op::sum{}, settings);
+          const auto mine = [&](const std::vector<float>& all) {
+            const auto first = all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(comm.rank()));
+            return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(count));
+          };
+          results.record("reduce_scatter_ring count=" + std::to_string(count) + shape, count_different(mine(work), mine(full)));
+
+          std::vector<float> expected_all, all(total, -5.0f);
+          for (int r = 0; r < n; ++r) {
+            const auto theirs = inputs<float>(r, count, seed + 2, flavour::general);
+            expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+            if (r == comm.rank()) std::copy(theirs.begin(), theirs.end(), all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(r)));
+          }
+          chorus::collective::exchange gather_call(comm, "ring pipeline test");
+          chorus::collective::allgather_ring(gather_call, std::span(all), count, settings);
+          results.record("allgather_ring count=" + std::to_string(count) + shape, count_different(all, expected_all));
+        }
+      }
+    }, quick());
+  }
+  results.report();
+}
+
 TEST_CASE("allgather, reduce_scatter and alltoall with every algorithm") {
   tally results;
   fingerprints prints;

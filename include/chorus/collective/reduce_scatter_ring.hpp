@@ -1,32 +1,38 @@
-// Ring reduce-scatter: like the first half of the ring allreduce, with the
-// blocks shifted so that rank r ends owning block r.
+// Ring reduce-scatter: the first pass of the ring allreduce, started one
+// block earlier so that rank r ends owning block r. Pipelined in segments
+// (ring_pipeline.hpp): each segment is passed on as soon as it is reduced.
 //
-// Cost: (n-1) alpha + (n-1)/n S beta + (n-1)/n S gamma for S = n * block.
-// Chosen for large messages.
+// Cost: (n-1) alpha + (n-1)/n S beta + (n-1)/n S gamma for S = n * block,
+// with the reduction overlapping the transfer. Chosen for large messages.
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/ring_pipeline.hpp>
+#include <chorus/collective/scratch.hpp>
 
+#include <cstddef>
 #include <span>
-#include <vector>
 
 namespace chorus::collective {
 
 // `data` holds n blocks of `block` elements and is used as the work buffer;
 // on return block `rank` holds the reduction over all ranks.
 template <class X, class A, class Op>
-void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& op) {
+void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& op, ring_settings settings = {}) {
   const int n = ex.size(), rank = ex.rank();
-  const auto part = [&](int b) { return data.subspan(static_cast<std::size_t>(((b % n) + n) % n) * block, block); };
-  const std::span<A> scratch = collective::scratch<A>(block);
-  const auto hops = ex.phase(static_cast<std::uint64_t>(n - 1), "ring hops");
-  for (int step = 0; step + 1 < n; ++step) {
-    ex.sendrecv(std::span<const A>(part(rank - step - 1)), (rank + 1) % n, scratch,
-                (rank - 1 + n) % n, hops(static_cast<std::uint64_t>(step)));
-    reduce_into(part(rank - step - 2), std::span<const A>(scratch), op, true);
-  }
+  if (n == 1 || block == 0) return;
+  const auto hops = static_cast<std::size_t>(n - 1);
+  const ring_geometry geometry(equal_blocks{block}, n, settings.segment_bytes / sizeof(A), hops, ex.steps_left());
+  ring_pipeline ring(ex, geometry, ex.phase(geometry.steps(), "ring hops x segments"), settings.depth);
+  const auto place = [&](range r) { return data.subspan(r.offset, r.count); };
+  const auto reduce = [&](range r, std::span<const A> arrived, bool) {
+    reduce_into(place(r), arrived, op, true);
+    return place(r);
+  };
+  const std::span<A> window = collective::scratch<A>(ring.depth() * geometry.segment());
+  ring.reduce_hops(rank - 1, 0, hops, place, window, geometry.segment(), [](range r) { return r.count; }, reduce, false);
+  ring.finish();
 }
 
 }  // namespace chorus::collective

@@ -13,8 +13,8 @@
 //
 // Cost: n alpha + 2 (n-1)/n S_enc beta + S gamma_codec, S_enc the encoded
 // size. The reduce-scatter has all n-1 parts in flight at once (each sent as
-// soon as it is encoded); the allgather is the pipelined ring of
-// ring_allgather.hpp, decoding each piece as it lands.
+// soon as it is encoded); the allgather is the pipelined ring
+// (collective/ring_pipeline.hpp), decoding each piece as it lands.
 //
 // Large tensors go through in chunks (once_chunks), each an independent
 // encode-once allreduce with the same error bound. Two chunks' reduce-
@@ -25,8 +25,8 @@
 
 #include <chorus/codec/error_feedback.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/ring_pipeline.hpp>
 #include <chorus/compressed/partition.hpp>
-#include <chorus/compressed/ring_allgather.hpp>
 #include <chorus/compressed/scaling.hpp>
 
 #include <algorithm>
@@ -72,8 +72,6 @@ class once_chunk {
   using access = codec::codec_of<std::remove_cvref_t<Coder>>;
   using codec_type = typename access::type;
   using request = typename Communicator::request;
-  // Rank r owns block r; its first hop follows the reduce-scatter's step 0.
-  static constexpr ring_allgather_plan allgather_plan{0, 1};
 
   struct call {  // what every chunk of one call shares
     Coder& coder;
@@ -90,8 +88,9 @@ class once_chunk {
         shared_(shared),
         c_(access::get(shared.coder)),
         chunk_(chunk),
-        geometry_(c_, chunk.count, comm.size(), shared.segment_elements),
+        geometry_(c_, chunk.count, comm.size(), shared.segment_elements, ex_.steps_left()),
         ring_steps_(ex_.phase(geometry_.steps(), "direct exchange, then ring hops x segments")),
+        ring_(ex_, geometry_, ring_steps_, 1),
         arriving_(static_cast<std::size_t>(comm.size())) {}
 
   std::size_t received_bytes() const { return geometry_.blocks().bytes(ex_.rank()) * static_cast<std::size_t>(ex_.size()); }
@@ -134,16 +133,23 @@ class once_chunk {
     access::encode(shared_.coder, sum, encoded(gathered(), geometry_.whole(me)), 1, sum_offset, sum_total);
   }
 
-  // Around the ring; everyone decodes the same bytes. start_allgather sends
-  // my summed part on its first hop, so that the next chunk's contribution
-  // is encoded while it travels.
-  void start_allgather() { ring_allgather_send_own(ex_, geometry_, ring_steps_, gathered(), allgather_plan, sends_); }
+  // Around the ring, from hop 1 (hop 0's step is the direct exchange's);
+  // everyone decodes the same bytes. start_allgather sends my summed part
+  // on its first hop, so that the next chunk's contribution is encoded
+  // while it travels.
+  void start_allgather() {
+    if (ex_.size() > 1) ring_.send_block(ex_.rank(), 1, [&](range r) { return encoded(gathered(), r); });
+  }
   void allgather() {
-    ring_allgather(ex_, geometry_, ring_steps_, gathered(), allgather_plan, sends_, [&](range r) { take_result(r); });
+    ring_.gather_hops(ex_.rank(), 1, static_cast<std::size_t>(ex_.size() - 1),
+                      [&](range r) { return encoded(gathered(), r); }, [&](range r) { take_result(r); }, false);
     take_result(geometry_.whole(ex_.rank()));
   }
 
-  void finish() { ex_.wait_all(sends_); }
+  void finish() {
+    ex_.wait_all(sends_);
+    ring_.finish();
+  }
 
  private:
   std::span<float> data() const { return shared_.data.subspan(chunk_.offset, chunk_.count); }
@@ -180,6 +186,7 @@ class once_chunk {
   range chunk_;
   segmented_partition<codec_type> geometry_;
   tag::phase ring_steps_;
+  collective::ring_pipeline<collective::exchange<Communicator>> ring_;
   std::span<std::byte> received_;
   std::vector<request> arriving_, sends_;
 };
@@ -201,11 +208,10 @@ void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& co
   const std::size_t count = once_chunks(c, data.size(), comm.size(), chunk_bytes);
   const encoded_partition<typename chunk_type::codec_type> cuts(c, data.size(), static_cast<int>(count));
   std::vector<chunk_type> chunks;
-  chunks.reserve(count);
+  chunks.reserve(count);  // never moved: a chunk's ring refers to the chunk's own exchange
   std::size_t received_bytes = 0, sum_total = 0;
   for (std::size_t k = 0; k < count; ++k) {
-    const int index = static_cast<int>(k);
-    chunks.emplace_back(comm, shared, range{cuts.offset(index), cuts.size(index)});
+    chunks.emplace_back(comm, shared, range{cuts.offset(k), cuts.size(k)});
     received_bytes += chunks.back().received_bytes();
     sum_total += chunks.back().my_part_size();
   }

@@ -1,8 +1,8 @@
 // Compressed ring allreduce, for codecs that re-encode well (fp16, bf16):
-// the pipelined ring of collective/allreduce_ring.hpp carrying encoded
+// the pipelined ring (collective/ring_pipeline.hpp) carrying encoded
 // segments. At each reduce-scatter hop a rank decodes the arriving partial
 // sum into float, adds its own contribution and encodes the result for its
-// right neighbour; the rank that adds the last contribution encodes the
+// right neighbour (the pipeline's combine step); the rank that adds the last contribution encodes the
 // final sum once, and the allgather passes those bytes on unchanged, so every
 // rank decodes the same bytes and all end with identical bits.
 //
@@ -21,8 +21,8 @@
 
 #include <chorus/codec/error_feedback.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/ring_pipeline.hpp>
 #include <chorus/compressed/partition.hpp>
-#include <chorus/compressed/ring_allgather.hpp>
 #include <chorus/compressed/scaling.hpp>
 
 #include <algorithm>
@@ -33,88 +33,67 @@
 
 namespace chorus::compressed {
 
-struct ring_settings {
-  std::size_t segment_elements = 1u << 16;  // rounded up to the codec's granule
-  std::size_t depth = 4;                    // segment receives in flight
-};
+using collective::ring_settings;
 
 template <class Communicator, class Coder>
 class compressed_ring {
   using access = codec::codec_of<std::remove_cvref_t<Coder>>;
   using plain = typename access::type;
-  using request = typename Communicator::request;
 
  public:
   compressed_ring(Communicator& comm, std::span<float> data, Coder& coder, bool average, float scale,
                   ring_settings settings = {})
       : ex_(comm, "compressed allreduce"), data_(data), coder_(coder), codec_(access::get(coder)),
         n_(comm.size()), rank_(comm.rank()), average_(average), scale_(scale),
-        geometry_(codec_, data.size(), n_, settings.segment_elements),
-        ring_steps_(ex_.phase(geometry_.steps(), "ring hops x segments")),
-        depth_(std::max<std::size_t>(1, std::min(settings.depth, geometry_.segments_per_block()))) {
+        geometry_(codec_, data.size(), n_, settings.segment_bytes / sizeof(float), ex_.steps_left()),
+        ring_(ex_, geometry_, ex_.phase(geometry_.steps(), "ring hops x segments"), settings.depth) {
     workspace& space = workspace::local();
     outgoing_ = sized(space.mine, geometry_.blocks().total_bytes());
     gathered_ = sized(space.gathered, geometry_.blocks().total_bytes());
-    window_ = sized(space.received, depth_ * codec_.encoded_bytes(geometry_.segment()));
+    window_ = sized(space.received, ring_.depth() * slot_bytes());
     partial_ = sized(space.sum, geometry_.segment());
   }
 
   void run() {
-    send_own_block();
-    reduce_scatter();
-    // Rank r ends the reduce-scatter owning block r+1, already sent on.
-    ring_allgather(ex_, geometry_, ring_steps_, gathered_, {1, static_cast<std::size_t>(n_ - 1)}, sends_,
-                   [&](range r) { take_result(r); });
-    ex_.wait_all(sends_);
+    const auto hops = static_cast<std::size_t>(n_ - 1);
+    ring_.reduce_hops(
+        rank_, 0, hops, [&](range r) { return encode_own(r); }, window_, slot_bytes(),
+        [&](range r) { return geometry_.encoded_size(r); },
+        [&](range r, std::span<const std::byte> arrived, bool last) { return add(r, arrived, last); }, true);
+    // Rank r now owns block r+1, already sent on as the first gather hop.
+    ring_.gather_hops(
+        rank_ + 1, hops, hops, [&](range r) { return geometry_.encoded(gathered_, r); },
+        [&](range r) { take_result(r); }, false);
+    ring_.finish();
   }
 
  private:
   std::span<float> values(range r) const { return data_.subspan(r.offset, r.count); }
-  int right() const { return (rank_ + 1) % n_; }
+  std::size_t slot_bytes() const { return codec_.encoded_bytes(geometry_.segment()); }
 
   void encode(std::span<const float> values, std::span<std::byte> out, range r) {
     access::encode(coder_, values, out, 0, r.offset, data_.size());
   }
-  void send_right(std::span<std::byte> bytes, std::uint32_t tag_step) {
-    sends_.push_back(ex_.isend(std::span<const std::byte>(bytes), right(), tag_step));
+
+  std::span<std::byte> encode_own(range r) {
+    const std::span<float> scaled = partial_.first(r.count);
+    scale_into(values(r), scaled, scale_);
+    encode(scaled, geometry_.encoded(outgoing_, r), r);
+    return geometry_.encoded(outgoing_, r);
   }
 
-  void send_own_block() {
-    for (std::size_t k = 0; k < geometry_.pieces(rank_); ++k) {
-      const range r = geometry_.piece(rank_, k);
-      const std::span<float> scaled = partial_.first(r.count);
-      scale_into(values(r), scaled, scale_);
-      encode(scaled, geometry_.encoded(outgoing_, r), r);
-      send_right(geometry_.encoded(outgoing_, r), ring_steps_(geometry_.step(0, k)));
+  // My contribution plus the arriving partial sum, encoded for the right
+  // neighbour; at the last hop the sum is final and encoded once, for all.
+  std::span<std::byte> add(range r, std::span<const std::byte> arrived, bool final_sum) {
+    const std::span<float> sum = partial_.first(r.count);
+    scale_into(values(r), sum, scale_);
+    codec_.decode_add(arrived, sum);
+    if (final_sum) {
+      finish_block_piece(sum, r);
+      return geometry_.encoded(gathered_, r);
     }
-  }
-
-  // At hop h block r-h-1 arrives from the left; at the last hop it is final.
-  void reduce_scatter() {
-    const int left = (rank_ - 1 + n_) % n_;
-    std::vector<request> receives(depth_);
-    for (std::size_t hop = 0; hop + 1 < static_cast<std::size_t>(n_); ++hop) {
-      const int block = geometry_.block_of(rank_ - static_cast<int>(hop) - 1);
-      const bool final_sum = hop + 2 == static_cast<std::size_t>(n_);
-      const auto slot = [&](std::size_t k) {
-        return window_.subspan((k % depth_) * codec_.encoded_bytes(geometry_.segment()),
-                               geometry_.encoded_size(geometry_.piece(block, k)));
-      };
-      const std::size_t count = geometry_.pieces(block);
-      for (std::size_t k = 0; k < std::min(depth_, count); ++k)
-        receives[k] = ex_.irecv(slot(k), left, ring_steps_(geometry_.step(hop, k)));
-      for (std::size_t k = 0; k < count; ++k) {
-        const range r = geometry_.piece(block, k);
-        ex_.finish_receive(receives[k % depth_], slot(k).size());
-        const std::span<float> sum = partial_.first(r.count);
-        scale_into(values(r), sum, scale_);
-        codec_.decode_add(slot(k), sum);
-        if (k + depth_ < count) receives[k % depth_] = ex_.irecv(slot(k + depth_), left, ring_steps_(geometry_.step(hop, k + depth_)));
-        if (final_sum) finish_block_piece(sum, r);
-        else encode(sum, geometry_.encoded(outgoing_, r), r);
-        send_right(geometry_.encoded(final_sum ? gathered_ : outgoing_, r), ring_steps_(geometry_.step(hop + 1, k)));
-      }
-    }
+    encode(sum, geometry_.encoded(outgoing_, r), r);
+    return geometry_.encoded(outgoing_, r);
   }
 
   void finish_block_piece(std::span<float> sum, range r) {
@@ -136,11 +115,9 @@ class compressed_ring {
   bool average_;
   float scale_;
   segmented_partition<plain> geometry_;
-  tag::phase ring_steps_;
-  std::size_t depth_;
+  collective::ring_pipeline<collective::exchange<Communicator>> ring_;
   std::span<std::byte> outgoing_, gathered_, window_;
   std::span<float> partial_;
-  std::vector<request> sends_;
 };
 
 template <class Communicator, class Coder>

@@ -1,0 +1,84 @@
+// How a ring cuts a buffer: one block per rank, each block cut into
+// segments, and the wire-tag step of every (hop, segment) message.
+//
+// A ring of `hops` hops sends each block's segments once per hop, so it needs
+// hops x segments_per_block steps, all inside one phase of the call
+// (comm/tag.hpp). Segments therefore grow until they fit the steps left: at
+// 37 ranks and 64 MiB the 256 KiB default becomes about 1 MiB. Segments are
+// whole multiples of `granule` elements (a codec's block), so a segment of a
+// granule-aligned block encodes to a contiguous byte range.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace chorus::collective {
+
+// Elements [offset, offset + count) of a buffer.
+struct range {
+  std::size_t offset = 0, count = 0;
+};
+
+// The one pair of knobs every ring shares (plain and compressed).
+struct ring_settings {
+  std::size_t segment_bytes = 256u << 10;  // of the buffer's elements, before any encoding
+  std::size_t depth = 4;                   // segment receives in flight
+};
+
+class ring_geometry {
+ public:
+  // `blocks.offset(b)` and `blocks.size(b)` for b in [0, ranks) describe
+  // contiguous blocks in rank order; `max_steps` is what the phase may take.
+  template <class Blocks>
+  ring_geometry(const Blocks& blocks, int ranks, std::size_t segment, std::size_t hops, std::uint64_t max_steps,
+                std::size_t granule = 1)
+      : ranks_(ranks), hops_(std::max<std::size_t>(1, hops)) {
+    offsets_.reserve(static_cast<std::size_t>(ranks) + 1);
+    std::size_t largest = 0;
+    for (int b = 0; b < ranks; ++b) {
+      offsets_.push_back(blocks.offset(index(b)));
+      largest = std::max(largest, blocks.size(index(b)));
+    }
+    offsets_.push_back(ranks > 0 ? blocks.offset(index(ranks - 1)) + blocks.size(index(ranks - 1)) : 0);
+    const std::size_t most_segments = std::max<std::size_t>(1, static_cast<std::size_t>(max_steps / hops_));
+    segment_ = std::max({segment, (largest + most_segments - 1) / most_segments, std::size_t{1}});
+    segment_ = (segment_ + granule - 1) / granule * granule;
+    segments_per_block_ = std::max<std::size_t>(1, (largest + segment_ - 1) / segment_);
+  }
+
+  int ranks() const noexcept { return ranks_; }
+  int block_of(int b) const noexcept { return ((b % ranks_) + ranks_) % ranks_; }
+  range whole(int block) const noexcept { return {offsets_[index(block)], offsets_[index(block) + 1] - offsets_[index(block)]}; }
+
+  std::size_t segment() const noexcept { return segment_; }
+  std::size_t segments_per_block() const noexcept { return segments_per_block_; }
+  std::size_t pieces(int block) const noexcept { return (whole(block).count + segment_ - 1) / segment_; }
+  range piece(int block, std::size_t k) const noexcept {
+    const range all = whole(block);
+    const std::size_t begin = std::min(k * segment_, all.count);
+    return {all.offset + begin, std::min(segment_, all.count - begin)};
+  }
+
+  // Index of (hop, segment) among the steps() the ring's phase reserves.
+  std::size_t step(std::size_t hop, std::size_t k) const noexcept { return hop * segments_per_block_ + k; }
+  std::size_t steps() const noexcept { return hops_ * segments_per_block_; }
+
+ private:
+  static std::size_t index(int b) noexcept { return static_cast<std::size_t>(b); }
+
+  int ranks_;
+  std::size_t hops_;
+  std::vector<std::size_t> offsets_;  // ranks + 1 boundaries
+  std::size_t segment_ = 1, segments_per_block_ = 1;
+};
+
+// n equal blocks of `block` elements, as reduce_scatter and allgather lay out.
+struct equal_blocks {
+  std::size_t block;
+  std::size_t offset(std::size_t b) const noexcept { return b * block; }
+  std::size_t size(std::size_t) const noexcept { return block; }
+};
+
+}  // namespace chorus::collective

@@ -14,8 +14,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -475,4 +477,100 @@ TEST_CASE("schemes reject bad options with clear errors") {
     chorus_test::expect_error([&] { avg::allreduce_sgd(comm, params, avg::parameters{std::span<float>(g)}); },
                               errc::invalid_argument, "do not match");
   }, quick());
+}
+
+TEST_CASE("wire: every asynchronous scheme's header is checked (kind, payload size, sequence)") {
+  namespace wire = avg::wire;
+  const wire::reader from{3, 5, "test merge"};
+  wire::message out(16), in(16);
+  std::memcpy(out.payload().data(), "0123456789abcdef", 16);
+  const auto sent = out.write(wire::kind::push, 7, 0.25, 16);
+  CHECK(sent.size() == sizeof(wire::header) + 16);
+  std::memcpy(in.buffer().data(), sent.data(), sent.size());
+  const wire::header head = in.read(sent.size(), {wire::kind::push, wire::kind::cut}, 16, from);
+  CHECK(head.what == wire::kind::push);
+  CHECK(head.sequence == 7);
+  CHECK(head.value == 0.25);
+  CHECK(std::memcmp(in.payload().data(), "0123456789abcdef", 16) == 0);
+  wire::expect_sequence(head, 7, from);
+
+  using chorus::errc;
+  using chorus_test::expect_error;
+  expect_error([&] { wire::expect_sequence(head, 6, from); }, errc::mismatch, "push 7 arrived where 6 was due");
+  expect_error([&] { in.read(sent.size(), {wire::kind::pull}, 16, from); }, errc::mismatch, "kind 1 (push)");
+  expect_error([&] { in.read(sent.size(), {wire::kind::push}, 12, from); }, errc::mismatch,
+               "carries 16 payload bytes where 12 were due");
+  expect_error([&] { in.read(sent.size() - 4, {wire::kind::push}, 16, from); }, errc::mismatch,
+               "declares 16 payload bytes and carries 12");
+  expect_error([&] { in.read(20, {wire::kind::push}, 16, from); }, errc::mismatch, "shorter than its header");
+  expect_error([&] { out.write(wire::kind::push, 8, 0.0, 17); }, errc::invalid_argument, "does not fit");
+  const auto cut = out.write(wire::kind::cut, 9, 0.0, 0);
+  std::memcpy(in.buffer().data(), cut.data(), cut.size());
+  CHECK(in.read(cut.size(), {wire::kind::push, wire::kind::cut}, 16, from).sequence == 9);  // a cut carries nothing
+  try {
+    wire::expect_sequence(head, 1, from);
+  } catch (const chorus::error& failure) {
+    CHECK(failure.rank() == 3);
+    CHECK(failure.peer() == 5);
+    CHECK(failure.operation() == "test merge");
+  }
+}
+
+// The one waiting primitive (comm.progress_until), in every progress mode:
+// a GoSGD peer that never quiesces and an async-EASGD worker that never says
+// goodbye are timeout errors naming them, after the timeout and not long
+// after; the silent rank stays alive meanwhile.
+TEST_CASE("schemes wait through comm.progress_until: a silent peer is a timeout naming it, in every progress mode") {
+  for (const auto mode : {chorus::transport::progress_mode::spin, chorus::transport::progress_mode::yield,
+                          chorus::transport::progress_mode::block}) {
+    CAPTURE(chorus::transport::to_string(mode));
+    chorus::options options = quick(400ms);
+    options.progress = mode;
+    std::mutex mutex;
+    std::vector<std::string> failures;
+    const auto expect_timeout = [&](const std::function<void()>& body, int rank, int peer, const std::string& operation) {
+      const auto start = std::chrono::steady_clock::now();
+      std::string problem;
+      try {
+        body();
+        problem = "no error";
+      } catch (const chorus::error& failure) {
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (failure.category() != chorus::errc::timeout || failure.peer() != peer ||
+            failure.operation().find(operation) != 0 || waited < 400ms || waited > 3s)
+          problem = std::string(failure.what()) + " after " +
+                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) + " ms";
+      }
+      if (!problem.empty()) {
+        std::lock_guard lock(mutex);
+        failures.push_back("rank " + std::to_string(rank) + ": " + problem);
+      }
+    };
+    chorus::run_threads(3, [&](communicator& comm) {
+      model mine(comm.rank());
+      avg::gosgd gossip(comm, mine.view(), {.push_probability = 0.0});
+      if (comm.rank() == 2) {
+        std::this_thread::sleep_for(1500ms);  // alive, never quiesces
+        return;
+      }
+      expect_timeout([&] { gossip.quiesce(); }, comm.rank(), 2, "gosgd quiesce");
+    }, options);
+    chorus::run_threads(3, [&](communicator& comm) {
+      model mine(comm.rank());
+      avg::easgd_async elastic(comm, mine.view(), {.alpha = 0.1, .tau = 1, .server = 0});
+      if (comm.rank() == 0) {
+        expect_timeout([&] { elastic.finish(); }, 0, -1, "easgd_async finish");
+      } else if (comm.rank() == 1) {
+        std::this_thread::sleep_for(1500ms);  // alive, never finishes
+      } else {
+        elastic.step([] {}, [] {});
+        try {
+          elastic.finish();  // its goodbye is served; then the broadcast fails with the server
+        } catch (const chorus::error&) {
+        }
+      }
+    }, options);
+    for (const auto& failure : failures) MESSAGE(failure);
+    CHECK(failures.empty());
+  }
 }

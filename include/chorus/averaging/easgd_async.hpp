@@ -13,19 +13,23 @@
 // (n-1) S beta of traffic every tau steps, the limit of the scheme at scale.
 // A dead worker or server becomes a chorus::error (peer failure or timeout)
 // at the next pull or at finish(), never a hang.
+//
+// Messages are wire.hpp's: a worker's pulls are numbered from 1 and carry
+// its step count; the reply carries the pull's number, and the goodbye
+// (`done`) the number of pulls before it, so a lost, duplicated or foreign
+// message is an error on the side that reads it.
 #pragma once
 
 #include <chorus/averaging/easgd.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/scheme.hpp>
+#include <chorus/averaging/wire.hpp>
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>
 
 #include <array>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <span>
@@ -49,7 +53,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   // first value.
   easgd_async(Communicator& comm, parameters model, easgd_async_options options = {})
       : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(options),
-        elements_(model_.size()), message_(elements_ + 1) {
+        elements_(model_.size()), bytes_(elements_ * sizeof(float)), message_(bytes_), reply_(bytes_) {
     require_elastic(options_.alpha, options_.tau, "easgd_async");
     if (options_.server < 0 || options_.server >= comm_.size())
       throw error(errc::invalid_argument, "easgd_async: server rank " + std::to_string(options_.server) +
@@ -79,18 +83,22 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     if (this->stats_.steps % options_.tau == 0) pull();
   }
 
-  // Collective. Every worker reports its last pull done; the server waits for
-  // all of them (bounded by the timeout), then the centre goes to everyone.
+  // Collective. Every worker says goodbye after its last pull; the server
+  // serves the last pulls itself until every worker has (bounded by the
+  // timeout), then the centre goes to everyone.
   void finish() {
     std::vector<float> centre(elements_);
     if (is_server()) {
-      wait_for_workers();
-      serving_.release();  // the progress thread no longer touches the centre
+      serving_.stop();  // from here on this thread serves, and alone touches the centre
+      const auto all_gone = [&] {
+        serve();
+        return workers_left_ == 0;
+      };
+      comm_.progress_until(all_gone, "easgd_async finish, waiting for every worker's last pull and goodbye");
       centre = centre_;
     } else {
-      message_.assign(elements_ + 1, 0.0f);
-      message_[elements_] = done_kind;
-      this->metered([&] { comm_.send(std::span<const float>(message_), options_.server, request_tag); });
+      const auto goodbye = message_.write(wire::kind::done, pulls_, static_cast<double>(this->stats_.steps), 0);
+      this->metered([&] { comm_.send(goodbye, options_.server, request_tag); });
     }
     this->metered([&] { broadcast(comm_, std::span<float>(centre), options_.server); });
     model_.copy_from(centre);
@@ -107,45 +115,45 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
  private:
   static constexpr int request_tag = 1;
   static constexpr int reply_tag = 2;
-  static constexpr float pull_kind = 0.0f;
-  static constexpr float done_kind = 1.0f;
 
   struct worker_slot {
-    std::vector<float> incoming;
-    std::vector<float> reply;
+    wire::message incoming;
+    wire::message reply;
     request receive;
     request answer;
+    std::uint64_t pulls = 0;  // served so far
     bool done = false;
   };
 
   void pull() {
-    model_.copy_to(std::span<float>(message_).first(elements_));
-    message_[elements_] = pull_kind;
+    const std::span<float> x = message_.payload_as<float>();
+    model_.copy_to(x);
     if (is_server()) {
-      pull_locally();
+      pull_locally(x);
     } else {
-      reply_.resize(elements_);
+      const auto sent = message_.write(wire::kind::pull, ++pulls_, static_cast<double>(this->stats_.steps), bytes_);
       this->metered([&] {
-        std::array<request, 2> round_trip{comm_.irecv(std::span(reply_), options_.server, reply_tag),
-                                          comm_.isend(std::span<const float>(message_), options_.server, request_tag)};
+        std::array<request, 2> round_trip{comm_.irecv(reply_.buffer(), options_.server, reply_tag),
+                                          comm_.isend(sent, options_.server, request_tag)};
         comm_.wait_all(round_trip, "easgd_async pull");
-        comm_.expect_bytes(round_trip[0], reply_.size() * sizeof(float), "easgd_async pull");
+        const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(options_.server), "easgd_async pull"};
+        wire::expect_sequence(reply_.read(round_trip[0].received_bytes(), {wire::kind::reply}, bytes_, from), pulls_,
+                              from);
       });
-      subtract(reply_);
+      subtract(reply_.payload_as<float>());
     }
     ++this->stats_.exchanges;
   }
 
-  void pull_locally() {
+  void pull_locally(std::span<const float> x) {
     std::lock_guard lock(centre_mutex_);
-    elastic_difference(std::span<const float>(message_).first(elements_), reply_);
-    subtract(reply_);
+    elastic_difference(x, reply_.payload_as<float>());
+    subtract(reply_.payload_as<float>());
   }
 
   // d = alpha (x - c); c += d. Caller holds centre_mutex_.
-  void elastic_difference(std::span<const float> x, std::vector<float>& d) {
+  void elastic_difference(std::span<const float> x, std::span<float> d) {
     const auto alpha = static_cast<float>(options_.alpha);
-    d.resize(elements_);
     for (std::size_t k = 0; k < elements_; ++k) {
       d[k] = alpha * (x[k] - centre_[k]);
       centre_[k] += d[k];
@@ -163,39 +171,48 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   void start_serving(std::vector<float> centre) {
     centre_ = std::move(centre);
     workers_.resize(static_cast<std::size_t>(comm_.size()));
-    for (int w = 0; w < comm_.size(); ++w)
-      if (w != options_.server) post(w);
+    for (int w = 0; w < comm_.size(); ++w) {
+      if (w == options_.server) continue;
+      worker_slot& slot = workers_[static_cast<std::size_t>(w)];
+      slot.incoming = wire::message(bytes_);
+      slot.reply = wire::message(bytes_);
+      post(w);
+    }
     workers_left_ = comm_.size() - 1;
     if (workers_left_ > 0) serving_ = comm_.progress_thread().add([this] { return serve(); });
   }
 
   void post(int w) {
     worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-    slot.incoming.resize(elements_ + 1);
-    slot.receive = comm_.irecv(std::span(slot.incoming), w, request_tag);
+    slot.receive = comm_.irecv(slot.incoming.buffer(), w, request_tag);
   }
 
+  // Answers every pull that has arrived (on the progress thread, or on the
+  // trainer's in finish()); true if there was one.
   bool serve() {
     bool worked = false;
     for (int w = 0; w < comm_.size(); ++w) {
       worker_slot& slot = workers_[static_cast<std::size_t>(w)];
       if (w == options_.server || slot.done || !comm_.test(slot.receive)) continue;
-      comm_.expect_bytes(slot.receive, slot.incoming.size() * sizeof(float), "easgd_async serve");
       worked = true;
-      if (slot.incoming[elements_] == done_kind) {
+      const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(w), "easgd_async serve"};
+      const wire::header head =
+          slot.incoming.read(slot.receive.received_bytes(), {wire::kind::pull, wire::kind::done}, bytes_, from);
+      if (head.what == wire::kind::done) {
+        wire::expect_sequence(head, slot.pulls, from);
         slot.done = true;
-        std::lock_guard lock(centre_mutex_);
         --workers_left_;
-        workers_done_.notify_all();
         continue;
       }
+      wire::expect_sequence(head, ++slot.pulls, from);
       comm_.wait(slot.answer, "easgd_async reply");  // the previous reply left long ago
       {
         std::lock_guard lock(centre_mutex_);
-        elastic_difference(std::span<const float>(slot.incoming).first(elements_), slot.reply);
+        elastic_difference(slot.incoming.template payload_as<float>(), slot.reply.template payload_as<float>());
       }
+      const auto answer = slot.reply.write(wire::kind::reply, head.sequence, 0.0, bytes_);
       const traffic before = this_thread_traffic();
-      slot.answer = comm_.isend(std::span<const float>(slot.reply), w, reply_tag);
+      slot.answer = comm_.isend(answer, w, reply_tag);
       const traffic sent = this_thread_traffic() - before;
       served_bytes_.fetch_add(sent.bytes_sent, std::memory_order_relaxed);
       served_messages_.fetch_add(sent.messages_sent, std::memory_order_relaxed);
@@ -204,36 +221,18 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     return worked;
   }
 
-  void wait_for_workers() {
-    const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
-    std::unique_lock lock(centre_mutex_);
-    while (workers_left_ > 0) {
-      lock.unlock();
-      serving_.rethrow_if_failed();
-      lock.lock();
-      if (workers_done_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(20)),
-                                   [&] { return workers_left_ == 0; }))
-        break;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        comm_.transport().abandon();
-        throw error(errc::timeout, std::to_string(workers_left_) + " worker(s) did not finish within the timeout",
-                    {comm_.world_rank(comm_.rank()), -1, "easgd_async finish"});
-      }
-    }
-  }
-
   Communicator comm_;
   parameters model_;
   easgd_async_options options_;
-  std::size_t elements_;
-  std::vector<float> message_;  // x, then the kind
-  std::vector<float> reply_;
+  std::size_t elements_, bytes_;
+  wire::message message_;   // this rank's pulls (x) and goodbye
+  wire::message reply_;     // d, the answer to a pull
+  std::uint64_t pulls_ = 0;  // sent to the server
   // Server only.
   std::vector<float> centre_;
   std::vector<worker_slot> workers_;
   std::mutex centre_mutex_;
-  std::condition_variable workers_done_;
-  int workers_left_ = 0;
+  int workers_left_ = 0;  // the serving thread's alone
   std::atomic<std::uint64_t> merges_{0};
   std::atomic<std::uint64_t> served_bytes_{0};
   std::atomic<std::uint64_t> served_messages_{0};

@@ -17,6 +17,8 @@
 // finish() is quiesce() and then the consensus x = sum a x / sum a over the
 // group, the model to keep. A rank that finished early keeps merging until
 // the last peer finishes; a dead peer is a peer-failure or timeout error.
+// Messages are wire.hpp's: a push carries its weight and its number among
+// the pushes to that peer; a cut carries how many pushes came before it.
 //
 // Cost: p (alpha + S beta) per step on average, one message to one peer,
 // whatever n is; chosen for many ranks and heterogeneous speeds.
@@ -24,19 +26,18 @@
 
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/scheme.hpp>
+#include <chorus/averaging/wire.hpp>
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>
 
-#include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <random>
 #include <span>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 namespace chorus::averaging {
@@ -78,14 +79,13 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // sent before its own quiesce(), and none sent after.
   void quiesce() {
     send_cuts();
-    const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
     for (int waiting = peer_without_cut(); waiting >= 0; waiting = peer_without_cut()) {
-      if (!merge_arrivals() && !comm_.transport().progress()) std::this_thread::yield();
-      if (std::chrono::steady_clock::now() > deadline) {
-        comm_.transport().abandon();
-        throw error(errc::timeout, "gosgd: the peer's cut (it enters quiesce() or finish()) did not arrive in time",
-                    {comm_.world_rank(comm_.rank()), comm_.world_rank(waiting), "gosgd quiesce"});
-      }
+      const auto cut_arrived = [&] {
+        merge_arrivals();
+        return at(waiting).cut_in;
+      };
+      comm_.progress_until(cut_arrived, "gosgd quiesce, waiting for the peer's cut (it enters quiesce() or finish())",
+                           waiting);
     }
     for (outgoing& sent : in_flight_) comm_.wait(sent.handle, "gosgd push");
     in_flight_.clear();
@@ -116,27 +116,19 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
  private:
   static constexpr int gossip_tag = 1;
 
-  // Every message opens with this. The sequence numbers make the ordering
-  // the protocol relies on a checked invariant rather than an assumption.
-  enum class kind : std::uint64_t { push = 1, cut = 2 };
-  struct header {
-    kind what;
-    std::uint64_t sequence;  // push: its number among pushes to this peer, from 1; cut: pushes before it
-    double weight;           // push: the half weight it carries
-  };
-
   struct peer_state {
-    std::vector<std::byte> incoming;
+    wire::message incoming;
     request receive;
     std::uint64_t pushed_to = 0;    // pushes this rank sent the peer, ever
     std::uint64_t merged_from = 0;  // pushes merged from the peer, ever
     bool cut_in = false;            // its cut arrived: hold the rest until our quiesce() returns
-    header cut_out{};
+    wire::message cut_out;
     request cut_send;
   };
   struct outgoing {
-    std::vector<std::byte> bytes;
+    wire::message bytes;
     request handle;
+    int peer = -1;
   };
 
   peer_state& at(int peer) { return peers_[static_cast<std::size_t>(peer)]; }
@@ -149,8 +141,8 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   void post(int peer) {
     peer_state& state = at(peer);
-    state.incoming.resize(sizeof(header) + payload_bytes_);
-    state.receive = comm_.irecv(std::span(state.incoming), peer, gossip_tag);
+    if (state.incoming.capacity() != payload_bytes_) state.incoming = wire::message(payload_bytes_);
+    state.receive = comm_.irecv(state.incoming.buffer(), peer, gossip_tag);
   }
 
   int random_peer() {
@@ -161,11 +153,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void push(int peer) {
     outgoing& message = free_buffer();  // may merge arrivals: before the halving
     weight_ /= 2;
-    const header head{kind::push, ++at(peer).pushed_to, weight_};
-    message.bytes.resize(sizeof(header) + payload_bytes_);
-    std::memcpy(message.bytes.data(), &head, sizeof(header));
-    encode(std::span(message.bytes).subspan(sizeof(header)));
-    this->metered([&] { message.handle = comm_.isend(std::span<const std::byte>(message.bytes), peer, gossip_tag); });
+    if (message.bytes.capacity() != payload_bytes_) message.bytes = wire::message(payload_bytes_);
+    encode(message.bytes.payload());
+    const auto bytes = message.bytes.write(wire::kind::push, ++at(peer).pushed_to, weight_, payload_bytes_);
+    message.peer = peer;
+    this->metered([&] { message.handle = comm_.isend(bytes, peer, gossip_tag); });
     ++this->stats_.exchanges;
   }
 
@@ -179,11 +171,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     // once the receiver merges and posts again: waiting without merging
     // would deadlock.
     outgoing& oldest = in_flight_.front();
-    const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
-    while (!comm_.test(oldest.handle)) {
-      if (!merge_arrivals()) std::this_thread::yield();
-      if (std::chrono::steady_clock::now() > deadline) comm_.wait(oldest.handle, "gosgd push");  // throws the timeout
-    }
+    const auto sent = [&] {
+      merge_arrivals();
+      return comm_.test(oldest.handle);
+    };
+    comm_.progress_until(sent, "gosgd push", oldest.peer);
     return oldest;
   }
 
@@ -207,27 +199,18 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   }
 
   void take(int peer, peer_state& state) {
-    header head{};
-    if (state.receive.received_bytes() >= sizeof(header)) std::memcpy(&head, state.incoming.data(), sizeof(header));
-    if (head.what == kind::cut) {
-      comm_.expect_bytes(state.receive, sizeof(header), "gosgd cut");
-      expect_sequence(peer, head.sequence, state.merged_from);
+    const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(peer), "gosgd merge"};
+    const wire::header head =
+        state.incoming.read(state.receive.received_bytes(), {wire::kind::push, wire::kind::cut}, payload_bytes_, from);
+    if (head.what == wire::kind::cut) {
+      wire::expect_sequence(head, state.merged_from, from);
       state.cut_in = true;  // no receive posted until our quiesce() returns: the rest is past the cut
       return;
     }
-    comm_.expect_bytes(state.receive, state.incoming.size(), "gosgd merge");
-    expect_sequence(peer, head.sequence, state.merged_from + 1);
-    merge(head.weight, std::span<const std::byte>(state.incoming).subspan(sizeof(header)));
+    wire::expect_sequence(head, state.merged_from + 1, from);
+    merge(head.value, std::as_const(state.incoming).payload().first(payload_bytes_));
     ++state.merged_from;
     post(peer);
-  }
-
-  void expect_sequence(int peer, std::uint64_t got, std::uint64_t expected) const {
-    if (got != expected)
-      throw error(errc::mismatch,
-                  "gosgd: message " + std::to_string(got) + " arrived where " + std::to_string(expected) +
-                      " was due (messages out of order, or a peer running another scheme on this communicator)",
-                  {comm_.world_rank(comm_.rank()), comm_.world_rank(peer), "gosgd merge"});
   }
 
   void merge(double theirs, std::span<const std::byte> payload) {
@@ -243,8 +226,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   void send_cuts() {
     for_each_peer([&](int peer, peer_state& state) {
-      state.cut_out = header{kind::cut, state.pushed_to, 0.0};
-      state.cut_send = comm_.isend(std::span<const header>(&state.cut_out, 1), peer, gossip_tag);
+      state.cut_send = comm_.isend(state.cut_out.write(wire::kind::cut, state.pushed_to, 0.0, 0), peer, gossip_tag);
     });
   }
 

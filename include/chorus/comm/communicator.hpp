@@ -120,10 +120,7 @@ class basic_communicator {
   background_worker& background() {
     std::lock_guard lock(world_->background_mutex);
     if (!world_->background)
-      world_->background = std::make_unique<background_worker>([] {
-        if constexpr (requires { T::set_thread_progress_mode(transport::progress_mode::yield); })
-          T::set_thread_progress_mode(transport::progress_mode::yield);
-      });
+      world_->background = std::make_unique<background_worker>([] { T::set_thread_progress_mode(transport::progress_mode::yield); });
     return *world_->background;
   }
 
@@ -134,14 +131,8 @@ class basic_communicator {
     if (!world_->progress)
       world_->progress = std::make_unique<chorus::progress_thread>(
           [network = world_->transport.get()](const std::function<bool()>& done, std::chrono::milliseconds slice) {
-            const auto deadline = transport::clock::now() + slice;
-            if constexpr (requires { network->progress_until(done, deadline); }) {
-              T::set_thread_progress_mode(transport::progress_mode::block);
-              network->progress_until(done, deadline);
-            } else {
-              while (!done() && transport::clock::now() < deadline)
-                if (!network->progress()) std::this_thread::yield();
-            }
+            T::set_thread_progress_mode(transport::progress_mode::block);
+            network->progress_until(done, transport::clock::now() + slice);
           });
     return *world_->progress;
   }
@@ -192,6 +183,21 @@ class basic_communicator {
     transport().wait_all(handles, deadline(), operation);
   }
   bool test(request& handle) { return transport().test(handle); }
+
+  // The one way a scheme waits for what only it can recognise (a peer's
+  // cut, a free send buffer, the last worker's goodbye): progresses the
+  // network in this thread's progress mode (CHORUS_PROGRESS) until done()
+  // is true. done() may test requests, and so throw a peer's failure. Past
+  // the communicator's timeout the job is abandoned (teardown stays
+  // bounded) and a timeout error names `operation` and `peer` (a rank of
+  // this communicator, or -1 for none in particular).
+  template <class Predicate>
+  void progress_until(Predicate&& done, std::string_view operation, int peer = -1) {
+    if (transport().progress_until(done, deadline())) return;
+    transport().abandon();
+    throw error(errc::timeout, "waited " + std::to_string(timeout().count()) + " ms (the communicator's timeout)",
+                {transport().rank(), peer >= 0 ? world_rank(peer) : -1, std::string(operation)});
+  }
 
   void expect_bytes(const request& handle, std::size_t expected, std::string_view operation) const {
     if (handle.received_bytes() != expected)

@@ -54,6 +54,12 @@ class progress_thread {
     void release() {
       if (owner_ != nullptr) std::exchange(owner_, nullptr)->remove(id_);
     }
+    // Releases, then throws what the poller threw, if it did: after it, the
+    // owner may do the poller's work on its own thread.
+    void stop() {
+      if (owner_ == nullptr) return;
+      if (std::exception_ptr failure = std::exchange(owner_, nullptr)->remove(id_)) std::rethrow_exception(failure);
+    }
 
    private:
     progress_thread* owner_ = nullptr;
@@ -89,10 +95,15 @@ class progress_thread {
   };
   static constexpr std::chrono::milliseconds slice{2};  // how often `stopping_` is looked at
 
-  void remove(std::uint64_t id) {
+  // Waits until the poller is not running, forgets it, returns its failure.
+  std::exception_ptr remove(std::uint64_t id) {
     std::unique_lock lock(mutex_);
     idle_.wait(lock, [&] { return running_ != id; });
-    pollers_.erase(id);
+    const auto found = pollers_.find(id);
+    if (found == pollers_.end()) return nullptr;
+    std::exception_ptr failure = found->second.failure;
+    pollers_.erase(found);
+    return failure;
   }
 
   void rethrow_if_failed(std::uint64_t id) {

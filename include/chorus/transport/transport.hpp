@@ -61,7 +61,7 @@ concept Transport =
     requires(T& transport, const T& view, int peer, tag_t tag, std::span<const std::byte> input,
              std::span<std::byte> output, typename T::request& request,
              std::span<typename T::request> requests, clock::time_point deadline,
-             std::string_view operation) {
+             std::string_view operation, bool (&predicate)(), progress_mode mode) {
       { view.rank() } -> std::same_as<int>;
       { view.size() } -> std::same_as<int>;
       { view.memory_kinds() } -> std::same_as<chorus::memory_kinds>;
@@ -76,6 +76,13 @@ concept Transport =
       { view.failed() } -> std::same_as<bool>;
       // Declares the job failed from above (teardown then abandons, bounded).
       { transport.abandon() } -> std::same_as<void>;
+      // The waiting policy, the one loop every wait above goes through:
+      // progresses until predicate() is true or the deadline passes, in the
+      // calling thread's progress mode; returns predicate().
+      { transport.progress_until(predicate, deadline) } -> std::same_as<bool>;
+      // Sets the calling thread's progress mode (a background thread should
+      // not spin; the progress thread blocks).
+      { T::set_thread_progress_mode(mode) } -> std::same_as<void>;
     };
 
 }  // namespace chorus::transport

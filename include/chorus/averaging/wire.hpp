@@ -1,0 +1,130 @@
+// The one message format of the asynchronous schemes (GoSGD, async EASGD,
+// and any new one): a fixed header, then the payload, in one buffer.
+//
+//   kind | sequence | value (a weight, or a step) | payload bytes | payload
+//
+// The header makes each scheme's protocol invariants checked facts: a
+// message of an unexpected kind, a payload of the wrong size, or a sequence
+// number out of order (a lost or reordered message, or a peer running
+// another scheme on the same communicator) is a chorus::error naming the
+// peer, instead of a silently wrong model.
+#pragma once
+
+#include <chorus/core/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::averaging::wire {
+
+enum class kind : std::uint32_t {
+  push = 1,   // a model sent unasked (gossip)
+  cut = 2,    // no more pushes before this point (quiescence)
+  pull = 3,   // a model sent for an answer (elastic pull)
+  reply = 4,  // the answer to a pull
+  done = 5,   // the sender sends no more
+};
+
+constexpr std::string_view to_string(kind what) noexcept {
+  switch (what) {
+    case kind::push: return "push";
+    case kind::cut: return "cut";
+    case kind::pull: return "pull";
+    case kind::reply: return "reply";
+    case kind::done: return "done";
+  }
+  return "unknown";
+}
+
+struct header {
+  kind what{};
+  std::uint32_t reserved = 0;
+  std::uint64_t sequence = 0;       // per sender and receiver, from 1 (the scheme says what counts)
+  double value = 0.0;               // the scheme's number: a gossip weight, a step
+  std::uint64_t payload_bytes = 0;  // what follows the header
+};
+static_assert(sizeof(header) == 32, "the header is part of the wire format");
+
+// Who reads a message, for its errors: world ranks and the scheme's operation.
+struct reader {
+  int rank = -1;
+  int peer = -1;
+  std::string_view operation;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error(errc::mismatch, what, {rank, peer, std::string(operation)});
+  }
+};
+
+// A header and room for a payload of up to `capacity` bytes.
+class message {
+ public:
+  explicit message(std::size_t capacity = 0) : bytes_(sizeof(header) + capacity) {}
+
+  std::size_t capacity() const noexcept { return bytes_.size() - sizeof(header); }
+  // The whole buffer, to receive into.
+  std::span<std::byte> buffer() noexcept { return bytes_; }
+  // The payload area (the full capacity; write it, then call write()).
+  std::span<std::byte> payload() noexcept { return std::span(bytes_).subspan(sizeof(header)); }
+  std::span<const std::byte> payload() const noexcept { return std::span(bytes_).subspan(sizeof(header)); }
+  template <class T>
+  std::span<T> payload_as() noexcept {
+    return {reinterpret_cast<T*>(bytes_.data() + sizeof(header)), capacity() / sizeof(T)};
+  }
+
+  // Stamps the header for a payload of `payload_bytes` (already written) and
+  // returns the bytes to send.
+  std::span<const std::byte> write(kind what, std::uint64_t sequence, double value, std::size_t payload_bytes) {
+    if (payload_bytes > capacity())
+      throw error(errc::invalid_argument, "wire: a payload of " + std::to_string(payload_bytes) +
+                                              " bytes does not fit a message of " + std::to_string(capacity()));
+    const header stamped{what, 0, sequence, value, payload_bytes};
+    std::memcpy(bytes_.data(), &stamped, sizeof(header));
+    return std::span<const std::byte>(bytes_).first(sizeof(header) + payload_bytes);
+  }
+
+  // The header of a message of `received` bytes, checked: whole, of one of
+  // the `expected` kinds, with exactly the payload it declares, and with a
+  // payload of `payload_bytes` unless the kind carries none (cut, done).
+  header read(std::size_t received, std::initializer_list<kind> expected, std::size_t payload_bytes,
+              const reader& from) const {
+    if (received < sizeof(header))
+      from.fail("wire: a message of " + std::to_string(received) + " bytes is shorter than its header");
+    header got;
+    std::memcpy(&got, bytes_.data(), sizeof(header));
+    bool known = false;
+    for (kind k : expected) known = known || got.what == k;
+    if (!known)
+      from.fail("wire: a message of kind " + std::to_string(static_cast<std::uint32_t>(got.what)) + " (" +
+                std::string(to_string(got.what)) + ") arrived where this scheme expects another");
+    if (got.payload_bytes != received - sizeof(header))
+      from.fail("wire: a " + std::string(to_string(got.what)) + " declares " + std::to_string(got.payload_bytes) +
+                " payload bytes and carries " + std::to_string(received - sizeof(header)));
+    const bool carries = got.what != kind::cut && got.what != kind::done;
+    if (got.payload_bytes != (carries ? payload_bytes : 0))
+      from.fail("wire: a " + std::string(to_string(got.what)) + " carries " + std::to_string(got.payload_bytes) +
+                " payload bytes where " + std::to_string(carries ? payload_bytes : 0) +
+                " were due (models of different sizes?)");
+    return got;
+  }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
+// Messages between one sender and one receiver arrive in order (UCP tag
+// matching keeps a sender's order on one tag): `got` must be `expected`.
+inline void expect_sequence(const header& got, std::uint64_t expected, const reader& from) {
+  if (got.sequence != expected)
+    from.fail("wire: " + std::string(to_string(got.what)) + " " + std::to_string(got.sequence) + " arrived where " +
+              std::to_string(expected) +
+              " was due (messages out of order, or a peer running another scheme on this communicator)");
+}
+
+}  // namespace chorus::averaging::wire

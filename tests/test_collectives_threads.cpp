@@ -494,9 +494,9 @@ TEST_CASE("invalid arguments are invalid_argument errors") {
                  "10 elements do not split");
     std::vector<float> nine(9);
     expect_error([&] { chorus::allgather(comm, std::span(nine), chorus::algo::chain); }, chorus::errc::invalid_argument,
-                 "chain is not an algorithm of allgather");
+                 "names chain, which is not an algorithm of allgather");
     expect_error([&] { chorus::allreduce(comm, std::span(data), chorus::algo::chain); }, chorus::errc::invalid_argument,
-                 "not an allreduce algorithm");
+                 "not an algorithm of allreduce");
     chorus::allreduce(comm, std::span(data));  // nothing was left half-done
   }, quick());
 }
@@ -576,4 +576,114 @@ TEST_CASE("wire-tag phases: every algorithm at 37 ranks, and a call that needs m
   }, quick());
   results.report();
   CHECK(prints.disagreements() == 0);
+}
+
+TEST_CASE("selection registry: every collective's table picks one of its own algorithms, and the lists agree") {
+  for (const chorus::collective_entry& entry : chorus::registry) {
+    CAPTURE(std::string(entry.name));
+    const chorus::collective_algorithms* offered = chorus::find_collective(entry.name);
+    REQUIRE(offered != nullptr);
+    for (const chorus::algorithm_entry& algorithm : entry.algorithms) {
+      CHECK(offered->offers(algorithm.id));
+      CHECK(!algorithm.cost.empty());
+      CHECK(!algorithm.when.empty());
+    }
+    for (const int ranks : {1, 2, 3, 4, 8, 37})
+      for (const std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{8192},
+                                      std::size_t{65537}, std::size_t{1} << 20, std::size_t{64} << 20})
+        for (const bool reencodes : {false, true}) {
+          const chorus::algorithm picked = entry.table({ranks, bytes, reencodes});
+          bool listed = false;
+          for (const auto& algorithm : entry.algorithms) listed = listed || algorithm.id == picked;
+          CHECK(listed);
+        }
+  }
+  std::size_t listed = 0;
+  for (const auto& offered : chorus::collectives)
+    for (const auto algorithm : offered.offered) listed += algorithm != chorus::algorithm::automatic;
+  std::size_t registered = 0;
+  for (const auto& entry : chorus::registry) registered += entry.algorithms.size();
+  CHECK(listed == registered);
+  expect_error([] { chorus::registered("gather"); }, chorus::errc::invalid_argument, "'gather' is not a collective");
+}
+
+TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, then the table") {
+  using chorus::algorithm;
+  const chorus::tuning tune = chorus::parse_tuning("allreduce@4:0-1K:tree;allgather:0-:ring");
+  const auto pick = [&](std::string_view collective, int ranks, std::size_t bytes, algorithm forced, algorithm configured) {
+    return chorus::choose(collective, {ranks, bytes}, forced, tune, configured);
+  };
+  CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::automatic).chosen == algorithm::tree);
+  CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::automatic).reason == "CHORUS_TUNE allreduce@4:0-1K:tree");
+  CHECK(pick("allreduce", 4, 8, algorithm::ring, algorithm::automatic).chosen == algorithm::ring);
+  CHECK(pick("allreduce", 4, 8, algorithm::ring, algorithm::automatic).reason == "caller");
+  CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::tree);
+  CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::rabenseifner).reason == "CHORUS_ALLREDUCE_ALGO");
+  CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).chosen == algorithm::recursive_doubling);
+  CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).reason == "table");
+  CHECK(pick("allgather", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::ring);
+  CHECK(pick("reduce_scatter", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::recursive_halving);
+  expect_error([&] { pick("broadcast", 3, 8, algorithm::ring, algorithm::automatic); }, chorus::errc::invalid_argument,
+               "the caller names ring, which is not an algorithm of broadcast (it has tree, chain)");
+
+  ::setenv("CHORUS_TUNE", "broadcast:0-:chain", 1);
+  CHECK(chorus::choose("broadcast", {2, 8}).chosen == algorithm::chain);
+  ::setenv("CHORUS_TUNE", "broadcast:0-:ring", 1);
+  expect_error([] { chorus::choose("broadcast", {2, 8}); }, chorus::errc::invalid_argument, "CHORUS_TUNE");
+  ::unsetenv("CHORUS_TUNE");
+  CHECK(chorus::choose("broadcast", {2, 8}).chosen == algorithm::tree);
+}
+
+// A communicator tuned in code runs what the rules say, for every
+// collective (the result checked against the serial reference), and
+// returns it: allgather and allreduce against their tables' choices.
+TEST_CASE("CHORUS_TUNE in a job: every collective runs and returns the tuned algorithm, with correct results") {
+  tally results;
+  for (const int ranks : {3, 5}) {
+    chorus::options options = quick();
+    options.tune = "allgather:0-:recursive_doubling;reduce_scatter:0-:ring;broadcast:0-:chain;allreduce@3-:0-:tree;"
+                   "compressed_allreduce:0-:ring";
+    chorus::run_threads(ranks, [&](communicator& comm) {
+      const int n = comm.size();
+      const std::size_t count = 70001;  // 273 KiB per rank: the tables would pick ring, ring and rabenseifner
+      std::vector<float> data = inputs<float>(comm.rank(), count, 91, flavour::general);
+      const auto expected = reference<float>(all_ranks(n), count, 91, flavour::general, chorus::op::sum{});
+      const auto used = chorus::allreduce(comm, std::span(data));
+      results.record("allreduce tuned to tree", count_different(data, expected) + (used != chorus::algo::tree));
+
+      std::vector<float> all(count * static_cast<std::size_t>(n));
+      const auto mine = inputs<float>(comm.rank(), count, 92, flavour::general);
+      std::vector<float> expected_all;
+      for (int r = 0; r < n; ++r) {
+        const auto theirs = inputs<float>(r, count, 92, flavour::general);
+        expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+      }
+      const auto gathered = chorus::allgather(comm, std::span(mine), std::span(all));
+      results.record("allgather tuned to rd", count_different(all, expected_all) + (gathered != chorus::algo::rd));
+
+      const std::size_t block = 7;
+      const auto input = inputs<float>(comm.rank(), block * static_cast<std::size_t>(n), 93, flavour::general);
+      const auto full = reference<float>(all_ranks(n), block * static_cast<std::size_t>(n), 93, flavour::general,
+                                         chorus::op::sum{});
+      std::vector<float> output(block);
+      const auto scattered = chorus::reduce_scatter(comm, std::span(input), std::span(output));
+      const std::vector<float> my_block(full.begin() + static_cast<std::ptrdiff_t>(block * comm.rank()),
+                                        full.begin() + static_cast<std::ptrdiff_t>(block * (comm.rank() + 1)));
+      results.record("reduce_scatter tuned to ring",
+                     count_different(output, my_block) + (scattered != chorus::algo::ring));
+
+      std::vector<float> message = comm.rank() == 1 ? inputs<float>(1, 5, 94, flavour::general) : std::vector<float>(5);
+      const auto spread = chorus::broadcast(comm, std::span(message), 1);
+      results.record("broadcast tuned to chain",
+                     count_different(message, inputs<float>(1, 5, 94, flavour::general)) + (spread != chorus::algo::chain));
+
+      std::vector<float> small(100, static_cast<float>(comm.rank() + 1));
+      const auto scheme = chorus::allreduce(comm, std::span(small), chorus::op::sum{}, chorus::codec::fp16{});
+      const float sum = static_cast<float>(n * (n + 1) / 2);
+      std::size_t wrong = scheme != chorus::algo::ring;
+      for (float value : small) wrong += value != sum;
+      results.record("compressed allreduce tuned to the ring", wrong);
+    }, options);
+  }
+  results.report();
 }

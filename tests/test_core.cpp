@@ -192,3 +192,46 @@ TEST_CASE("edit distance") {
   CHECK(chorus::variables::edit_distance("", "abc") == 3);
   CHECK(chorus::variables::edit_distance("kitten", "sitting") == 3);
 }
+
+TEST_CASE("CHORUS_TUNE: rules by collective, rank count and size; every mistake named") {
+  using chorus::algorithm;
+  const chorus::tuning tune = chorus::parse_tuning(
+      "allreduce:0-8K:rd,8K-2M:rabenseifner,2M-:ring;allgather@2:64K-:ring;reduce_scatter@3-5:1K-4K:recursive_halving;;");
+  REQUIRE(tune.rules.size() == 5);
+  CHECK(tune.match("allreduce", 4, 0)->chosen == algorithm::recursive_doubling);
+  CHECK(tune.match("allreduce", 4, 8191)->chosen == algorithm::recursive_doubling);
+  CHECK(tune.match("allreduce", 4, 8192)->chosen == algorithm::rabenseifner);
+  CHECK(tune.match("allreduce", 1000, std::size_t{1} << 40)->chosen == algorithm::ring);
+  CHECK(tune.match("allreduce", 4, 8192)->text == "CHORUS_TUNE allreduce:8K-2M:rabenseifner");
+  CHECK(tune.match("allgather", 2, 64u << 10)->chosen == algorithm::ring);
+  CHECK(tune.match("allgather", 2, (64u << 10) - 1) == nullptr);
+  CHECK(tune.match("allgather", 3, 64u << 10) == nullptr);
+  CHECK(tune.match("reduce_scatter", 5, 1024)->text == "CHORUS_TUNE reduce_scatter@3-5:1K-4K:recursive_halving");
+  CHECK(tune.match("reduce_scatter", 6, 1024) == nullptr);
+  CHECK(tune.match("reduce_scatter", 2, 1024) == nullptr);
+  CHECK(tune.match("broadcast", 2, 1) == nullptr);
+  CHECK(chorus::parse_tuning("").rules.empty());
+  CHECK(chorus::parse_tuning("broadcast@4-:256K-:chain").match("broadcast", 1 << 20, 1u << 20) != nullptr);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"allreduce", "no ':' after the collective"},
+      {"allreduc:0-:ring", "'allreduc' is not a collective (allreduce, allgather"},
+      {"allreduce:0-:fastest", "'fastest' is not an algorithm"},
+      {"allgather:0-:rabenseifner", "rabenseifner is not an algorithm of allgather (it has ring, recursive_doubling)"},
+      {"broadcast:0-:auto", "auto is not an algorithm of broadcast"},
+      {"allreduce:8K:ring", "rule '8K:ring' is not low-high:algorithm"},
+      {"allreduce:x-:ring", "'x' is not a size"},
+      {"allreduce:8K-4K:ring", "'4K' is not a size above the low end"},
+      {"allreduce@0:0-:ring", "ranks must be N, N-M or N-"},
+      {"allreduce@5-3:0-:ring", "ranks N-M need N <= M"},
+      {"allreduce:0-:ring,", "rule '' is not low-high:algorithm"},
+  };
+  for (const auto& [text, message] : bad) {
+    const std::string spelled = text;  // not the structured binding: CAPTURE's lambda takes it (clang 14)
+    CAPTURE(spelled);
+    CHECK_THROWS_WITH_AS(chorus::parse_tuning(spelled), doctest::Contains(message), chorus::error);
+  }
+  scoped_variable set("CHORUS_TUNE", "allgather:0-:tree");
+  CHECK_THROWS_WITH_AS(chorus::variables::check_variables(), doctest::Contains("CHORUS_TUNE: 'allgather:0-:tree'"),
+                       chorus::error);
+}

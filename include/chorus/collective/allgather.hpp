@@ -4,8 +4,9 @@
 //   chorus::allgather(comm, mine, all);      // all.size() >= size * mine.size()
 //   chorus::allgather(comm, all);            // in place: own block at rank * count
 //
-// Algorithms: recursive doubling (Bruck, any n) for up to 64 KiB in total,
-// ring above; force one with chorus::algo::ring / chorus::algo::rd.
+// Algorithms (collective/selection.hpp): recursive doubling (Bruck, any n)
+// for up to 64 KiB in total, the pipelined ring above; force one with
+// chorus::algo::ring / chorus::algo::rd, or tune with CHORUS_TUNE.
 #pragma once
 
 #include <chorus/collective/allgather_recursive_doubling.hpp>
@@ -13,17 +14,13 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/report.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 
 #include <algorithm>
 #include <span>
 
 namespace chorus {
-
-inline algorithm allgather_table(int, std::size_t total_bytes) noexcept {
-  return total_bytes <= (64u << 10) ? algorithm::recursive_doubling : algorithm::ring;
-}
 
 // In place: `all` holds size() blocks; this rank's block is already filled.
 template <class Communicator, element T>
@@ -35,13 +32,12 @@ algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = alg
                 {comm.transport().rank(), -1, "allgather"});
   const std::size_t block = all.size() / n;
   collective::check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1});
-  const algorithm chosen = collective::pick(forced, allgather_table(comm.size(), all.size_bytes()),
-                                            {algorithm::ring, algorithm::recursive_doubling}, "allgather");
-  collective::report(comm, "allgather", all.size_bytes(), dtype_of<T>, chosen, forced == algorithm::automatic ? "table" : "caller");
+  const choice made = choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced);
+  report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allgather");
-  if (chosen == algorithm::ring) collective::allgather_ring(ex, all, block);
+  if (made.chosen == algorithm::ring) collective::allgather_ring(ex, all, block);
   else collective::allgather_recursive_doubling(ex, all, block);
-  return chosen;
+  return made.chosen;
 }
 
 template <class Communicator, element T>

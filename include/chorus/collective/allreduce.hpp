@@ -6,19 +6,18 @@
 //   chorus::allreduce(comm, input, output, chorus::op::max{});
 //   chorus::allreduce(comm, grads, chorus::algo::ring);      // force an algorithm
 //
-// Returns the algorithm that ran (see allreduce_select.hpp). half and
+// Returns the algorithm that ran (see collective/selection.hpp). half and
 // bfloat16 are reduced in float and rounded once; integer avg truncates.
 #pragma once
 
 #include <chorus/collective/allreduce_rabenseifner.hpp>
 #include <chorus/collective/allreduce_recursive_doubling.hpp>
 #include <chorus/collective/allreduce_ring.hpp>
-#include <chorus/collective/allreduce_select.hpp>
 #include <chorus/collective/allreduce_tree.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/report.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
 
@@ -36,18 +35,18 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm forced = algorithm::automatic) {
   collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
-  const allreduce_choice choice = choose_allreduce(comm.size(), data.size_bytes(), forced, comm.config().allreduce_algorithm);
-  collective::report(comm, "allreduce", data.size_bytes(), dtype_of<T>, choice.chosen, choice.reason);
+  const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
+  report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allreduce");
   collective::with_accumulator(data, [&](auto work) {
-    switch (choice.chosen) {
+    switch (made.chosen) {
       case algorithm::ring: collective::allreduce_ring(ex, work, op); break;
       case algorithm::rabenseifner: collective::allreduce_rabenseifner(ex, work, op); break;
       case algorithm::tree: collective::allreduce_tree(ex, work, op); break;
       default: collective::allreduce_recursive_doubling(ex, work, op); break;
     }
   });
-  return choice.chosen;
+  return made.chosen;
 }
 
 template <class Communicator, element T>

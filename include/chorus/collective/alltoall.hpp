@@ -10,7 +10,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/report.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 
 #include <algorithm>
@@ -28,7 +28,8 @@ algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> ou
   collective::check_output(input, output, input.size(), comm.transport().rank(), "alltoall", false);
   const std::size_t block = input.size() / static_cast<std::size_t>(n);
   collective::check_if_enabled(comm, {"alltoall", block, dtype_of<T>, "", -1});
-  collective::report(comm, "alltoall", input.size_bytes(), dtype_of<T>, algorithm::automatic, "pairwise exchange");
+  const choice made = choose(comm, "alltoall", {comm.size(), input.size_bytes()}, algorithm::automatic);
+  report(comm, "alltoall", input.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "alltoall");
   const auto in = [&](int b) { return input.subspan(static_cast<std::size_t>(b) * block, block); };
   const auto out = [&](int b) { return output.subspan(static_cast<std::size_t>(b) * block, block); };

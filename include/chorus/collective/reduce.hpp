@@ -10,7 +10,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_tree.hpp>
-#include <chorus/collective/report.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
 
@@ -26,7 +26,8 @@ algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> outp
   collective::check_root(root, comm.size(), rank, "reduce");
   if (comm.rank() == root) collective::check_output(input, output, input.size(), rank, "reduce");
   collective::check_if_enabled(comm, {"reduce", input.size(), dtype_of<T>, op::name_of<Op>(), root});
-  collective::report(comm, "reduce", input.size_bytes(), dtype_of<T>, algorithm::tree, "only algorithm");
+  const choice made = choose(comm, "reduce", {comm.size(), input.size_bytes()}, algorithm::automatic);
+  report(comm, "reduce", input.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "reduce");
   using A = accumulator_t<T>;
   const std::span<A> work = collective::widened_copy(input);

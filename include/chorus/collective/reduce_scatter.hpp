@@ -3,8 +3,9 @@
 //
 //   chorus::reduce_scatter(comm, input, output);   // output.size() >= input.size() / size
 //
-// Algorithms: recursive halving (any n, by folding) up to 64 KiB of input,
-// ring above; force one with chorus::algo::recursive_halving / ring.
+// Algorithms (collective/selection.hpp): recursive halving (any n, by
+// folding) up to 64 KiB of input, the pipelined ring above; force one with
+// chorus::algo::recursive_halving / ring, or tune with CHORUS_TUNE.
 #pragma once
 
 #include <chorus/collective/arguments.hpp>
@@ -13,7 +14,7 @@
 #include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_scatter_halving.hpp>
 #include <chorus/collective/reduce_scatter_ring.hpp>
-#include <chorus/collective/report.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
 
@@ -22,10 +23,6 @@
 #include <vector>
 
 namespace chorus {
-
-inline algorithm reduce_scatter_table(int, std::size_t input_bytes) noexcept {
-  return input_bytes <= (64u << 10) ? algorithm::recursive_halving : algorithm::ring;
-}
 
 template <class Communicator, element T, class Op = op::sum>
   requires(!std::same_as<Op, algorithm>)
@@ -40,18 +37,17 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
   const std::size_t block = input.size() / n;
   collective::check_output(input, output, block, rank, "reduce_scatter", false);
   collective::check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1});
-  const algorithm chosen = collective::pick(forced, reduce_scatter_table(comm.size(), input.size_bytes()),
-                                            {algorithm::ring, algorithm::recursive_halving}, "reduce_scatter");
-  collective::report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, chosen, forced == algorithm::automatic ? "table" : "caller");
+  const choice made = choose(comm, "reduce_scatter", {comm.size(), input.size_bytes()}, forced);
+  report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "reduce_scatter");
   using A = accumulator_t<T>;
   const std::span<A> work = collective::widened_copy(input);
-  if (chosen == algorithm::ring) collective::reduce_scatter_ring(ex, work, block, op);
+  if (made.chosen == algorithm::ring) collective::reduce_scatter_ring(ex, work, block, op);
   else collective::reduce_scatter_halving(ex, work, block, op);
   const std::span<A> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
   collective::finalize_all(mine, op, n);
   collective::narrow_into(std::span<const A>(mine), output);
-  return chosen;
+  return made.chosen;
 }
 
 template <class Communicator, element T>

@@ -7,12 +7,15 @@
 //             cores, spin otherwise.
 //   check     CHORUS_CHECK     (0|1): agree on every collective's arguments
 //             first (one small allgather)  default 1, 0 with NDEBUG
+//   tune      CHORUS_TUNE      rules that override the algorithm tables
+//             (core/tuning.hpp), parsed once here
 //   CHORUS_ALLREDUCE_ALGO is parsed here too, once, for the collectives
-//   (see collective/allreduce_select.hpp); every other CHORUS_* variable is
+//   (see collective/selection.hpp); every other CHORUS_* variable is
 //   checked here (core/variables.hpp), so a bad one fails init().
 #pragma once
 
 #include <chorus/core/env.hpp>
+#include <chorus/core/tuning.hpp>
 #include <chorus/core/variables.hpp>
 #include <chorus/transport/transport.hpp>
 
@@ -32,6 +35,7 @@ struct options {
   std::optional<std::chrono::milliseconds> timeout;
   std::optional<transport::progress_mode> progress;
   std::optional<bool> check;
+  std::optional<std::string> tune;  // CHORUS_TUNE's form
 };
 
 struct settings {
@@ -40,6 +44,7 @@ struct settings {
   std::string progress_reason;  // why this mode, for the debug log
   bool check = true;
   algorithm allreduce_algorithm = algorithm::automatic;  // CHORUS_ALLREDUCE_ALGO
+  tuning tune;                                           // CHORUS_TUNE
 };
 
 inline bool check_by_default() {
@@ -64,6 +69,7 @@ inline settings resolve(const options& given, int local_ranks) {
   chosen.timeout = given.timeout.value_or(env::get_duration("CHORUS_TIMEOUT").value_or(default_timeout));
   // Read once here: the collectives consult these on every call.
   chosen.allreduce_algorithm = variables::allreduce_algorithm();
+  chosen.tune = given.tune ? parse_tuning(*given.tune, "options.tune") : tuning_from_environment();
   chosen.check = given.check.value_or(env::get_integer("CHORUS_CHECK", 0, 1).value_or(check_by_default() ? 1 : 0) == 1);
   using transport::progress_mode;
   if (given.progress) {

@@ -5,7 +5,8 @@
 //   chorus::codec::error_feedback feedback{chorus::codec::int8{}};   // one per tensor
 //   chorus::allreduce(comm, grads, chorus::op::sum{}, feedback);
 //
-// Two schemes (options.hpp picks one unless told):
+// Two schemes (the selection registry, collective/selection.hpp, picks one
+// unless told; CHORUS_TUNE="compressed_allreduce:..." tunes it):
 // - ring (allreduce_ring.hpp): partial sums re-encoded hop by hop; chosen
 //   for codecs that re-encode well (fp16, bf16) on tensors of at least 1 MiB
 //   encoded. Error about n encodings of sum_r |x_r|.
@@ -47,20 +48,24 @@ std::string signature_op(compression_scheme scheme) {
 
 }  // namespace compressed
 
+// Returns the scheme that ran: algorithm::ring or algorithm::encode_once.
 template <class Communicator, class Op, codec::codec_or_feedback Codec>
-void allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, compression_options options = {}) {
+algorithm allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, compression_options options = {}) {
   static_assert(compressed::supported_op<Op>, "a compressed allreduce sums (op::sum) or averages (op::avg)");
   using access = codec::codec_of<std::remove_cvref_t<Codec>>;
   using plain = typename access::type;
   const plain& c = access::get(coder);
   const int n = comm.size();
-  const compression_scheme scheme = compressed::scheme_for(c, n, data.size(), options);
+  const choice made = compressed::choose_scheme(comm, c, data.size(), options);
+  report(comm, "compressed_allreduce", c.encoded_bytes(data.size()), dtype::float32, made);
+  const compression_scheme scheme = compressed::as_scheme(made.chosen);
   if (collective::check_enabled(comm))  // the signature string only when it is checked
     collective::check_agreement(comm, {"allreduce", data.size(), dtype::float32, compressed::signature_op<Op, plain>(scheme), -1});
   const float scale = compressed::prescale_for<plain>(n, options);
   constexpr bool average = std::is_same_v<Op, op::avg>;
   if (scheme == compression_scheme::ring && n > 1) compressed::allreduce_ring(comm, data, coder, average, scale);
   else compressed::allreduce_encode_once(comm, data, coder, average, scale, options.chunk_bytes);
+  return made.chosen;
 }
 
 }  // namespace chorus

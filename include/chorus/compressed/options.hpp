@@ -1,8 +1,10 @@
 // What a compressed allreduce may be told: a prescale against overflow and
-// which scheme moves the bytes, and how it picks them when not told.
+// which scheme moves the bytes; when not told, the selection registry
+// (collective/selection.hpp, "compressed_allreduce") picks it.
 #pragma once
 
 #include <chorus/codec/codec.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/error.hpp>
 
 #include <bit>
@@ -43,17 +45,38 @@ inline constexpr std::string_view scheme_name(compression_scheme scheme) {
   }
 }
 
-// Below this many encoded bytes the encode-once scheme's 2 latency terms beat
-// the ring's 2 (n-1); above it the ring's steady use of one link each way
-// wins (see docs/performance.md, "Compressed allreduce").
-inline constexpr std::size_t ring_min_encoded_bytes = 1u << 20;
+using tables::ring_min_encoded_bytes;
 
+constexpr algorithm as_algorithm(compression_scheme scheme) noexcept {
+  switch (scheme) {
+    case compression_scheme::ring: return algorithm::ring;
+    case compression_scheme::encode_once: return algorithm::encode_once;
+    default: return algorithm::automatic;
+  }
+}
+constexpr compression_scheme as_scheme(algorithm chosen) noexcept {
+  return chosen == algorithm::ring ? compression_scheme::ring : compression_scheme::encode_once;
+}
+
+// What the registry's compressed_allreduce table decides on: the encoded
+// size, and whether the codec survives re-encoding.
+template <codec::codec Codec>
+workload workload_for(const Codec& c, int ranks, std::size_t count) {
+  return {ranks, c.encoded_bytes(count), codec::reencodes_well<Codec>};
+}
+
+// The scheme a communicator runs (its CHORUS_TUNE), with the reason.
+template <class Communicator, codec::codec Codec>
+choice choose_scheme(const Communicator& comm, const Codec& c, std::size_t count, const compression_options& options) {
+  if (comm.size() < 2) return {algorithm::encode_once, "one rank"};  // the two schemes are the same
+  return choose(comm, "compressed_allreduce", workload_for(c, comm.size(), count), as_algorithm(options.scheme));
+}
+
+// The same prediction from the environment as it is now.
 template <codec::codec Codec>
 compression_scheme scheme_for(const Codec& c, int ranks, std::size_t count, const compression_options& options) {
-  if (ranks < 2) return compression_scheme::encode_once;  // with one rank the two are the same
-  if (options.scheme != compression_scheme::automatic) return options.scheme;
-  const bool large = c.encoded_bytes(count) >= ring_min_encoded_bytes;
-  return codec::reencodes_well<Codec> && large ? compression_scheme::ring : compression_scheme::encode_once;
+  if (ranks < 2) return compression_scheme::encode_once;
+  return as_scheme(choose("compressed_allreduce", workload_for(c, ranks, count), as_algorithm(options.scheme)).chosen);
 }
 
 template <class Codec>

@@ -1,5 +1,6 @@
 // Names of the collective algorithms, for forcing one (chorus::algo::ring),
-// for CHORUS_ALLREDUCE_ALGO, and for reporting which one ran.
+// for CHORUS_TUNE and CHORUS_ALLREDUCE_ALGO, and for reporting which one
+// ran; and which collective offers which.
 #pragma once
 
 #include <chorus/core/error.hpp>
@@ -19,6 +20,8 @@ enum class algorithm {
   tree,                // allreduce, broadcast, reduce (binomial)
   recursive_halving,   // reduce_scatter
   chain,               // broadcast (pipelined)
+  encode_once,         // compressed allreduce: each contribution encoded once
+  pairwise,            // alltoall
 };
 
 namespace algo {
@@ -30,9 +33,11 @@ inline constexpr algorithm rabenseifner = algorithm::rabenseifner;
 inline constexpr algorithm tree = algorithm::tree;
 inline constexpr algorithm recursive_halving = algorithm::recursive_halving;
 inline constexpr algorithm chain = algorithm::chain;
+inline constexpr algorithm encode_once = algorithm::encode_once;
+inline constexpr algorithm pairwise = algorithm::pairwise;
 }  // namespace algo
 
-inline constexpr std::array<std::pair<algorithm, std::string_view>, 8> algorithm_names{{
+inline constexpr std::array<std::pair<algorithm, std::string_view>, 11> algorithm_names{{
     {algorithm::automatic, "auto"},
     {algorithm::ring, "ring"},
     {algorithm::recursive_doubling, "recursive_doubling"},
@@ -41,6 +46,9 @@ inline constexpr std::array<std::pair<algorithm, std::string_view>, 8> algorithm
     {algorithm::tree, "tree"},
     {algorithm::recursive_halving, "recursive_halving"},
     {algorithm::chain, "chain"},
+    {algorithm::encode_once, "encode_once"},
+    {algorithm::encode_once, "once"},
+    {algorithm::pairwise, "pairwise"},
 }};
 
 constexpr std::string_view to_string(algorithm choice) noexcept {
@@ -49,14 +57,54 @@ constexpr std::string_view to_string(algorithm choice) noexcept {
   return "unknown";
 }
 
-// Throws unless `chosen` is an allreduce algorithm; `source` says who chose it.
-inline algorithm require_allreduce_algorithm(algorithm chosen, std::string_view source) {
-  if (chosen == algorithm::ring || chosen == algorithm::recursive_doubling || chosen == algorithm::rabenseifner ||
-      chosen == algorithm::tree)
-    return chosen;
+// Which algorithms each collective offers, for checking a forced choice or
+// a tuning rule (the registry, collective/selection.hpp, adds each one's
+// cost, when it is chosen, and the measured table).
+struct collective_algorithms {
+  std::string_view collective;
+  std::array<algorithm, 4> offered;  // `automatic` marks an unused slot
+
+  constexpr bool offers(algorithm choice) const noexcept {
+    for (algorithm a : offered)
+      if (a != algorithm::automatic && a == choice) return true;
+    return false;
+  }
+  std::string list() const {
+    std::string text;
+    for (algorithm a : offered)
+      if (a != algorithm::automatic) text += (text.empty() ? "" : ", ") + std::string(to_string(a));
+    return text;
+  }
+};
+
+inline constexpr std::array<collective_algorithms, 7> collectives{{
+    {"allreduce", {algorithm::ring, algorithm::recursive_doubling, algorithm::rabenseifner, algorithm::tree}},
+    {"allgather", {algorithm::ring, algorithm::recursive_doubling}},
+    {"reduce_scatter", {algorithm::ring, algorithm::recursive_halving}},
+    {"broadcast", {algorithm::tree, algorithm::chain}},
+    {"compressed_allreduce", {algorithm::ring, algorithm::encode_once}},
+    {"reduce", {algorithm::tree}},
+    {"alltoall", {algorithm::pairwise}},
+}};
+
+// The collective called `name`, or nullptr.
+constexpr const collective_algorithms* find_collective(std::string_view name) noexcept {
+  for (const collective_algorithms& c : collectives)
+    if (c.collective == name) return &c;
+  return nullptr;
+}
+
+// Throws unless `collective` offers `chosen`; `source` says who chose it.
+inline algorithm require_offered(std::string_view collective, algorithm chosen, std::string_view source) {
+  const collective_algorithms* known = find_collective(collective);
+  if (known != nullptr && known->offers(chosen)) return chosen;
   throw error(errc::invalid_argument,
-              std::string(source) + " names " + std::string(to_string(chosen)) +
-                  ", which is not an allreduce algorithm (ring, recursive_doubling, rabenseifner, tree)");
+              std::string(source) + " names " + std::string(to_string(chosen)) + ", which is not an algorithm of " +
+                  std::string(collective) + (known ? " (it has " + known->list() + ")" : ""));
+}
+
+inline algorithm require_allreduce_algorithm(algorithm chosen, std::string_view source) {
+  return require_offered("allreduce", chosen, source);
 }
 
 inline algorithm parse_algorithm(std::string_view text, std::string_view source) {
@@ -65,7 +113,7 @@ inline algorithm parse_algorithm(std::string_view text, std::string_view source)
   throw error(errc::invalid_argument,
               std::string(source) + "='" + std::string(text) +
                   "' is not an algorithm (auto, ring, rd, recursive_doubling, rabenseifner, tree, "
-                  "recursive_halving, chain)");
+                  "recursive_halving, chain, once, encode_once, pairwise)");
 }
 
 }  // namespace chorus

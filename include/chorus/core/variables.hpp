@@ -10,6 +10,7 @@
 #include <chorus/core/algorithm.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/core/tuning.hpp>
 
 #include <unistd.h>  // environ
 
@@ -42,7 +43,7 @@ inline void any_value() {}
 
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
-inline constexpr std::array<variable, 14> catalogue{{
+inline constexpr std::array<variable, 15> catalogue{{
     {"CHORUS_RANK", any_value},
     {"CHORUS_SIZE", any_value},
     {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); }},
@@ -55,6 +56,7 @@ inline constexpr std::array<variable, 14> catalogue{{
     {"CHORUS_DEBUG", [] { env::get_integer("CHORUS_DEBUG", 0, 1); }},
     {"CHORUS_CHECK", [] { env::get_integer("CHORUS_CHECK", 0, 1); }},
     {"CHORUS_ALLREDUCE_ALGO", [] { allreduce_algorithm(); }},
+    {"CHORUS_TUNE", [] { tuning_from_environment(); }},
     {"CHORUS_CODEC_SIMD", [] { env::get_choice("CHORUS_CODEC_SIMD", codec_simd_choices); }},
     {"CHORUS_FUSION_BUCKET", [] { env::get_size("CHORUS_FUSION_BUCKET"); }},
 }};

@@ -1,0 +1,171 @@
+// CHORUS_TUNE: one string of rules that overrides the measured tables, for
+// any collective, by rank count and size. Parsed once per communicator
+// (init() rejects a bad one); the registry (collective/selection.hpp)
+// consults it on every call and reports the rule that chose.
+//
+//   CHORUS_TUNE="allreduce:0-8K:rd,8K-2M:rabenseifner,2M-:ring;allgather@2:64K-:ring"
+//
+//   tune  := entry (';' entry)*
+//   entry := collective ['@' ranks] ':' rule (',' rule)*
+//   rule  := bytes '-' [bytes] ':' algorithm   the sizes [low, high); no high: no limit
+//   ranks := N | N '-' [M]                     inclusive; no M: no limit
+//   bytes := an integer with an optional K, M or G (binary multiples)
+//
+// Sizes are what the collective moves: allreduce and broadcast the buffer,
+// allgather and reduce_scatter all n blocks, compressed_allreduce the
+// encoded tensor. The first rule that matches wins; where none matches the
+// table decides. bench/sweep prints a tuning string it measured.
+#pragma once
+
+#include <chorus/core/algorithm.hpp>
+#include <chorus/core/env.hpp>
+#include <chorus/core/error.hpp>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus {
+
+struct tuning_rule {
+  std::string_view collective;  // names an entry of `collectives` (static storage)
+  int min_ranks = 1, max_ranks = INT_MAX;
+  std::size_t min_bytes = 0, max_bytes = SIZE_MAX;
+  algorithm chosen = algorithm::automatic;
+  std::string text;  // as reported: "CHORUS_TUNE allreduce@3-:8K-2M:rabenseifner"
+
+  bool matches(std::string_view name, int ranks, std::size_t bytes) const noexcept {
+    return name == collective && ranks >= min_ranks && ranks <= max_ranks && bytes >= min_bytes && bytes < max_bytes;
+  }
+};
+
+struct tuning {
+  std::vector<tuning_rule> rules;
+
+  const tuning_rule* match(std::string_view collective, int ranks, std::size_t bytes) const noexcept {
+    for (const tuning_rule& rule : rules)
+      if (rule.matches(collective, ranks, bytes)) return &rule;
+    return nullptr;
+  }
+};
+
+namespace detail {
+
+inline std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return parts;
+    start = end + 1;
+  }
+}
+
+class tuning_parser {
+ public:
+  tuning_parser(std::string_view text, std::string_view source) : text_(text), source_(source) {}
+
+  tuning parse() {
+    tuning result;
+    for (std::string_view entry : split(text_, ';')) {
+      if (entry.empty()) continue;  // "a;b;" and an empty string are fine
+      parse_entry(entry, result);
+    }
+    return result;
+  }
+
+ private:
+  [[noreturn]] void fail(std::string_view where, const std::string& why) const {
+    throw error(errc::invalid_argument, std::string(source_) + ": '" + std::string(where) + "': " + why +
+                                            " (form: allreduce:0-8K:rd,8K-:ring;allgather@2-4:64K-:ring)");
+  }
+
+  void parse_entry(std::string_view entry, tuning& result) {
+    const std::size_t colon = entry.find(':');
+    if (colon == std::string_view::npos) fail(entry, "no ':' after the collective");
+    std::string_view head = entry.substr(0, colon);
+    int min_ranks = 1, max_ranks = INT_MAX;
+    if (const std::size_t at = head.find('@'); at != std::string_view::npos) {
+      parse_ranks(head.substr(at + 1), entry, min_ranks, max_ranks);
+      head = head.substr(0, at);
+    }
+    const collective_algorithms* known = find_collective(head);
+    if (known == nullptr) {
+      std::string names;
+      for (const collective_algorithms& c : collectives) names += (names.empty() ? "" : ", ") + std::string(c.collective);
+      fail(entry, "'" + std::string(head) + "' is not a collective (" + names + ")");
+    }
+    for (std::string_view rule : split(entry.substr(colon + 1), ',')) {
+      tuning_rule parsed;
+      parsed.collective = known->collective;
+      parsed.min_ranks = min_ranks;
+      parsed.max_ranks = max_ranks;
+      parse_rule(rule, entry, *known, parsed);
+      parsed.text = std::string(source_) + " " + std::string(entry.substr(0, colon)) + ":" + std::string(rule);
+      result.rules.push_back(std::move(parsed));
+    }
+  }
+
+  void parse_ranks(std::string_view text, std::string_view entry, int& low, int& high) const {
+    const std::size_t dash = text.find('-');
+    const auto low_value = env::parse_integer(text.substr(0, dash));
+    if (!low_value || *low_value < 1 || *low_value > INT_MAX) fail(entry, "ranks must be N, N-M or N- with N >= 1");
+    low = static_cast<int>(*low_value);
+    high = low;
+    if (dash == std::string_view::npos) return;
+    const std::string_view rest = text.substr(dash + 1);
+    if (rest.empty()) {
+      high = INT_MAX;
+      return;
+    }
+    const auto high_value = env::parse_integer(rest);
+    if (!high_value || *high_value < low || *high_value > INT_MAX) fail(entry, "ranks N-M need N <= M");
+    high = static_cast<int>(*high_value);
+  }
+
+  void parse_rule(std::string_view rule, std::string_view entry, const collective_algorithms& known,
+                  tuning_rule& parsed) const {
+    const std::size_t colon = rule.find(':'), dash = rule.find('-');
+    if (colon == std::string_view::npos || dash == std::string_view::npos || dash > colon)
+      fail(entry, "rule '" + std::string(rule) + "' is not low-high:algorithm");
+    const auto low = env::parse_size(rule.substr(0, dash));
+    if (!low) fail(entry, "'" + std::string(rule.substr(0, dash)) + "' is not a size (4096, 64K, 2M)");
+    parsed.min_bytes = *low;
+    const std::string_view high_text = rule.substr(dash + 1, colon - dash - 1);
+    if (!high_text.empty()) {
+      const auto high = env::parse_size(high_text);
+      if (!high || *high <= *low) fail(entry, "'" + std::string(high_text) + "' is not a size above the low end");
+      parsed.max_bytes = *high;
+    }
+    const std::string_view name = rule.substr(colon + 1);
+    std::optional<algorithm> named;
+    for (const auto& [value, spelling] : algorithm_names)
+      if (spelling == name) named = value;
+    if (!named) fail(entry, "'" + std::string(name) + "' is not an algorithm");
+    const algorithm chosen = *named;
+    if (chosen == algorithm::automatic || !known.offers(chosen))
+      fail(entry, std::string(to_string(chosen)) + " is not an algorithm of " + std::string(known.collective) +
+                      " (it has " + known.list() + ")");
+    parsed.chosen = chosen;
+  }
+
+  std::string_view text_, source_;
+};
+
+}  // namespace detail
+
+inline tuning parse_tuning(std::string_view text, std::string_view source = "CHORUS_TUNE") {
+  return detail::tuning_parser(text, source).parse();
+}
+
+// CHORUS_TUNE from the environment; no rules when unset.
+inline tuning tuning_from_environment() {
+  const auto text = env::get("CHORUS_TUNE");
+  return text ? parse_tuning(*text) : tuning{};
+}
+
+}  // namespace chorus

@@ -1,7 +1,11 @@
 // Transport helpers that need no network: a peer's process identity and
-// liveness (how a dead peer on this host is noticed), and the sweep of
-// shared-memory segments UCX left behind.
+// liveness (how a dead peer on this host is noticed), the sweep of
+// shared-memory segments UCX left behind, and the pieces of the UCX
+// transport that stand alone (defaults, errors, the waiting policy).
 #include <chorus/transport/peer_process.hpp>
+#include <chorus/transport/ucx/defaults.hpp>
+#include <chorus/transport/ucx/errors.hpp>
+#include <chorus/transport/ucx/waiting.hpp>
 #include <chorus/transport/ucx_shm_orphans.hpp>
 
 #include <doctest/doctest.h>
@@ -12,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -86,4 +91,57 @@ TEST_CASE("UCX segments nobody maps or holds open are removed; others stay") {
   CHECK(::access(other.c_str(), F_OK) == 0);  // not UCX's
   ::close(holder);
   for (const std::string& path : {held, young, other}) ::unlink(path.c_str());
+}
+
+TEST_CASE("UCX defaults: a UCX_TLS list is TCP-only when it names tcp and nothing but self besides") {
+  CHECK(chorus::ucx::only_tcp("tcp"));
+  CHECK(chorus::ucx::only_tcp("tcp,self"));
+  CHECK(chorus::ucx::only_tcp("self,tcp"));
+  CHECK_FALSE(chorus::ucx::only_tcp("self"));
+  CHECK_FALSE(chorus::ucx::only_tcp("tcp,posix"));
+  CHECK_FALSE(chorus::ucx::only_tcp("sm,tcp"));
+  CHECK_FALSE(chorus::ucx::only_tcp(""));
+}
+
+TEST_CASE("UCX errors: a status's category, and a gone peer's failure whatever UCX said") {
+  using chorus::errc;
+  CHECK(chorus::ucx::category_of(UCS_ERR_MESSAGE_TRUNCATED, false) == errc::mismatch);
+  CHECK(chorus::ucx::category_of(UCS_ERR_MESSAGE_TRUNCATED, true) == errc::mismatch);
+  CHECK(chorus::ucx::category_of(UCS_ERR_CONNECTION_RESET, false) == errc::peer_failure);
+  CHECK(chorus::ucx::category_of(UCS_ERR_ENDPOINT_TIMEOUT, false) == errc::peer_failure);
+  CHECK(chorus::ucx::category_of(UCS_ERR_IO_ERROR, false) == errc::transport);
+  CHECK(chorus::ucx::category_of(UCS_ERR_IO_ERROR, true) == errc::peer_failure);  // "Shared memory error" from a dead peer
+  CHECK(chorus::ucx::to_hex(0xabc) == "abc");
+}
+
+// The waiting policy with a fake network: polls until done, reads the clock
+// (and watches the peers) only between idle polls, sleeps only in block
+// mode and only after the idle grace, and gives up at the deadline.
+TEST_CASE("UCX waiting policy: done, deadline, and when each mode sleeps") {
+  using chorus::transport::progress_mode;
+  using namespace std::chrono_literals;
+  for (const auto mode : {progress_mode::spin, progress_mode::yield, progress_mode::block}) {
+    CAPTURE(chorus::transport::to_string(mode));
+    int polls = 0, watches = 0, sleeps = 0;
+    const auto poll = [&] { return ++polls % 3 == 0; };  // something moves every third poll
+    const auto watch = [&](chorus::transport::clock::time_point) { ++watches; };
+    const auto sleep = [&](chorus::transport::clock::duration remaining) {
+      ++sleeps;
+      CHECK(remaining > 0ms);
+      std::this_thread::sleep_for(std::min<chorus::transport::clock::duration>(remaining, 1ms));
+    };
+    CHECK(chorus::ucx::wait_until(mode, [&] { return polls >= 10; }, chorus::transport::clock::now() + 5s, poll, watch, sleep));
+    CHECK(polls >= 10);
+    CHECK(sleeps == 0);  // never idle long enough to sleep
+
+    polls = watches = sleeps = 0;
+    const auto start = chorus::transport::clock::now();
+    CHECK_FALSE(chorus::ucx::wait_until(mode, [] { return false; }, start + 30ms, [] { return false; }, watch, sleep));
+    const auto waited = chorus::transport::clock::now() - start;
+    CHECK(waited >= 30ms);
+    CHECK(waited < 2s);
+    CHECK(watches > 0);
+    if (mode == progress_mode::block) CHECK(sleeps > 0);
+    else CHECK(sleeps == 0);
+  }
 }

@@ -71,7 +71,7 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
 }  // namespace detail
 
 inline communicator connect(const bootstrap::launch_info& info, const options& given = {}) {
-  ucx::ucx_transport::prepare_environment();  // before anything reads it
+  ucx::prepare_environment();  // before anything reads it
   auto world = std::make_shared<world_state<ucx::ucx_transport>>();
   try {
     world->config = resolve(given, info.local_size);

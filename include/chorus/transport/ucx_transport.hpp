@@ -337,10 +337,8 @@ class ucx_transport {
     }
     auto deadline = clock::now() + std::chrono::seconds(1);
     if (failed()) deadline = std::min(deadline, clock::time_point(clock::duration(abandon_by_.load())));
-    while (!handle.done()) {
-      progress();
-      if (clock::now() >= deadline) break;
-    }
+    wait_until(progress_mode::spin, [&] { return handle.done(); }, deadline, [&] { return progress(); },
+               [](clock::time_point) {}, [](clock::duration) {});
   }
 
   // Flush-closes every endpoint, waiting a bounded time: teardown must not

@@ -15,6 +15,7 @@
 
 #include <chorus/transport/peer_process.hpp>
 #include <chorus/transport/transport.hpp>
+#include <chorus/transport/ucx/waiting.hpp>
 
 #include <ucp/api/ucp.h>
 
@@ -167,15 +168,18 @@ class peer_table {
 // deadline passes, then frees them: teardown waits a bounded time.
 inline void finish_closing(ucp_worker_h worker, std::mutex& lock, std::vector<void*>& closing,
                            clock::time_point deadline) {
+  const auto poll = [&] {
+    std::lock_guard held(lock);
+    return ucp_worker_progress(worker) != 0;
+  };
   for (void* request : closing) {
-    for (;;) {
+    const auto closed = [&] {
       std::lock_guard held(lock);
-      ucp_worker_progress(worker);
-      if (ucp_request_check_status(request) != UCS_INPROGRESS || clock::now() > deadline) {
-        ucp_request_free(request);
-        break;
-      }
-    }
+      return ucp_request_check_status(request) != UCS_INPROGRESS;
+    };
+    wait_until(progress_mode::spin, closed, deadline, poll, [](clock::time_point) {}, [](clock::duration) {});
+    std::lock_guard held(lock);
+    ucp_request_free(request);
   }
   closing.clear();
 }

@@ -14,7 +14,6 @@
 // the same bits.
 #pragma once
 
-#include <chorus/collective/blocks.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
@@ -33,8 +32,7 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
     return;
   }
   const auto hops = static_cast<std::size_t>(n - 1);
-  const ring_geometry geometry(block_partition{data.size(), static_cast<std::size_t>(n)}, n,
-                               settings.segment_bytes / sizeof(A), 2 * hops, ex.steps_left());
+  const ring_geometry geometry(data.size(), n, settings.segment_bytes / sizeof(A), 2 * hops, ex.steps_left());
   ring_pipeline ring(ex, geometry, ex.phase(geometry.steps(), "ring hops x segments"), settings.depth);
   const auto place = [&](range r) { return data.subspan(r.offset, r.count); };
   const auto reduce = [&](range r, std::span<const A> arrived, bool last) {

@@ -23,7 +23,7 @@ void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& 
   const int n = ex.size(), rank = ex.rank();
   if (n == 1 || block == 0) return;
   const auto hops = static_cast<std::size_t>(n - 1);
-  const ring_geometry geometry(equal_blocks{block}, n, settings.segment_bytes / sizeof(A), hops, ex.steps_left());
+  const ring_geometry geometry(block * static_cast<std::size_t>(n), n, settings.segment_bytes / sizeof(A), hops, ex.steps_left());
   ring_pipeline ring(ex, geometry, ex.phase(geometry.steps(), "ring hops x segments"), settings.depth);
   const auto place = [&](range r) { return data.subspan(r.offset, r.count); };
   const auto reduce = [&](range r, std::span<const A> arrived, bool) {

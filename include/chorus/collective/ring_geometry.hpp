@@ -1,5 +1,6 @@
-// How a ring cuts a buffer: one block per rank, each block cut into
-// segments, and the wire-tag step of every (hop, segment) message.
+// How a ring cuts a buffer: one block per rank (block_partition's split,
+// in whole granules), each block cut into segments, and the wire-tag step
+// of every (hop, segment) message.
 //
 // A ring of `hops` hops sends each block's segments once per hop, so it needs
 // hops x segments_per_block steps, all inside one phase of the call
@@ -9,10 +10,11 @@
 // granule-aligned block encodes to a contiguous byte range.
 #pragma once
 
+#include <chorus/collective/blocks.hpp>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace chorus::collective {
 
@@ -29,28 +31,26 @@ struct ring_settings {
 
 class ring_geometry {
  public:
-  // `blocks.offset(b)` and `blocks.size(b)` for b in [0, ranks) describe
-  // contiguous blocks in rank order; `max_steps` is what the phase may take.
-  template <class Blocks>
-  ring_geometry(const Blocks& blocks, int ranks, std::size_t segment, std::size_t hops, std::uint64_t max_steps,
+  // `count` elements in `ranks` blocks of whole granules whose sizes differ
+  // by at most one granule (the last block takes what is left of a partial
+  // one); `max_steps` is what the ring's phase may take.
+  ring_geometry(std::size_t count, int ranks, std::size_t segment, std::size_t hops, std::uint64_t max_steps,
                 std::size_t granule = 1)
-      : ranks_(ranks), hops_(std::max<std::size_t>(1, hops)) {
-    offsets_.reserve(static_cast<std::size_t>(ranks) + 1);
-    std::size_t largest = 0;
-    for (int b = 0; b < ranks; ++b) {
-      offsets_.push_back(blocks.offset(index(b)));
-      largest = std::max(largest, blocks.size(index(b)));
-    }
-    offsets_.push_back(ranks > 0 ? blocks.offset(index(ranks - 1)) + blocks.size(index(ranks - 1)) : 0);
+      : count_(count), granule_(granule), ranks_(ranks), hops_(std::max<std::size_t>(1, hops)),
+        units_{(count + granule - 1) / granule, static_cast<std::size_t>(ranks)} {
+    const std::size_t largest = whole(0).count;  // the first block is never smaller
     const std::size_t most_segments = std::max<std::size_t>(1, static_cast<std::size_t>(max_steps / hops_));
-    segment_ = std::max({segment, (largest + most_segments - 1) / most_segments, std::size_t{1}});
+    segment_ = std::max(std::max(segment, (largest + most_segments - 1) / most_segments), std::size_t{1});
     segment_ = (segment_ + granule - 1) / granule * granule;
     segments_per_block_ = std::max<std::size_t>(1, (largest + segment_ - 1) / segment_);
   }
 
   int ranks() const noexcept { return ranks_; }
   int block_of(int b) const noexcept { return ((b % ranks_) + ranks_) % ranks_; }
-  range whole(int block) const noexcept { return {offsets_[index(block)], offsets_[index(block) + 1] - offsets_[index(block)]}; }
+  range whole(int block) const noexcept {
+    const std::size_t first = offset(block), last = offset(block + 1);
+    return {first, last - first};
+  }
 
   std::size_t segment() const noexcept { return segment_; }
   std::size_t segments_per_block() const noexcept { return segments_per_block_; }
@@ -66,19 +66,15 @@ class ring_geometry {
   std::size_t steps() const noexcept { return hops_ * segments_per_block_; }
 
  private:
-  static std::size_t index(int b) noexcept { return static_cast<std::size_t>(b); }
+  std::size_t offset(int block) const noexcept {
+    return std::min(count_, units_.offset(static_cast<std::size_t>(block)) * granule_);
+  }
 
+  std::size_t count_, granule_;
   int ranks_;
   std::size_t hops_;
-  std::vector<std::size_t> offsets_;  // ranks + 1 boundaries
+  block_partition units_;  // granules per block
   std::size_t segment_ = 1, segments_per_block_ = 1;
-};
-
-// n equal blocks of `block` elements, as reduce_scatter and allgather lay out.
-struct equal_blocks {
-  std::size_t block;
-  std::size_t offset(std::size_t b) const noexcept { return b * block; }
-  std::size_t size(std::size_t) const noexcept { return block; }
 };
 
 }  // namespace chorus::collective

@@ -45,7 +45,9 @@ class segmented_partition : public collective::ring_geometry {
  public:
   segmented_partition(const Codec& codec, std::size_t count, int ranks, std::size_t segment_elements,
                       std::uint64_t max_steps)
-      : segmented_partition(codec, encoded_partition<Codec>(codec, count, ranks), ranks, segment_elements, max_steps) {}
+      : ring_geometry(count, ranks, segment_elements, 2 * static_cast<std::size_t>(std::max(ranks - 1, 0)), max_steps,
+                      codec.granule()),
+        codec_(codec), blocks_(codec, count, ranks) {}
 
   const encoded_partition<Codec>& blocks() const { return blocks_; }
 
@@ -58,12 +60,6 @@ class segmented_partition : public collective::ring_geometry {
   }
 
  private:
-  segmented_partition(const Codec& codec, const encoded_partition<Codec>& blocks, int ranks,
-                      std::size_t segment_elements, std::uint64_t max_steps)
-      : ring_geometry(blocks, ranks, segment_elements, 2 * static_cast<std::size_t>(std::max(ranks - 1, 0)), max_steps,
-                      codec.granule()),
-        codec_(codec), blocks_(blocks) {}
-
   const Codec& codec_;
   encoded_partition<Codec> blocks_;
 };

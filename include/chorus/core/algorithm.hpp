@@ -65,14 +65,14 @@ struct collective_algorithms {
   std::array<algorithm, 4> offered;  // `automatic` marks an unused slot
 
   constexpr bool offers(algorithm choice) const noexcept {
-    for (algorithm a : offered)
-      if (a != algorithm::automatic && a == choice) return true;
+    for (std::size_t i = 0; i < offered.size(); ++i)
+      if (offered[i] != algorithm::automatic && offered[i] == choice) return true;
     return false;
   }
   std::string list() const {
     std::string text;
-    for (algorithm a : offered)
-      if (a != algorithm::automatic) text += (text.empty() ? "" : ", ") + std::string(to_string(a));
+    for (std::size_t i = 0; i < offered.size(); ++i)
+      if (offered[i] != algorithm::automatic) text += (text.empty() ? "" : ", ") + std::string(to_string(offered[i]));
     return text;
   }
 };

@@ -47,8 +47,8 @@ struct tuning {
   std::vector<tuning_rule> rules;
 
   const tuning_rule* match(std::string_view collective, int ranks, std::size_t bytes) const noexcept {
-    for (const tuning_rule& rule : rules)
-      if (rule.matches(collective, ranks, bytes)) return &rule;
+    for (std::size_t i = 0; i < rules.size(); ++i)  // indices: no iterator instantiations (compile time)
+      if (rules[i].matches(collective, ranks, bytes)) return &rules[i];
     return nullptr;
   }
 };

@@ -48,19 +48,16 @@ class peer_table {
  public:
   static constexpr auto watch_interval = std::chrono::milliseconds(100);
 
-  explicit peer_table(int ranks) {
-    slots_.reserve(static_cast<std::size_t>(ranks));
+  explicit peer_table(int ranks) : ranks_(ranks), slots_(new peer_slot[static_cast<std::size_t>(ranks)]) {
     for (int peer = 0; peer < ranks; ++peer) {
-      slots_.push_back(std::make_unique<peer_slot>());
-      slots_.back()->table = this;
-      slots_.back()->rank = peer;
+      (*this)[peer].table = this;
+      (*this)[peer].rank = peer;
     }
   }
 
-  peer_slot& operator[](int peer) noexcept { return *slots_[static_cast<std::size_t>(peer)]; }
-  const peer_slot& operator[](int peer) const noexcept { return *slots_[static_cast<std::size_t>(peer)]; }
-  auto begin() noexcept { return slots_.begin(); }
-  auto end() noexcept { return slots_.end(); }
+  int size() const noexcept { return ranks_; }
+  peer_slot& operator[](int peer) noexcept { return slots_[static_cast<std::size_t>(peer)]; }
+  const peer_slot& operator[](int peer) const noexcept { return slots_[static_cast<std::size_t>(peer)]; }
 
   // The endpoint error handler; runs inside ucp_worker_progress, so it only
   // records: the endpoint is closed by close_failed_endpoints afterwards.
@@ -95,10 +92,10 @@ class peer_table {
   // fails. A peer that finished and left has nothing in flight: no error.
   int doomed() const noexcept {
     if (failed_peers_.load(std::memory_order_acquire) == 0) return -1;
-    for (const auto& slot : slots_)
-      if (slot->failure.load(std::memory_order_acquire) != UCS_OK &&
-          slot->in_flight.load(std::memory_order_acquire) > 0)
-        return slot->rank;
+    for (int peer = 0; peer < ranks_; ++peer)
+      if ((*this)[peer].failure.load(std::memory_order_acquire) != UCS_OK &&
+          (*this)[peer].in_flight.load(std::memory_order_acquire) > 0)
+        return peer;
     return -1;
   }
   bool any_failed() const noexcept { return failed_peers_.load(std::memory_order_acquire) > 0; }
@@ -109,7 +106,7 @@ class peer_table {
   void watch(clock::time_point now, std::vector<void*>& closing) {
     if (now - last_watch_ < watch_interval) return;
     last_watch_ = now;
-    for (auto& slot : slots_) check_process(*slot);
+    for (int peer = 0; peer < ranks_; ++peer) check_process((*this)[peer]);
     if (failures_pending()) close_failed_endpoints(closing);
   }
 
@@ -118,18 +115,19 @@ class peer_table {
   // requests go to `closing`, freed at teardown.
   void close_failed_endpoints(std::vector<void*>& closing) {
     failures_pending_.store(false, std::memory_order_release);
-    for (auto& slot : slots_) {
-      if (slot->endpoint == nullptr || slot->failure.load(std::memory_order_acquire) == UCS_OK) continue;
-      if (void* request = close(*slot, true)) closing.push_back(request);
+    for (int peer = 0; peer < ranks_; ++peer) {
+      peer_slot& slot = (*this)[peer];
+      if (slot.endpoint == nullptr || slot.failure.load(std::memory_order_acquire) == UCS_OK) continue;
+      if (void* request = close(slot, true)) closing.push_back(request);
     }
   }
 
   // With the lock held: starts closing every endpoint still open, flushing
   // unless `force`; the close requests go to `closing`.
   void close_all(bool force, std::vector<void*>& closing) {
-    for (auto& slot : slots_)
-      if (slot->endpoint != nullptr)
-        if (void* request = close(*slot, force)) closing.push_back(request);
+    for (int peer = 0; peer < ranks_; ++peer)
+      if ((*this)[peer].endpoint != nullptr)
+        if (void* request = close((*this)[peer], force)) closing.push_back(request);
   }
 
   // Starts closing the endpoint; the request to wait on, or nullptr.
@@ -158,7 +156,8 @@ class peer_table {
     mark_failed(slot, UCS_ERR_CONNECTION_RESET);
   }
 
-  std::vector<std::unique_ptr<peer_slot>> slots_;
+  int ranks_;
+  std::unique_ptr<peer_slot[]> slots_;  // not moved: endpoints' error handlers point into it
   std::atomic<bool> failures_pending_{false};  // a failed peer's endpoint awaits its force-close
   std::atomic<int> failed_peers_{0};
   clock::time_point last_watch_{};

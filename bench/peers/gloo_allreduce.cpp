@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gloo_allreduce: --store DIR is required\n");
     return 2;
   }
-  peer::sweep_settings settings = peer::parse(static_cast<int>(rest.size()), rest.data());
+  peer::settings settings = peer::parse(static_cast<int>(rest.size()), rest.data());
   if (settings.algorithm == "default") settings.algorithm = "ring";
   peer::library lib;
   lib.rank = env_int("CHORUS_RANK");
@@ -88,12 +88,13 @@ int main(int argc, char** argv) {
       high = std::max(high, all[static_cast<std::size_t>(r) * 3 + 2]);
     }
   };
-  lib.sum_count = [&](std::size_t& count) {
+  lib.sum_count = [&](std::uint64_t& count) {
     std::vector<double> value{static_cast<double>(count)};
     std::vector<double*> p{value.data()};
     gloo::AllreduceRing<double>(context, p, 1).run();
-    count = static_cast<std::size_t>(value[0]);
+    count = static_cast<std::uint64_t>(value[0]);
   };
+  lib.barrier = [&] { gloo::BarrierAllToAll(context).run(); };
   const int status = peer::run(lib, settings);
   // Leave together: a rank that closes its sockets while a peer still reads
   // makes that peer's last receive fail.

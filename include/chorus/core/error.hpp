@@ -19,6 +19,7 @@ enum class errc {
   invalid_argument,  // the caller passed something unusable
   mismatch,          // ranks disagree (sizes, counts, types, protocol)
   transport,         // the transport itself failed (UCX, sockets)
+  unavailable,       // this machine lacks what the call needs (no GPU, no CUDA driver)
 };
 
 constexpr std::string_view to_string(errc category) noexcept {
@@ -28,6 +29,7 @@ constexpr std::string_view to_string(errc category) noexcept {
     case errc::invalid_argument: return "invalid_argument";
     case errc::mismatch: return "mismatch";
     case errc::transport: return "transport";
+    case errc::unavailable: return "unavailable";
   }
   return "unknown";
 }

@@ -1,0 +1,25 @@
+// Compiled by nvcc for sm_90 in every build where the CUDA toolkit is found:
+// chorus's headers as a CUDA user's file includes them, next to a kernel
+// and a staged allreduce on the kernel's stream. Built, not run (it needs
+// a GPU); tests/gpu/ runs on one.
+#include <chorus/collective.hpp>
+#include <chorus/cuda/allreduce.hpp>
+#include <chorus/cuda/runtime.hpp>
+
+namespace {
+
+__global__ void scale(float* x, float factor, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) x[i] *= factor;
+}
+
+}  // namespace
+
+// A training step's tail: scale the gradients on the stream, then average
+// them across ranks; the result is visible to later work on `stream`.
+void average_gradients(chorus::communicator& comm, float* grads, int n, cudaStream_t stream) {
+  scale<<<(n + 255) / 256, 256, 0, stream>>>(grads, 1.0f / static_cast<float>(comm.size()), n);
+  chorus::cuda::device_call call;
+  call.stream = stream;
+  chorus::cuda::allreduce(comm, chorus::cuda::runtime(), std::span(grads, static_cast<std::size_t>(n)), chorus::op::sum{}, call);
+}

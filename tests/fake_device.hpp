@@ -117,8 +117,18 @@ class fake_device final : public chorus::cuda::device_operations {
     }
   }
 
-  chorus::cuda::event_handle create_event() override { return new event; }
-  void destroy_event(chorus::cuda::event_handle handle) noexcept override { delete static_cast<event*>(handle); }
+  // As with cudaEventDestroy, an event may be destroyed while a stream still
+  // waits on it: the work that uses it holds it alive.
+  chorus::cuda::event_handle create_event() override {
+    auto e = std::make_shared<event>();
+    std::lock_guard lock(mutex_);
+    events_[e.get()] = e;
+    return e.get();
+  }
+  void destroy_event(chorus::cuda::event_handle handle) noexcept override {
+    std::lock_guard lock(mutex_);
+    events_.erase(handle);
+  }
 
   void copy_async(void* destination, const void* source, std::size_t bytes, chorus::cuda::stream_handle s) override {
     std::byte* to = translate(destination, bytes);
@@ -131,14 +141,14 @@ class fake_device final : public chorus::cuda::device_operations {
 
   // Like cudaEventRecord: the event is pending until the stream reaches it.
   void record(chorus::cuda::event_handle handle, chorus::cuda::stream_handle s) override {
-    auto* e = static_cast<event*>(handle);
+    std::shared_ptr<event> e = event_of(handle);
     const std::uint64_t generation = e->recorded.fetch_add(1) + 1;
     stream_of(s).enqueue([e, generation] { e->reached.store(generation); });
   }
 
   // Like cudaStreamWaitEvent: waits for the record made before this call.
   void stream_wait(chorus::cuda::stream_handle s, chorus::cuda::event_handle handle) override {
-    auto* e = static_cast<event*>(handle);
+    std::shared_ptr<event> e = event_of(handle);
     const std::uint64_t generation = e->recorded.load();
     stream_of(s).enqueue([e, generation] {
       while (e->reached.load() < generation) std::this_thread::yield();
@@ -146,7 +156,7 @@ class fake_device final : public chorus::cuda::device_operations {
   }
 
   bool completed(chorus::cuda::event_handle handle) override {
-    auto* e = static_cast<event*>(handle);
+    const std::shared_ptr<event> e = event_of(handle);
     return e->reached.load() >= e->recorded.load();
   }
 
@@ -155,9 +165,10 @@ class fake_device final : public chorus::cuda::device_operations {
 
   // Waits until everything enqueued on `s` so far has run.
   void synchronize(chorus::cuda::stream_handle s) {
-    event done;
-    record(&done, s);
-    while (!completed(&done)) std::this_thread::yield();
+    chorus::cuda::event_handle done = create_event();
+    record(done, s);
+    while (!completed(done)) std::this_thread::yield();
+    destroy_event(done);
   }
 
   std::size_t copied_bytes() const noexcept { return copied_bytes_.load(); }
@@ -252,6 +263,11 @@ class fake_device final : public chorus::cuda::device_operations {
     return r->alias + (p - r->hidden);
   }
 
+  std::shared_ptr<event> event_of(chorus::cuda::event_handle handle) {
+    std::lock_guard lock(mutex_);
+    return events_.at(handle);
+  }
+
   stream& stream_of(chorus::cuda::stream_handle s) {
     return s == nullptr ? *default_stream_ : *static_cast<stream*>(s);
   }
@@ -259,6 +275,7 @@ class fake_device final : public chorus::cuda::device_operations {
   mutable std::mutex mutex_;
   std::map<std::byte*, region> device_memory_;
   std::map<void*, std::size_t> pinned_sizes_;
+  std::map<void*, std::shared_ptr<event>> events_;
   std::size_t pinned_allocations_ = 0;
   std::vector<std::unique_ptr<stream>> streams_;
   std::unique_ptr<stream> default_stream_;

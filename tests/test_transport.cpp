@@ -84,7 +84,9 @@ TEST_CASE("UCX segments nobody maps or holds open are removed; others stay") {
   make(other, true);
   const int holder = ::open(held.c_str(), O_RDONLY);
   REQUIRE(holder >= 0);
-  CHECK(chorus::transport::remove_orphaned_ucx_segments() >= 1);
+  // Not a count: any chorus process starting meanwhile (a test running
+  // beside this one) sweeps too and may remove the orphan first.
+  chorus::transport::remove_orphaned_ucx_segments();
   CHECK(::access(orphan.c_str(), F_OK) != 0);
   CHECK(::access(held.c_str(), F_OK) == 0);   // open in this process
   CHECK(::access(young.c_str(), F_OK) == 0);  // perhaps being created right now
@@ -122,20 +124,29 @@ TEST_CASE("UCX waiting policy: done, deadline, and when each mode sleeps") {
   using namespace std::chrono_literals;
   for (const auto mode : {progress_mode::spin, progress_mode::yield, progress_mode::block}) {
     CAPTURE(chorus::transport::to_string(mode));
+    using chorus::transport::clock;
     int polls = 0, watches = 0, sleeps = 0;
-    const auto poll = [&] { return ++polls % 3 == 0; };  // something moves every third poll
-    const auto watch = [&](chorus::transport::clock::time_point) { ++watches; };
-    const auto sleep = [&](chorus::transport::clock::duration remaining) {
+    clock::time_point last_move = clock::now();
+    const auto poll = [&] {  // something moves every third poll
+      if (++polls % 3 != 0) return false;
+      last_move = clock::now();
+      return true;
+    };
+    const auto watch = [&](clock::time_point) { ++watches; };
+    const auto sleep = [&](clock::duration remaining) {
       ++sleeps;
       CHECK(remaining > 0ms);
-      std::this_thread::sleep_for(std::min<chorus::transport::clock::duration>(remaining, 1ms));
+      // Only after the idle grace (a preempted test can really be idle that long).
+      CHECK(clock::now() - last_move >= chorus::ucx::block_after_idle);
+      std::this_thread::sleep_for(std::min<clock::duration>(remaining, 1ms));
     };
-    CHECK(chorus::ucx::wait_until(mode, [&] { return polls >= 10; }, chorus::transport::clock::now() + 5s, poll, watch, sleep));
+    CHECK(chorus::ucx::wait_until(mode, [&] { return polls >= 10; }, clock::now() + 5s, poll, watch, sleep));
     CHECK(polls >= 10);
-    CHECK(sleeps == 0);  // never idle long enough to sleep
+    if (mode != progress_mode::block) CHECK(sleeps == 0);
 
     polls = watches = sleeps = 0;
-    const auto start = chorus::transport::clock::now();
+    last_move = clock::now();
+    const auto start = clock::now();
     CHECK_FALSE(chorus::ucx::wait_until(mode, [] { return false; }, start + 30ms, [] { return false; }, watch, sleep));
     const auto waited = chorus::transport::clock::now() - start;
     CHECK(waited >= 30ms);

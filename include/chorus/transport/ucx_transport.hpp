@@ -58,7 +58,7 @@ class ucx_transport {
 
   explicit ucx_transport(const config& settings)
       : rank_(checked_rank(settings)), size_(settings.size), mode_(settings.progress),
-        context_(rank_, size_, mode_ == progress_mode::block), peers_(size_) {}
+        peers_(size_), context_(rank_, size_, mode_ == progress_mode::block) {}
 
   ucx_transport(const ucx_transport&) = delete;
   ucx_transport& operator=(const ucx_transport&) = delete;
@@ -156,9 +156,12 @@ class ucx_transport {
     const bool moved = ucp_worker_progress(context_.worker()) != 0;
     if (!moved && ++idle_polls_ >= polls_per_watch) {
       idle_polls_ = 0;
-      peers_.watch(clock::now(), closing_);
+      peers_.watch(clock::now(), [&] { drain(context_.worker()); }, closing_);
     }
-    if (peers_.failures_pending()) peers_.close_failed_endpoints(closing_);
+    if (peers_.failures_pending()) {
+      drain(context_.worker());  // what the peer sent before UCX saw it fail is still received
+      peers_.close_failed_endpoints(closing_);
+    }
     return moved;
   }
 
@@ -201,7 +204,7 @@ class ucx_transport {
     if (mode == progress_mode::block && context_.event_fd() < 0) mode = progress_mode::yield;
     const auto watch = [&](clock::time_point now) {
       std::lock_guard lock(mutex_);
-      peers_.watch(now, closing_);
+      peers_.watch(now, [&] { drain(context_.worker()); }, closing_);
     };
     const auto sleep = [&](clock::duration remaining) {
       sleep_until_event(context_.worker(), context_.event_fd(), mutex_, remaining);
@@ -360,8 +363,11 @@ class ucx_transport {
   int rank_;
   int size_;
   progress_mode mode_;
-  context context_;
+  // Declared before the context, so it outlives the worker: destroying the
+  // worker purges the requests still pending, and their callbacks and the
+  // endpoints' error handlers write into the peer table.
   peer_table peers_;
+  context context_;
   std::byte empty_{};
   std::atomic<bool> failed_{false};        // an operation failed or timed out: teardown force-closes
   std::atomic<clock::rep> abandon_by_{0};  // after a failure: when cancels stop waiting

@@ -102,11 +102,25 @@ class peer_table {
   bool failures_pending() const noexcept { return failures_pending_.load(std::memory_order_acquire); }
 
   // With the lock held: checks the watched processes at most once per
-  // watch_interval, then closes what failed.
-  void watch(clock::time_point now, std::vector<void*>& closing) {
+  // watch_interval, then closes what failed. A peer's last messages may
+  // reach this worker just before its death is seen (written, then the
+  // process exits between two polls): `drain()` progresses the worker before
+  // the peer counts as failed, so they are received, not lost. One drain is
+  // enough: the writes happened before the death that was observed.
+  template <class Drain>
+  void watch(clock::time_point now, Drain&& drain, std::vector<void*>& closing) {
     if (now - last_watch_ < watch_interval) return;
     last_watch_ = now;
-    for (int peer = 0; peer < ranks_; ++peer) check_process((*this)[peer]);
+    bool exited = false;
+    for (int peer = 0; peer < ranks_; ++peer) exited |= notice_exit((*this)[peer]);
+    if (exited) {
+      drain();
+      for (int peer = 0; peer < ranks_; ++peer) {
+        peer_slot& slot = (*this)[peer];
+        if (slot.process_exited.load(std::memory_order_acquire) && slot.failure.load(std::memory_order_acquire) == UCS_OK)
+          mark_failed(slot, UCS_ERR_CONNECTION_RESET);
+      }
+    }
     if (failures_pending()) close_failed_endpoints(closing);
   }
 
@@ -150,10 +164,15 @@ class peer_table {
  private:
   // Marks the peer failed if its watched process is gone.
   static void check_process(peer_slot& slot) {
-    if (!slot.process || slot.failure.load(std::memory_order_acquire) != UCS_OK) return;
-    if (transport::process_alive(*slot.process)) return;
+    if (notice_exit(slot)) mark_failed(slot, UCS_ERR_CONNECTION_RESET);
+  }
+
+  // True if the watched process of a peer not yet failed has exited.
+  static bool notice_exit(peer_slot& slot) {
+    if (!slot.process || slot.failure.load(std::memory_order_acquire) != UCS_OK) return false;
+    if (transport::process_alive(*slot.process)) return false;
     slot.process_exited.store(true, std::memory_order_release);
-    mark_failed(slot, UCS_ERR_CONNECTION_RESET);
+    return true;
   }
 
   int ranks_;

@@ -69,6 +69,13 @@ bool wait_until(progress_mode mode, Done&& done, clock::time_point deadline, Pol
   }
 }
 
+// Progresses the worker until it is idle (bounded); the caller holds the
+// worker's lock.
+inline void drain(ucp_worker_h worker) noexcept {
+  for (int round = 0; round < 100000 && ucp_worker_progress(worker) != 0; ++round) {
+  }
+}
+
 // Sleeps until the worker signals an event, at most `remaining` and in
 // slices of 100 ms, so a failed peer or a deadline is noticed even if the
 // transport that would have signalled it stays silent. `lock` serialises

@@ -23,3 +23,12 @@ void average_gradients(chorus::communicator& comm, float* grads, int n, cudaStre
   call.stream = stream;
   chorus::cuda::allreduce(comm, chorus::cuda::runtime(), std::span(grads, static_cast<std::size_t>(n)), chorus::op::sum{}, call);
 }
+
+// The same through the front doors: a router installed once for the
+// process, the stream bound for this thread.
+void average_through_front_doors(chorus::communicator& comm, float* grads, int n, cudaStream_t stream) {
+  static chorus::cuda::router gpu(chorus::cuda::runtime());
+  static chorus::cuda::route_front_doors routing(gpu);
+  const chorus::cuda::stream_scope ordered(stream);
+  chorus::allreduce(comm, std::span(grads, static_cast<std::size_t>(n)), chorus::op::avg{});
+}

@@ -16,6 +16,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
@@ -25,6 +26,9 @@ namespace chorus {
 // In place: `all` holds size() blocks; this rank's block is already filled.
 template <class Communicator, element T>
 algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = algorithm::automatic) {
+  if (memory_router* router = routed(all))
+    return through_host(*router, comm, [&](std::span<T> host) { return allgather(comm, host, forced); },
+                        staged(all, buffer_use::read_write));
   const auto n = static_cast<std::size_t>(comm.size());
   if (all.size() % n != 0)
     throw error(errc::invalid_argument,
@@ -44,6 +48,10 @@ template <class Communicator, element T>
 algorithm allgather(Communicator& comm, std::span<const T> mine, std::span<T> all,
                     algorithm forced = algorithm::automatic) {
   const std::size_t needed = mine.size() * static_cast<std::size_t>(comm.size());
+  if (memory_router* router = routed(mine, all))
+    return through_host(
+        *router, comm, [&](std::span<const T> in, std::span<T> out) { return allgather(comm, in, out, forced); },
+        staged(mine, buffer_use::read), staged(all.first(std::min(needed, all.size())), buffer_use::write));
   collective::check_output(mine, all, needed, comm.transport().rank(), "allgather", false);
   std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size() * static_cast<std::size_t>(comm.rank())));
   return allgather(comm, all.first(needed), forced);

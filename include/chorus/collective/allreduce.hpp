@@ -20,6 +20,7 @@
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -34,6 +35,9 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm forced = algorithm::automatic) {
+  if (memory_router* router = routed(data))
+    return through_host(*router, comm, [&](std::span<T> host) { return allreduce(comm, host, op, forced); },
+                        staged(data, buffer_use::read_write));
   collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
   const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
   report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
@@ -58,6 +62,11 @@ algorithm allreduce(Communicator& comm, std::span<T> data, algorithm forced) {
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
                     algorithm forced = algorithm::automatic) {
+  if (memory_router* router = routed(input, output))
+    return through_host(
+        *router, comm,
+        [&](std::span<const T> in, std::span<T> out) { return allreduce(comm, in, out, op, forced); },
+        staged(input, buffer_use::read), staged(output.first(std::min(input.size(), output.size())), buffer_use::write));
   collective::check_output(input, output, input.size(), comm.transport().rank(), "allreduce");
   // min() is input.size() once check_output has passed; spelt out, it lets
   // GCC 12 at -O3 see the copy fits (else -Warray-bounds, on the path where

@@ -12,6 +12,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
@@ -20,6 +21,10 @@ namespace chorus {
 
 template <class Communicator, element T>
 algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> output) {
+  if (memory_router* router = routed(input, output))
+    return through_host(
+        *router, comm, [&](std::span<const T> in, std::span<T> out) { return alltoall(comm, in, out); },
+        staged(input, buffer_use::read), staged(output.first(std::min(input.size(), output.size())), buffer_use::write));
   const int n = comm.size(), rank = comm.rank();
   if (input.size() % static_cast<std::size_t>(n) != 0)
     throw error(errc::invalid_argument,

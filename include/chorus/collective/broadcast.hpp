@@ -14,6 +14,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <span>
 
@@ -21,6 +22,9 @@ namespace chorus {
 
 template <class Communicator, element T>
 algorithm broadcast(Communicator& comm, std::span<T> data, int root, algorithm forced = algorithm::automatic) {
+  if (memory_router* router = routed(data))
+    return through_host(*router, comm, [&](std::span<T> host) { return broadcast(comm, host, root, forced); },
+                        staged(data, comm.rank() == root ? buffer_use::read : buffer_use::write));
   collective::check_root(root, comm.size(), comm.transport().rank(), "broadcast");
   collective::check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root});
   const choice made = choose(comm, "broadcast", {comm.size(), data.size_bytes()}, forced);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chorus/collective/allreduce.hpp>
+#include <chorus/core/memory_router.hpp>
 #include <chorus/core/env.hpp>
 
 #include <algorithm>
@@ -39,15 +40,16 @@ std::size_t fused_allreduce(Communicator& comm, std::span<const std::span<T>> te
   std::size_t first = 0;  // first tensor in the bucket
   const auto flush = [&](std::size_t end) {
     if (first == end) return;
-    bucket.clear();
-    for (std::size_t t = first; t < end; ++t) bucket.insert(bucket.end(), tensors[t].begin(), tensors[t].end());
+    std::size_t total = 0;
+    for (std::size_t t = first; t < end; ++t) total += tensors[t].size();
+    bucket.resize(total);
+    // copy_elements: a tensor may be device memory (core/memory_router.hpp).
+    for (std::size_t t = first, offset = 0; t < end; offset += tensors[t].size(), ++t)
+      copy_elements(comm, tensors[t].data(), tensors[t].size(), bucket.data() + offset);
     allreduce(comm, std::span<T>(bucket), op);
     ++calls;
-    std::size_t offset = 0;
-    for (std::size_t t = first; t < end; ++t) {
-      std::copy_n(bucket.begin() + static_cast<std::ptrdiff_t>(offset), tensors[t].size(), tensors[t].begin());
-      offset += tensors[t].size();
-    }
+    for (std::size_t t = first, offset = 0; t < end; offset += tensors[t].size(), ++t)
+      copy_elements(comm, std::as_const(bucket).data() + offset, tensors[t].size(), tensors[t].data());
     first = end;
   };
   std::size_t filled = 0;

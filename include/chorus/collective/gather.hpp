@@ -9,6 +9,7 @@
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
@@ -18,6 +19,12 @@ namespace chorus {
 
 template <class Communicator, element T>
 void gather(Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
+  if (memory_router* router = routed(mine, all)) {
+    const std::size_t filled = comm.rank() == root ? std::min(all.size(), mine.size() * static_cast<std::size_t>(comm.size())) : 0;
+    return through_host(
+        *router, comm, [&](std::span<const T> in, std::span<T> out) { gather(comm, in, out, root); },
+        staged(mine, buffer_use::read), staged(all.first(filled), buffer_use::write));
+  }
   const int n = comm.size(), rank = comm.rank(), world = comm.transport().rank();
   collective::check_root(root, n, world, "gather");
   const std::size_t block = mine.size();

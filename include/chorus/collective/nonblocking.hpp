@@ -19,6 +19,7 @@
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <chrono>
 #include <future>
@@ -69,7 +70,13 @@ std::uint32_t sequences_per_call(const Communicator& comm) {
 template <class Communicator, class Work>
 collective_request start(Communicator& comm, const char* operation, Work work) {
   Communicator forked = comm.fork_sequences(sequences_per_call(comm));
-  return {comm.background().submit([forked, work]() mutable { work(forked); }), comm.timeout(), operation};
+  // Device buffers order on the caller's stream, not the worker's (core/memory_router.hpp).
+  void* const stream = chorus::detail::thread_stream();
+  return {comm.background().submit([forked, work, stream]() mutable {
+            const thread_stream_scope ordered(stream);
+            work(forked);
+          }),
+          comm.timeout(), operation};
 }
 
 }  // namespace collective

@@ -13,6 +13,7 @@
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
@@ -22,6 +23,12 @@ namespace chorus {
 
 template <class Communicator, element T, class Op = op::sum>
 algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> output, int root, Op op = {}) {
+  if (memory_router* router = routed(input, output)) {
+    const std::size_t filled = comm.rank() == root ? std::min(input.size(), output.size()) : 0;
+    return through_host(
+        *router, comm, [&](std::span<const T> in, std::span<T> out) { return reduce(comm, in, out, root, op); },
+        staged(input, buffer_use::read), staged(output.first(filled), buffer_use::write));
+  }
   const int rank = comm.transport().rank();
   collective::check_root(root, comm.size(), rank, "reduce");
   if (comm.rank() == root) collective::check_output(input, output, input.size(), rank, "reduce");

@@ -17,6 +17,7 @@
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
@@ -29,6 +30,11 @@ template <class Communicator, element T, class Op = op::sum>
 algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
                          algorithm forced = algorithm::automatic) {
   const auto n = static_cast<std::size_t>(comm.size());
+  if (memory_router* router = routed(input, output))
+    return through_host(
+        *router, comm,
+        [&](std::span<const T> in, std::span<T> out) { return reduce_scatter(comm, in, out, op, forced); },
+        staged(input, buffer_use::read), staged(output.first(std::min(output.size(), input.size() / n)), buffer_use::write));
   const int rank = comm.transport().rank();
   if (input.size() % n != 0)
     throw error(errc::invalid_argument,

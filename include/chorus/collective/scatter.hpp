@@ -9,6 +9,7 @@
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
@@ -18,6 +19,12 @@ namespace chorus {
 
 template <class Communicator, element T>
 void scatter(Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
+  if (memory_router* router = routed(all, mine)) {
+    const std::size_t used = comm.rank() == root ? all.size() : 0;
+    return through_host(
+        *router, comm, [&](std::span<const T> in, std::span<T> out) { scatter(comm, in, out, root); },
+        staged(all.first(used), buffer_use::read), staged(mine, buffer_use::write));
+  }
   const int n = comm.size(), rank = comm.rank(), world = comm.transport().rank();
   collective::check_root(root, n, world, "scatter");
   const std::size_t block = mine.size();

@@ -18,6 +18,7 @@
 #include <chorus/comm/traffic.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/log.hpp>
+#include <chorus/core/memory_router.hpp>
 #include <chorus/transport/transport.hpp>
 
 #include <algorithm>
@@ -150,19 +151,26 @@ class basic_communicator {
   }
 
   // Typed point-to-point; `user_tag` in [0, 65535] separates streams.
+  // Non-blocking calls take memory the transport moves (host and pinned;
+  // device memory only with a CUDA-built UCX); send and recv take any.
   template <class U, std::size_t E>
   request isend(std::span<U, E> data, int peer, int user_tag = 0) {
     static_assert(std::is_trivially_copyable_v<U>);
+    check_movable(std::as_bytes(data), "isend");
     return isend_bytes(std::as_bytes(data), peer, user_wire_tag(user_tag, "send"));
   }
   template <class U, std::size_t E>
   request irecv(std::span<U, E> data, int peer, int user_tag = 0) {
     static_assert(std::is_trivially_copyable_v<U> && !std::is_const_v<U>);
+    check_movable(std::as_bytes(data), "irecv");
     return irecv_bytes(std::as_writable_bytes(data), peer, user_wire_tag(user_tag, "recv"));
   }
 
   template <class U, std::size_t E>
   void send(std::span<U, E> data, int peer, int user_tag = 0) {
+    if (memory_router* router = routed(std::span<U>(data)))
+      return through_host(*router, *this, [&](std::span<U> host) { send(host, peer, user_tag); },
+                          staged(std::span<U>(data), buffer_use::read));
     request handle = isend(data, peer, user_tag);
     wait(handle, "send");
   }
@@ -171,6 +179,9 @@ class basic_communicator {
   // mismatch error (a larger one never overruns the buffer).
   template <class U, std::size_t E>
   void recv(std::span<U, E> data, int peer, int user_tag = 0) {
+    if (memory_router* router = routed(std::span<U>(data)))
+      return through_host(*router, *this, [&](std::span<U> host) { recv(host, peer, user_tag); },
+                          staged(std::span<U>(data), buffer_use::write));
     request handle = irecv(data, peer, user_tag);
     wait(handle, "recv");
     expect_bytes(handle, data.size_bytes(), "recv");
@@ -238,6 +249,17 @@ class basic_communicator {
   }
 
  private:
+  // A device pointer must not reach a transport that moves host memory only.
+  void check_movable(std::span<const std::byte> data, std::string_view operation) const {
+    memory_router* router = routed(data);  // none for empty buffers: nothing is moved
+    if (router == nullptr || router->kind_of(data.data()) != memory_kind::cuda_device) return;
+    if (world_->transport->memory_kinds().contains(memory_kind::cuda_device)) return;
+    throw error(errc::invalid_argument,
+                "device memory: this transport moves host memory only (UCX without CUDA); use send/recv, which "
+                "stage it through pinned memory",
+                {transport().rank(), -1, std::string(operation)});
+  }
+
   int peer_world_rank(int peer, const char* operation) const {
     if (peer < 0 || peer >= size())
       throw error(errc::invalid_argument,

@@ -14,6 +14,7 @@
 #include <chorus/collective/allgather.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/broadcast.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +35,10 @@ inline std::span<std::uint8_t> as_octets(std::span<std::byte> bytes) {
 template <class Communicator, codec::codec Codec>
 void allgather(Communicator& comm, std::span<const float> mine, std::span<float> all, const Codec& c) {
   const auto n = static_cast<std::size_t>(comm.size());
+  if (memory_router* router = routed(mine, all))
+    return through_host(
+        *router, comm, [&](std::span<const float> in, std::span<float> out) { allgather(comm, in, out, c); },
+        staged(mine, buffer_use::read), staged(all.first(std::min(all.size(), mine.size() * n)), buffer_use::write));
   collective::check_output(mine, all, mine.size() * n, comm.transport().rank(), "compressed allgather");
   const std::size_t each = c.encoded_bytes(mine.size());
   std::vector<std::byte> encoded(each * n);
@@ -46,6 +51,9 @@ void allgather(Communicator& comm, std::span<const float> mine, std::span<float>
 // data = decode(encode(root's data)) on every rank, the root included.
 template <class Communicator, codec::codec Codec>
 void broadcast(Communicator& comm, std::span<float> data, int root, const Codec& c) {
+  if (memory_router* router = routed(data))
+    return through_host(*router, comm, [&](std::span<float> host) { broadcast(comm, host, root, c); },
+                        staged(data, buffer_use::read_write));  // the root's data is decoded too
   collective::check_root(root, comm.size(), comm.transport().rank(), "compressed broadcast");
   std::vector<std::byte> encoded(c.encoded_bytes(data.size()));
   if (comm.rank() == root) c.encode(data, encoded);

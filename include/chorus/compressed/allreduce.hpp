@@ -27,6 +27,7 @@
 #include <chorus/compressed/options.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <span>
 #include <string>
@@ -52,6 +53,10 @@ std::string signature_op(compression_scheme scheme) {
 template <class Communicator, class Op, codec::codec_or_feedback Codec>
 algorithm allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, compression_options options = {}) {
   static_assert(compressed::supported_op<Op>, "a compressed allreduce sums (op::sum) or averages (op::avg)");
+  if (memory_router* router = routed(data))
+    return through_host(
+        *router, comm, [&](std::span<float> host) { return allreduce(comm, host, Op{}, coder, options); },
+        staged(data, buffer_use::read_write));
   using access = codec::codec_of<std::remove_cvref_t<Codec>>;
   using plain = typename access::type;
   const plain& c = access::get(coder);

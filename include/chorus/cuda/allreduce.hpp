@@ -17,10 +17,9 @@
 #pragma once
 
 #include <chorus/collective/allreduce.hpp>
-#include <chorus/cuda/staging.hpp>
+#include <chorus/cuda/router.hpp>
 
 #include <span>
-#include <string>
 
 namespace chorus::cuda {
 
@@ -31,22 +30,16 @@ struct device_call {
   staging_options staging{};
 };
 
+// The same as chorus::allreduce with `on` routing the buffer (router.hpp),
+// whether or not a router is installed for the front doors.
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, device& on, std::span<T> data, Op op = {}, const device_call& call = {}) {
-  const memory_kind kind = on.kind_of(data.data());
-  const auto wait = [&](auto&& done, std::string_view operation) { comm.progress_until(done, operation); };
-  stager copies(on, call.staging, call.stream);
-  if (kind == memory_kind::host) return chorus::allreduce(comm, data, op, call.forced);
-  device::lease held = on.acquire(kind == memory_kind::cuda_device ? data.size_bytes() : 0, copies.depth());
-  if (kind == memory_kind::cuda_pinned) {
-    copies.wait_for_caller(held.set(), wait);
-    return chorus::allreduce(comm, data, op, call.forced);
-  }
-  const std::span<T> staged(reinterpret_cast<T*>(held.set().pinned.data()), data.size());
-  copies.copy_after_caller(held.set(), staged.data(), data.data(), data.size_bytes(), wait);
-  const algorithm ran = chorus::allreduce(comm, staged, op, call.forced);
-  copies.copy_before_caller(held.set(), data.data(), staged.data(), data.size_bytes(), wait);
-  return ran;
+  router staging(on, call.staging);
+  const stream_scope ordered(call.stream);
+  if (on.kind_of(data.data()) == memory_kind::host) return chorus::allreduce(comm, data, op, call.forced);
+  return through_host(
+      staging, comm, [&](std::span<T> host) { return chorus::allreduce(comm, host, op, call.forced); },
+      staged(data, buffer_use::read_write));
 }
 
 }  // namespace chorus::cuda

@@ -1,0 +1,198 @@
+// How a front door (a collective, a compressed collective, a send or a
+// receive) takes buffers the host cannot touch, such as CUDA device memory.
+//
+// A layer above installs a router (cuda/router.hpp: chorus::cuda::router and
+// route_front_doors); without one every buffer is host memory and a front
+// door pays one atomic load. With one, a front door asks it where each of its
+// buffers lives, and if any is not plain host memory, runs its host
+// algorithm inside `through_host`: the router copies the buffers it reads
+// into host memory, runs the algorithm there, and copies the buffers it
+// writes back. So a device pointer never reaches code that dereferences it,
+// and the result has the same bits as the host path.
+//
+//   if (memory_router* router = routed(data))
+//     return through_host(*router, comm, [&](std::span<T> host) { return broadcast(comm, host, root); },
+//                         staged(data, comm.rank() == root ? buffer_use::read : buffer_use::write));
+//
+// Inside `through_host` routing is off on that thread: the host copies are
+// pinned memory, which the router would otherwise route again.
+#pragma once
+
+#include <chorus/core/memory_kind.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace chorus {
+
+// A non-owning reference to a callable: for virtual interfaces that take a
+// callback without allocating.
+template <class Signature>
+class function_ref;
+
+template <class R, class... Args>
+class function_ref<R(Args...)> {
+ public:
+  template <class F>
+    requires(!std::same_as<std::remove_cvref_t<F>, function_ref> && std::is_invocable_r_v<R, F&, Args...>)
+  function_ref(F&& callable) noexcept  // NOLINT: implicit, like a function pointer
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(callable)))),
+        call_([](void* object, Args... args) -> R {
+          return std::invoke(*static_cast<std::remove_reference_t<F>*>(object), std::forward<Args>(args)...);
+        }) {}
+
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
+
+// What a front door does with a buffer: the router copies in what is read
+// and out what is written. `write` promises every element is overwritten.
+enum class buffer_use : std::uint8_t { read, write, read_write };
+
+struct routed_buffer {
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+  buffer_use use = buffer_use::read;
+};
+
+class memory_router {
+ public:
+  // The front door's way to wait: `wait(done, operation)` returns once
+  // done() holds or throws (a communicator's progress_until).
+  using waiter = function_ref<void(function_ref<bool()> done, std::string_view operation)>;
+
+  virtual ~memory_router() = default;
+  virtual memory_kind kind_of(const void* data) const = 0;
+  // Calls `body` with one host pointer per buffer (host memory as it is,
+  // anything else through a host copy) and returns once what it wrote is
+  // back where it belongs.
+  virtual void through_host(std::span<const routed_buffer> buffers, function_ref<void(std::span<void* const>)> body,
+                            waiter wait) = 0;
+  // Copies `bytes` between any two kinds of memory; returns once they have
+  // landed (packing device tensors into a host bucket, fusion.hpp).
+  virtual void copy(void* to, const void* from, std::size_t bytes, waiter wait) = 0;
+};
+
+namespace detail {
+inline std::atomic<memory_router*>& installed_router() noexcept {
+  static std::atomic<memory_router*> router{nullptr};
+  return router;
+}
+// The device stream this thread's calls are ordered on (a cudaStream_t,
+// set by cuda::stream_scope; null: the default stream), kept here so that a
+// non-blocking collective carries its caller's stream to the worker thread.
+inline void*& thread_stream() noexcept {
+  thread_local void* stream = nullptr;
+  return stream;
+}
+inline bool& routing_suspended() noexcept {
+  thread_local bool suspended = false;
+  return suspended;
+}
+}  // namespace detail
+
+// Orders this thread's calls on a device stream until the scope ends
+// (chorus::cuda::stream_scope).
+class thread_stream_scope {
+ public:
+  explicit thread_stream_scope(void* stream) noexcept : previous_(std::exchange(detail::thread_stream(), stream)) {}
+  ~thread_stream_scope() { detail::thread_stream() = previous_; }
+  thread_stream_scope(const thread_stream_scope&) = delete;
+  thread_stream_scope& operator=(const thread_stream_scope&) = delete;
+
+ private:
+  void* previous_;
+};
+
+// Installs `router` for every front door (nullptr: none); returns the one
+// it replaces.
+inline memory_router* install_memory_router(memory_router* router) noexcept {
+  return detail::installed_router().exchange(router, std::memory_order_acq_rel);
+}
+
+// A buffer and what the front door does with it.
+template <class T>
+struct staged_buffer {
+  std::span<T> span;
+  buffer_use use;
+};
+
+template <class T>
+staged_buffer<T> staged(std::span<T> span, buffer_use use) noexcept {
+  return {span, use};
+}
+
+// The router to use if any of `spans` is not host memory; nullptr (the
+// host path) otherwise, always without a router, and inside through_host.
+template <class... T>
+memory_router* routed(std::span<T>... spans) noexcept {
+  memory_router* router = detail::installed_router().load(std::memory_order_acquire);
+  if (router == nullptr || detail::routing_suspended()) return nullptr;
+  const bool elsewhere = ((!spans.empty() && router->kind_of(spans.data()) != memory_kind::host) || ...);
+  return elsewhere ? router : nullptr;
+}
+
+// Runs body(host spans...) through `router` and returns what it returns;
+// `comm` waits (its progress_until: bounded by its timeout).
+template <class Communicator, class Body, class... T>
+auto through_host(memory_router& router, Communicator& comm, Body&& body, staged_buffer<T>... buffers) {
+  using result = std::invoke_result_t<Body&, std::span<T>...>;
+  const std::array<routed_buffer, sizeof...(T)> views{
+      routed_buffer{static_cast<const void*>(buffers.span.data()), buffers.span.size_bytes(), buffers.use}...};
+  std::conditional_t<std::is_void_v<result>, std::optional<int>, std::optional<result>> out;
+  const auto on_host = [&](std::span<void* const> host) {
+    bool& suspended = detail::routing_suspended();
+    const bool was = std::exchange(suspended, true);
+    struct restore {
+      bool& flag;
+      bool value;
+      ~restore() { flag = value; }
+    } restored{suspended, was};
+    std::size_t next = 0;
+    const auto typed = [&](const auto& buffer) {
+      using element = typename std::remove_cvref_t<decltype(buffer.span)>::element_type;
+      return std::span<element>(static_cast<element*>(host[next++]), buffer.span.size());
+    };
+    auto arguments = std::tuple<std::span<T>...>{typed(buffers)...};  // braced: left to right
+    if constexpr (std::is_void_v<result>) {
+      std::apply(body, arguments);
+      out.emplace(0);
+    } else {
+      out.emplace(std::apply(body, arguments));
+    }
+  };
+  router.through_host(views, on_host, [&](function_ref<bool()> done, std::string_view operation) {
+    comm.progress_until(done, operation);
+  });
+  if constexpr (!std::is_void_v<result>) return *std::move(out);
+}
+
+// Copies `count` elements from `from` to `to`, either of which may be
+// memory the host cannot touch.
+template <class Communicator, class T>
+void copy_elements(Communicator& comm, const T* from, std::size_t count, T* to) {
+  memory_router* router = routed(std::span<const T>(from, count), std::span<T>(to, count));
+  if (router == nullptr) {
+    std::copy_n(from, count, to);
+    return;
+  }
+  router->copy(to, from, count * sizeof(T), [&](function_ref<bool()> done, std::string_view operation) {
+    comm.progress_until(done, operation);
+  });
+}
+
+}  // namespace chorus

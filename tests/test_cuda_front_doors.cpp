@@ -1,0 +1,251 @@
+// Device buffers through every front door (cuda/router.hpp installed for
+// the process): each collective, compressed collective, fused and
+// non-blocking allreduce, and blocking send/recv, called on fake-device
+// buffers (the host faults on any touch of them), gives the same bits as
+// the same call on host copies, at 1, 3 and 5 ranks (threads over UCX) and
+// odd sizes including 0 and 1. Non-blocking point-to-point refuses device
+// memory that the transport cannot move.
+#include <chorus/chorus.hpp>
+#include <chorus/cuda/router.hpp>
+
+#include "fake_device.hpp"
+#include "support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+using chorus::communicator;
+using chorus_test::fake_device;
+using chorus_test::quick;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::size_t counts[] = {0, 1, 7, 4099};
+const int rank_counts[] = {1, 3, 5};
+
+// Values whose float sums depend on the order of addition.
+std::vector<float> input_of(int rank, std::size_t count, int salt = 0) {
+  std::vector<float> x(count);
+  for (std::size_t i = 0; i < count; ++i)
+    x[i] = static_cast<float>(std::sin(static_cast<double>(i * 7 + 1 + salt) * 0.37 + rank) * (1.0 + rank) * 1000.0 /
+                              (1.0 + static_cast<double>(i % 13)));
+  return x;
+}
+
+// A fake-device copy of a host vector.
+struct on_device {
+  fake_device& fake;
+  float* data;
+  std::size_t count;
+  on_device(fake_device& f, const std::vector<float>& values)
+      : fake(f), data(static_cast<float*>(f.allocate_device(values.size() * sizeof(float)))), count(values.size()) {
+    fake.write(data, std::span<const float>(values));
+  }
+  on_device(const on_device&) = delete;
+  ~on_device() { fake.free_device(data); }
+  std::span<float> span() const { return {data, count}; }
+  std::span<const float> in() const { return {data, count}; }
+  std::vector<float> read() const { return fake.read(data, count); }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// Runs `body(comm, fake, differ)` on every rank count with the router
+// installed; body counts in `differ` each rank whose device result differs
+// from its host result. Returns the total over all rank counts.
+template <class Body>
+int differing_ranks(Body&& body) {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  chorus::cuda::router router(gpu, {4096, 3});  // small chunks: several per buffer
+  const chorus::cuda::route_front_doors routing(router);
+  std::atomic<int> differ{0};
+  for (const int ranks : rank_counts) {
+    CAPTURE(ranks);
+    chorus::run_threads(ranks, [&](communicator& comm) { body(comm, fake, differ); }, quick());
+  }
+  return differ.load();
+}
+
+}  // namespace
+
+TEST_CASE("front doors: allreduce, in place and into an output, from device memory") {
+  CHECK(differing_ranks([](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+          for (const std::size_t count : counts) {
+            const std::vector<float> input = input_of(comm.rank(), count);
+            std::vector<float> host = input;
+            chorus::allreduce(comm, std::span(host), chorus::op::avg{});
+            on_device data(fake, input);
+            chorus::allreduce(comm, data.span(), chorus::op::avg{});
+            differ += !same_bits(data.read(), host);
+
+            on_device in(fake, input), out(fake, std::vector<float>(count, -1.0f));
+            chorus::allreduce(comm, in.in(), out.span(), chorus::op::avg{});
+            differ += !same_bits(out.read(), host) || !same_bits(in.read(), input);
+          }
+        }) == 0);
+}
+
+TEST_CASE("front doors: broadcast, reduce, gather and scatter from device memory") {
+  CHECK(differing_ranks([](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+          const int n = comm.size(), root = n - 1;
+          for (const std::size_t count : counts) {
+            const std::vector<float> mine = input_of(comm.rank(), count);
+            std::vector<float> host = mine;
+            chorus::broadcast(comm, std::span(host), root);
+            on_device data(fake, mine);
+            chorus::broadcast(comm, data.span(), root);
+            differ += !same_bits(data.read(), host);
+
+            std::vector<float> reduced(count, -1.0f);
+            chorus::reduce(comm, std::span<const float>(mine), std::span(reduced), 1 % n, chorus::op::sum{});
+            on_device in(fake, mine), out(fake, std::vector<float>(count, -1.0f));
+            chorus::reduce(comm, in.in(), out.span(), 1 % n, chorus::op::sum{});
+            differ += !same_bits(out.read(), reduced);
+
+            const std::size_t all_count = count * static_cast<std::size_t>(n);
+            std::vector<float> gathered(all_count, -1.0f);
+            chorus::gather(comm, std::span<const float>(mine), std::span(gathered), root);
+            on_device all(fake, std::vector<float>(all_count, -1.0f));
+            chorus::gather(comm, in.in(), all.span(), root);
+            differ += !same_bits(all.read(), gathered);  // off the root both stay untouched
+
+            const std::vector<float> source = input_of(root, all_count, 5);
+            std::vector<float> piece(count, -1.0f);
+            chorus::scatter(comm, std::span<const float>(source), std::span(piece), root);
+            on_device whole(fake, source), part(fake, std::vector<float>(count, -1.0f));
+            chorus::scatter(comm, whole.in(), part.span(), root);
+            differ += !same_bits(part.read(), piece);
+          }
+        }) == 0);
+}
+
+TEST_CASE("front doors: allgather, reduce_scatter and alltoall from device memory") {
+  CHECK(differing_ranks([](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+          const auto n = static_cast<std::size_t>(comm.size());
+          for (const std::size_t count : counts) {
+            const std::vector<float> mine = input_of(comm.rank(), count);
+            std::vector<float> host(count * n, -1.0f);
+            chorus::allgather(comm, std::span<const float>(mine), std::span(host));
+            on_device in(fake, mine), all(fake, std::vector<float>(count * n, -1.0f));
+            chorus::allgather(comm, in.in(), all.span());
+            differ += !same_bits(all.read(), host);
+
+            const std::vector<float> full = input_of(comm.rank(), count * n, 3);
+            std::vector<float> block(count, -1.0f);
+            chorus::reduce_scatter(comm, std::span<const float>(full), std::span(block), chorus::op::sum{});
+            on_device whole(fake, full), part(fake, std::vector<float>(count, -1.0f));
+            chorus::reduce_scatter(comm, whole.in(), part.span(), chorus::op::sum{});
+            differ += !same_bits(part.read(), block);
+
+            std::vector<float> exchanged(count * n, -1.0f);
+            chorus::alltoall(comm, std::span<const float>(full), std::span(exchanged));
+            on_device received(fake, std::vector<float>(count * n, -1.0f));
+            chorus::alltoall(comm, whole.in(), received.span());
+            differ += !same_bits(received.read(), exchanged);
+          }
+        }) == 0);
+}
+
+TEST_CASE("front doors: compressed allreduce (with error feedback), allgather and broadcast from device memory") {
+  CHECK(differing_ranks([](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+          const auto n = static_cast<std::size_t>(comm.size());
+          for (const std::size_t count : counts) {
+            const std::vector<float> mine = input_of(comm.rank(), count);
+            chorus::codec::error_feedback host_feedback{chorus::codec::int8{}}, device_feedback{chorus::codec::int8{}};
+            std::vector<float> host = mine;
+            on_device data(fake, mine);
+            for (int round = 0; round < 2; ++round) {  // the second round uses the residuals of the first
+              chorus::allreduce(comm, std::span(host), chorus::op::avg{}, host_feedback);
+              chorus::allreduce(comm, data.span(), chorus::op::avg{}, device_feedback);
+            }
+            differ += !same_bits(data.read(), host);
+
+            std::vector<float> gathered(count * n, -1.0f);
+            chorus::allgather(comm, std::span<const float>(mine), std::span(gathered), chorus::codec::fp16{});
+            on_device in(fake, mine), all(fake, std::vector<float>(count * n, -1.0f));
+            chorus::allgather(comm, in.in(), all.span(), chorus::codec::fp16{});
+            differ += !same_bits(all.read(), gathered);
+
+            std::vector<float> sent = mine;
+            chorus::broadcast(comm, std::span(sent), 0, chorus::codec::bf16{});
+            on_device cast(fake, mine);
+            chorus::broadcast(comm, cast.span(), 0, chorus::codec::bf16{});
+            differ += !same_bits(cast.read(), sent);
+          }
+        }) == 0);
+}
+
+TEST_CASE("front doors: fused allreduce of device tensors, and a non-blocking allreduce on the caller's stream") {
+  CHECK(differing_ranks([](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+          std::vector<std::vector<float>> host;
+          std::vector<std::unique_ptr<on_device>> device;
+          for (const std::size_t count : counts) {
+            host.push_back(input_of(comm.rank(), count, static_cast<int>(count)));
+            device.push_back(std::make_unique<on_device>(fake, host.back()));
+          }
+          std::vector<std::span<float>> host_tensors, device_tensors;
+          for (std::size_t t = 0; t < host.size(); ++t) {
+            host_tensors.emplace_back(host[t]);
+            device_tensors.push_back(device[t]->span());
+          }
+          chorus::fused_allreduce(comm, host_tensors, chorus::op::sum{}, 8192);
+          chorus::fused_allreduce(comm, device_tensors, chorus::op::sum{}, 8192);
+          for (std::size_t t = 0; t < host.size(); ++t) differ += !same_bits(device[t]->read(), host[t]);
+
+          // The input is written by a "kernel" on the caller's stream after a
+          // delay: the worker thread must order on that stream too.
+          const std::size_t count = 4099;
+          const std::vector<float> input = input_of(comm.rank(), count);
+          std::vector<float> expected = input;
+          chorus::allreduce(comm, std::span(expected));
+          on_device data(fake, std::vector<float>(count, 0.0f));
+          const chorus::cuda::stream_handle stream = fake.create_stream();
+          fake.launch(stream, [&] {
+            std::this_thread::sleep_for(20ms);
+            fake.write(data.data, std::span<const float>(input));
+          });
+          {
+            const chorus::cuda::stream_scope ordered(stream);
+            chorus::iallreduce(comm, data.span()).wait();
+          }
+          fake.synchronize(stream);
+          fake.destroy_stream(stream);
+          differ += !same_bits(data.read(), expected);
+        }) == 0);
+}
+
+TEST_CASE("front doors: blocking send and recv stage device memory; non-blocking ones refuse it") {
+  CHECK(differing_ranks([](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+          const int n = comm.size(), next = (comm.rank() + 1) % n, previous = (comm.rank() + n - 1) % n;
+          for (const std::size_t count : counts) {
+            if (n == 1) break;
+            const std::vector<float> mine = input_of(comm.rank(), count);
+            on_device out(fake, mine), in(fake, std::vector<float>(count, -1.0f));
+            if (comm.rank() % 2 == 0) {
+              comm.send(out.in(), next, 3);
+              comm.recv(in.span(), previous, 3);
+            } else {
+              comm.recv(in.span(), previous, 3);
+              comm.send(out.in(), next, 3);
+            }
+            differ += !same_bits(in.read(), input_of(previous, count));
+          }
+          on_device buffer(fake, std::vector<float>(8, 1.0f));
+          try {
+            auto request = comm.isend(buffer.in(), 0, 4);
+            ++differ;  // UCX here moves host memory only
+          } catch (const chorus::error& refused) {
+            differ += refused.category() != chorus::errc::invalid_argument;
+          }
+        }) == 0);
+}

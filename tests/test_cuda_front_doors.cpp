@@ -249,3 +249,87 @@ TEST_CASE("front doors: blocking send and recv stage device memory; non-blocking
           }
         }) == 0);
 }
+
+namespace {
+
+// The trainer's step on its own memory: a deterministic pull of each
+// element towards a rank-specific target (stands in for a kernel).
+void local_step(std::span<float> x, int rank, int step) {
+  for (std::size_t k = 0; k < x.size(); ++k)
+    x[k] -= 0.1f * (x[k] - static_cast<float>((rank + 1) * (step + 1)) * 0.01f * static_cast<float>(k % 17));
+}
+
+}  // namespace
+
+TEST_CASE("schemes over device parameters: D-PSGD gives the same bits as over host parameters") {
+  namespace avg = chorus::averaging;
+  CHECK(differing_ranks([](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+          // Two tensors, so the mixing walks tensor boundaries; sizes that do not divide.
+          const std::vector<std::size_t> sizes = {7, 4099};
+          std::vector<std::vector<float>> host;
+          std::vector<std::unique_ptr<on_device>> device;
+          for (std::size_t t = 0; t < sizes.size(); ++t) {
+            host.push_back(input_of(comm.rank(), sizes[t], static_cast<int>(t)));
+            device.push_back(std::make_unique<on_device>(fake, host.back()));
+          }
+          const auto train = [&](avg::parameters model, auto&& apply) {
+            avg::dpsgd scheme(comm, model);
+            for (int step = 0; step < 4; ++step) scheme.step([] {}, [&] { apply(step); });
+            scheme.finish();
+          };
+          train(avg::parameters({std::span(host[0]), std::span(host[1])}), [&](int step) {
+            for (auto& tensor : host) local_step(tensor, comm.rank(), step);
+          });
+          train(avg::parameters({device[0]->span(), device[1]->span()}), [&](int step) {
+            for (auto& tensor : device) {  // the "kernel": through the device memory's own alias
+              std::vector<float> values = tensor->read();
+              local_step(values, comm.rank(), step);
+              fake.write(tensor->data, std::span<const float>(values));
+            }
+          });
+          for (std::size_t t = 0; t < sizes.size(); ++t) differ += !same_bits(device[t]->read(), host[t]);
+        }) == 0);
+}
+
+TEST_CASE("schemes over device parameters: GoSGD gossip keeps the average; finish leaves it on every rank") {
+  namespace avg = chorus::averaging;
+  std::atomic<int> off{0};
+  CHECK(differing_ranks([&](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+          const std::size_t count = 4099;
+          on_device model(fake, input_of(comm.rank(), count));
+          {
+            avg::gosgd scheme(comm, avg::parameters(model.span()), {.push_probability = 0.7});
+            for (int step = 0; step < 10; ++step) scheme.step([] {}, [] {});  // no training: only gossip
+            scheme.finish();
+          }
+          // Gossip conserves sum(weight x); finish is its consensus: the mean
+          // of the initial models, the same on every rank.
+          std::vector<double> mean(count, 0.0);
+          for (int r = 0; r < comm.size(); ++r) {
+            const std::vector<float> x = input_of(r, count);
+            for (std::size_t k = 0; k < count; ++k) mean[k] += static_cast<double>(x[k]) / comm.size();
+          }
+          const std::vector<float> ended = model.read();
+          std::vector<float> first = ended;
+          chorus::broadcast(comm, std::span(first), 0);
+          differ += !same_bits(ended, first);
+          for (std::size_t k = 0; k < count; ++k)
+            if (std::abs(ended[k] - mean[k]) > 1e-3 * (1.0 + std::abs(mean[k]))) {
+              ++off;
+              ++differ;
+              break;
+            }
+        }) == 0);
+  CHECK(off == 0);
+}
+
+TEST_CASE("schemes over device parameters: the host optimiser refuses them") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  chorus::cuda::router router(gpu);
+  const chorus::cuda::route_front_doors routing(router);
+  on_device x(fake, std::vector<float>(5, 1.0f)), g(fake, std::vector<float>(5, 1.0f));
+  chorus::averaging::sgd optimiser(x.span(), {.learning_rate = 0.1});
+  CHECK_THROWS_AS(optimiser.apply(g.span()), chorus::error);
+  CHECK(x.read() == std::vector<float>(5, 1.0f));  // untouched
+}

@@ -76,14 +76,11 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
  private:
   // x += w (neighbour - snapshot), tensor by tensor.
   void mix_in(float weight, std::span<const float> neighbour) {
-    std::size_t offset = 0;
-    for (std::span<float> tensor : model_.tensors()) {
-      const float* theirs = neighbour.data() + offset;
-      const float* mine = snapshot_.data() + offset;
+    model_.for_each_part(neighbour, [&](std::span<float> tensor, std::span<const float> theirs) {
+      const float* mine = snapshot_.data() + (theirs.data() - neighbour.data());
       float* out = tensor.data();
       for (std::size_t k = 0; k < tensor.size(); ++k) out[k] += weight * (theirs[k] - mine[k]);
-      offset += tensor.size();
-    }
+    });
   }
 
   Communicator comm_;  // its own: the exchange's tags meet no one else's

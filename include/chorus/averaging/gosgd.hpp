@@ -100,15 +100,13 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void finish() {
     this->metered([&] {
       quiesce();
-      std::vector<double> weighted(model_.size() + 1);
-      std::size_t k = 0;
-      for (std::span<float> tensor : model_.tensors())
-        for (float value : tensor) weighted[k++] = weight_ * static_cast<double>(value);
-      weighted[k] = weight_;
+      std::vector<float> model = model_.snapshot();  // the model may be device memory
+      std::vector<double> weighted(model.size() + 1);
+      for (std::size_t k = 0; k < model.size(); ++k) weighted[k] = weight_ * static_cast<double>(model[k]);
+      weighted.back() = weight_;
       allreduce(comm_, std::span<double>(weighted), op::sum{});
-      k = 0;
-      for (std::span<float> tensor : model_.tensors())
-        for (float& value : tensor) value = static_cast<float>(weighted[k++] / weighted.back());
+      for (std::size_t k = 0; k < model.size(); ++k) model[k] = static_cast<float>(weighted[k] / weighted.back());
+      model_.copy_from(model);
     });
     weight_ = 1.0 / comm_.size();
   }

@@ -35,6 +35,8 @@ class sgd {
 
   void apply(const parameters& gradients) {
     model_.require_same_shape(gradients, "sgd gradients");
+    model_.require_on_host("sgd");
+    gradients.require_on_host("sgd");
     const auto rate = static_cast<float>(options_.learning_rate);
     const auto mu = static_cast<float>(options_.momentum);
     const auto decay = static_cast<float>(options_.weight_decay);

@@ -11,9 +11,14 @@
 // for_each_part walks the tensors next to matching parts of such a buffer.
 #pragma once
 
+#include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <string_view>
+#include <thread>
 #include <cstddef>
 #include <initializer_list>
 #include <span>
@@ -21,6 +26,23 @@
 #include <vector>
 
 namespace chorus::averaging {
+
+namespace detail {
+// Waits for the copies of device tensors (local work, no network): yields
+// until they are done, at most CHORUS_TIMEOUT (default 180 s).
+struct local_wait {
+  template <class Done>
+  void progress_until(Done&& done, std::string_view operation) const {
+    const auto limit = env::get_duration("CHORUS_TIMEOUT").value_or(std::chrono::seconds(180));
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw error(errc::timeout, "device copies did not finish within CHORUS_TIMEOUT", {-1, -1, std::string(operation)});
+      std::this_thread::yield();
+    }
+  }
+};
+}  // namespace detail
 
 class parameters {
  public:
@@ -34,31 +56,62 @@ class parameters {
   std::size_t size() const noexcept { return size_; }
   std::span<const std::span<float>> tensors() const noexcept { return tensors_; }
 
-  // f(tensor, part of `flat` at the same offsets), tensor by tensor.
+  // f(tensor, part of `flat` at the same offsets), tensor by tensor. A
+  // tensor in device memory (a router installed, core/memory_router.hpp)
+  // reaches f as a host copy, copied back after f.
   template <class Flat, class F>
   void for_each_part(std::span<Flat> flat, F&& f) const {
     require_flat_size(flat.size(), "for_each_part");
+    detail::local_wait waiting;
     std::size_t offset = 0;
     for (const auto& tensor : tensors_) {
-      f(tensor, flat.subspan(offset, tensor.size()));
+      const std::span<Flat> part = flat.subspan(offset, tensor.size());
+      if (memory_router* router = routed(tensor))
+        through_host(*router, waiting, [&](std::span<float> host) { f(host, part); },
+                     staged(tensor, buffer_use::read_write));
+      else
+        f(tensor, part);
       offset += tensor.size();
     }
   }
 
   void copy_to(std::span<float> flat) const {
-    for_each_part(flat, [](std::span<const float> tensor, std::span<float> part) {
-      std::copy(tensor.begin(), tensor.end(), part.begin());
-    });
+    require_flat_size(flat.size(), "copy_to");
+    detail::local_wait waiting;
+    std::size_t offset = 0;
+    for (const auto& tensor : tensors_) {
+      copy_elements(waiting, tensor.data(), tensor.size(), flat.data() + offset);
+      offset += tensor.size();
+    }
   }
   void copy_from(std::span<const float> flat) const {
-    for_each_part(flat, [](std::span<float> tensor, std::span<const float> part) {
-      std::copy(part.begin(), part.end(), tensor.begin());
-    });
+    require_flat_size(flat.size(), "copy_from");
+    detail::local_wait waiting;
+    std::size_t offset = 0;
+    for (const auto& tensor : tensors_) {
+      copy_elements(waiting, flat.data() + offset, tensor.size(), tensor.data());
+      offset += tensor.size();
+    }
   }
   std::vector<float> snapshot() const {
     std::vector<float> flat(size_);
     copy_to(flat);
     return flat;
+  }
+
+  // Whether every tensor is host memory the host may touch directly (no
+  // router installed, or it says so); schemes and optimisers that
+  // dereference tensors() check it.
+  bool on_host() const noexcept {
+    for (const auto& tensor : tensors_)
+      if (routed(tensor) != nullptr) return false;
+    return true;
+  }
+  void require_on_host(const char* user) const {
+    if (!on_host())
+      throw error(errc::invalid_argument, std::string(user) +
+                                              " works on host memory; these parameters are device memory (use the "
+                                              "trainer's own device code for this step)");
   }
 
   // Throws unless `other` has the same tensor sizes (gradients for these

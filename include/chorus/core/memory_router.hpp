@@ -25,7 +25,6 @@
 #include <atomic>
 #include <concepts>
 #include <cstddef>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -49,7 +48,7 @@ class function_ref<R(Args...)> {
   function_ref(F&& callable) noexcept  // NOLINT: implicit, like a function pointer
       : object_(const_cast<void*>(static_cast<const void*>(std::addressof(callable)))),
         call_([](void* object, Args... args) -> R {
-          return std::invoke(*static_cast<std::remove_reference_t<F>*>(object), std::forward<Args>(args)...);
+          return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
         }) {}
 
   R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }

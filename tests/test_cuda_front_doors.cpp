@@ -291,6 +291,34 @@ TEST_CASE("schemes over device parameters: D-PSGD gives the same bits as over ho
         }) == 0);
 }
 
+TEST_CASE("schemes over device parameters: local SGD, sync EASGD and allreduce-SGD give the same bits as over host") {
+  namespace avg = chorus::averaging;
+  for (int scheme = 0; scheme < 3; ++scheme) {
+    CAPTURE(scheme);
+    CHECK(differing_ranks([&](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+            const std::size_t count = 4099;
+            std::vector<float> host = input_of(comm.rank(), count), host_grads = input_of(comm.rank(), count, 9);
+            on_device device(fake, host), device_grads(fake, host_grads);
+            const auto train = [&](avg::parameters model, avg::parameters grads, auto&& apply) {
+              const auto run = [&](auto&& chosen) {
+                for (int step = 0; step < 4; ++step) chosen.step([] {}, [&] { apply(step); });
+                chosen.finish();
+              };
+              if (scheme == 0) run(avg::local_sgd(comm, model, {.period = 2}));
+              else if (scheme == 1) run(avg::easgd(comm, model));
+              else run(avg::allreduce_sgd(comm, model, grads));
+            };
+            train(std::span(host), std::span(host_grads), [&](int step) { local_step(host, comm.rank(), step); });
+            train(device.span(), device_grads.span(), [&](int step) {
+              std::vector<float> values = device.read();
+              local_step(values, comm.rank(), step);
+              fake.write(device.data, std::span<const float>(values));
+            });
+            differ += !same_bits(device.read(), host) || !same_bits(device_grads.read(), host_grads);
+          }) == 0);
+  }
+}
+
 TEST_CASE("schemes over device parameters: GoSGD gossip keeps the average; finish leaves it on every rank") {
   namespace avg = chorus::averaging;
   std::atomic<int> off{0};

@@ -69,11 +69,13 @@ class fake_device final : public chorus::cuda::device_operations {
   // Test access to device memory, as cudaMemcpy would give it.
   template <class T>
   void write(T* device_pointer, std::span<const T> values) {
+    if (values.empty()) return;  // memcpy's pointers must not be null, even for no bytes
     std::memcpy(alias_of(device_pointer), values.data(), values.size_bytes());
   }
   template <class T>
   std::vector<T> read(const T* device_pointer, std::size_t count) {
     std::vector<T> values(count);
+    if (count == 0) return values;
     std::memcpy(values.data(), alias_of(device_pointer), count * sizeof(T));
     return values;
   }

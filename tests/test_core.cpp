@@ -235,3 +235,14 @@ TEST_CASE("CHORUS_TUNE: rules by collective, rank count and size; every mistake 
   CHECK_THROWS_WITH_AS(chorus::variables::check_variables(), doctest::Contains("CHORUS_TUNE: 'allgather:0-:tree'"),
                        chorus::error);
 }
+
+TEST_CASE("integer sums and products wrap on overflow (two's complement), never undefined") {
+  constexpr std::int32_t big = std::numeric_limits<std::int32_t>::max();
+  CHECK(chorus::op::sum{}(big, std::int32_t{1}) == std::numeric_limits<std::int32_t>::min());
+  CHECK(chorus::op::prod{}(std::int32_t{-77700}, std::int32_t{-3754080}) ==
+        static_cast<std::int32_t>(static_cast<std::uint32_t>(-77700) * static_cast<std::uint32_t>(-3754080)));
+  CHECK(chorus::op::prod{}(std::int64_t{1} << 62, std::int64_t{4}) == 0);
+  CHECK(chorus::op::prod{}(std::uint16_t{65535}, std::uint16_t{65535}) == 1);  // not promoted to int
+  CHECK(chorus::op::sum{}(std::int8_t{127}, std::int8_t{1}) == -128);
+  CHECK(chorus::op::sum{}(1.5f, 2.25f) == 3.75f);
+}

@@ -70,11 +70,11 @@ staged_outcome compare_with_host(int ranks, std::size_t count, Op op, chorus::cu
     mine.stream = fake.create_stream();
     fake.launch(mine.stream, [&, on_device] {
       std::this_thread::sleep_for(20ms);
-      std::memcpy(fake.alias_of(on_device), input.data(), count * sizeof(T));
+      fake.write(on_device, std::span<const T>(input));
     });
     const chorus::algorithm staged_ran = chorus::cuda::allreduce(comm, gpu, std::span(on_device, count), op, mine);
     std::vector<T> seen(count);
-    fake.launch(mine.stream, [&, on_device] { std::memcpy(seen.data(), fake.alias_of(on_device), count * sizeof(T)); });
+    fake.launch(mine.stream, [&, on_device] { seen = fake.read(on_device, count); });
     fake.synchronize(mine.stream);
     fake.destroy_stream(mine.stream);
     fake.free_device(on_device);

@@ -24,16 +24,34 @@ constexpr bool is_nan(const T& value) noexcept {
   else return false;
 }
 
+// Integers wrap on overflow (two's complement, as MPI implementations
+// behave) instead of being undefined: the arithmetic is done unsigned, at
+// least as wide as `unsigned` so that no operand is promoted to int.
+template <class T, bool = std::is_integral_v<T>>
+struct wrapping {
+  using type = T;
+};
+template <class T>
+struct wrapping<T, true> {
+  using type = std::make_unsigned_t<std::common_type_t<T, unsigned>>;
+};
+template <class T>
+using wrapping_t = typename wrapping<T>::type;
+
 struct sum {
   static constexpr std::string_view name = "sum";
   template <class T>
-  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a + b); }
+  constexpr T operator()(T a, T b) const noexcept {
+    return static_cast<T>(static_cast<wrapping_t<T>>(a) + static_cast<wrapping_t<T>>(b));
+  }
 };
 
 struct prod {
   static constexpr std::string_view name = "prod";
   template <class T>
-  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a * b); }
+  constexpr T operator()(T a, T b) const noexcept {
+    return static_cast<T>(static_cast<wrapping_t<T>>(a) * static_cast<wrapping_t<T>>(b));
+  }
 };
 
 struct min {

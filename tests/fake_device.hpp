@@ -139,6 +139,7 @@ class fake_device final : public chorus::cuda::device_operations {
       std::memcpy(to, from, bytes);
       copied_bytes_ += bytes;
     });
+    ++copies_;
   }
 
   // Like cudaEventRecord: the event is pending until the stream reaches it.
@@ -174,6 +175,7 @@ class fake_device final : public chorus::cuda::device_operations {
   }
 
   std::size_t copied_bytes() const noexcept { return copied_bytes_.load(); }
+  std::size_t copies() const noexcept { return copies_.load(); }  // enqueued, in either direction
   std::size_t pinned_allocations() const {
     std::lock_guard lock(mutex_);
     return pinned_allocations_;
@@ -282,6 +284,7 @@ class fake_device final : public chorus::cuda::device_operations {
   std::vector<std::unique_ptr<stream>> streams_;
   std::unique_ptr<stream> default_stream_;
   std::atomic<std::size_t> copied_bytes_{0};
+  std::atomic<std::size_t> copies_{0};
 };
 
 }  // namespace chorus_test

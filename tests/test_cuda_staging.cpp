@@ -4,6 +4,7 @@
 // allreduce of the same inputs; the copies are ordered after the caller's
 // stream and the result is visible on it; pinned buffers are reused.
 #include <chorus/cuda/allreduce.hpp>
+#include <chorus/cuda/part_staging.hpp>
 
 #include "fake_device.hpp"
 #include "support.hpp"
@@ -203,4 +204,90 @@ TEST_CASE("staged allreduce: bad staging options are invalid_argument") {
     }
     fake.free_device(data);
   }, quick());
+}
+
+// Part by part: need() waits only for the chunks of its part (a later
+// chunk's copy is held back by a gate on its stream), and done() sends a
+// part back to the device at once, before finish().
+TEST_CASE("part staging: need waits for its own chunks only; done copies a part out at once") {
+  fake_device fake;
+  const std::size_t chunk = 4096, bytes = 4 * chunk + 100;
+  std::vector<std::byte> values(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) values[i] = static_cast<std::byte>(i * 7 + 3);
+  auto* on_device = static_cast<std::byte*>(fake.allocate_device(bytes));
+  fake.write(on_device, std::span<const std::byte>(values));
+  chorus::cuda::staging_set set;
+  set.pinned = {static_cast<std::byte*>(fake.allocate_pinned(bytes)), bytes};
+  std::fill(set.pinned.begin(), set.pinned.end(), std::byte{0});
+  for (int s = 0; s < 2; ++s) {
+    set.streams.push_back(fake.create_stream());
+    set.events.push_back(fake.create_event());
+  }
+  std::atomic<bool> open{false};
+  fake.launch(set.streams[1], [&] {  // chunks 1 and 3 go on stream 1: held until the gate opens
+    while (!open) std::this_thread::yield();
+  });
+  const auto wait = [](chorus::function_ref<bool()> done, std::string_view) {
+    while (!done()) std::this_thread::yield();
+  };
+  {
+    chorus::cuda::part_staging parts(fake, set, {chunk, 2}, nullptr, on_device, bytes, wait);
+    parts.start();
+    parts.need(100, chunk - 200);  // inside chunk 0
+    CHECK(std::memcmp(parts.host(), values.data(), chunk) == 0);
+    CHECK(std::all_of(parts.host() + chunk, parts.host() + 2 * chunk, [](std::byte b) { return b == std::byte{0}; }));
+    parts.need(2 * chunk, chunk);  // chunk 2: stream 0, not held
+    CHECK(std::memcmp(parts.host() + 2 * chunk, values.data() + 2 * chunk, chunk) == 0);
+
+    parts.host()[5] = std::byte{0xab};
+    parts.done(0, chunk);  // chunk 0 is final: back to the device before finish()
+    fake.synchronize(set.streams[0]);
+    CHECK(fake.read(on_device, 6)[5] == std::byte{0xab});
+
+    open = true;
+    parts.need(0, bytes);
+    CHECK(std::memcmp(parts.host() + chunk, values.data() + chunk, bytes - chunk) == 0);
+    parts.host()[bytes - 1] = std::byte{0xcd};
+    parts.finish();  // the rest was never reported final: copied out whole
+  }
+  const std::vector<std::byte> ended = fake.read(on_device, bytes);
+  CHECK(ended[5] == std::byte{0xab});
+  CHECK(ended[bytes - 1] == std::byte{0xcd});
+  CHECK(std::memcmp(ended.data() + 6, values.data() + 6, bytes - 7) == 0);
+  for (int s = 0; s < 2; ++s) {
+    fake.destroy_stream(set.streams[static_cast<std::size_t>(s)]);
+    fake.destroy_event(set.events[static_cast<std::size_t>(s)]);
+  }
+  fake.free_pinned(set.pinned.data());
+  fake.free_device(on_device);
+}
+
+// The ring is staged part by part (a copy out per finished segment, while
+// the ring runs); recursive doubling is staged whole (one copy each way).
+TEST_CASE("staged allreduce: the ring's copies go part by part, other algorithms' whole") {
+  using chorus::algorithm;
+  const std::size_t count = (1u << 18) + 3;  // 1 MiB: several 256 KiB ring segments per rank
+  for (const algorithm forced : {algorithm::ring, algorithm::recursive_doubling}) {
+    CAPTURE(chorus::to_string(forced));
+    fake_device fake;
+    chorus::cuda::device gpu(fake);
+    std::atomic<int> differing{0};
+    const int ranks = 3;
+    chorus::run_threads(ranks, [&](communicator& comm) {
+      const std::vector<float> input = input_of<float>(comm.rank(), count);
+      std::vector<float> host = input;
+      chorus::allreduce(comm, std::span(host), chorus::op::sum{}, forced);
+      auto* on_device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+      fake.write(on_device, std::span<const float>(input));
+      chorus::cuda::device_call call;
+      call.forced = forced;
+      chorus::cuda::allreduce(comm, gpu, std::span(on_device, count), chorus::op::sum{}, call);
+      differing += !same_bits(fake.read(on_device, count), host);
+      fake.free_device(on_device);
+    }, quick());
+    CHECK(differing == 0);
+    // One 4 MiB chunk in per rank; out: whole, or one copy per final segment.
+    if (forced == algorithm::ring) CHECK(fake.copies() > static_cast<std::size_t>(2 * ranks));
+    else CHECK(fake.copies() == static_cast<std::size_t>(2 * ranks));
+  }
 }

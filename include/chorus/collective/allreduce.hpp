@@ -33,23 +33,41 @@ namespace chorus {
 template <class Op>
 concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 
+namespace collective {
+
+// The allreduce of a buffer that is not host memory, through `router`
+// (core/memory_router.hpp). The ring reduces in place block by block, so it
+// is staged part by part and its copies overlap the network; the other
+// algorithms are staged whole.
+template <class Communicator, element T, class Op>
+algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
+  const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
+  if (std::is_same_v<accumulator_t<T>, T> &&
+      choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced).chosen == algorithm::ring)
+    return through_host_in_parts(router, comm, on_host, data);
+  return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
+}
+
+}  // namespace collective
+
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm forced = algorithm::automatic) {
-  if (memory_router* router = routed(data))
-    return through_host(*router, comm, [&](std::span<T> host) { return allreduce(comm, host, op, forced); },
-                        staged(data, buffer_use::read_write));
+  if (memory_router* router = routed(data)) return collective::allreduce_through(*router, comm, data, op, forced);
+  staging_hooks* const hooks = take_staging_hooks();
   collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
   const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
   report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allreduce");
+  if (hooks != nullptr && made.chosen != algorithm::ring) hooks->need(0, data.size_bytes());
   collective::with_accumulator(data, [&](auto work) {
     switch (made.chosen) {
-      case algorithm::ring: collective::allreduce_ring(ex, work, op); break;
+      case algorithm::ring: collective::allreduce_ring(ex, work, op, {}, hooks); break;
       case algorithm::rabenseifner: collective::allreduce_rabenseifner(ex, work, op); break;
       case algorithm::tree: collective::allreduce_tree(ex, work, op); break;
       default: collective::allreduce_recursive_doubling(ex, work, op); break;
     }
   });
+  if (hooks != nullptr && made.chosen != algorithm::ring) hooks->done(0, data.size_bytes());
   return made.chosen;
 }
 

@@ -18,33 +18,57 @@
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
 #include <chorus/collective/scratch.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <cstddef>
 #include <span>
 
 namespace chorus::collective {
 
+// With `hooks` (a buffer staged part by part, core/memory_router.hpp) it
+// says before touching each segment that it needs it, and when each
+// segment is final: the segment this rank finishes reducing, then each
+// one the gather pass brings.
 template <class X, class A, class Op>
-void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settings = {}) {
+void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settings = {},
+                    staging_hooks* hooks = nullptr) {
   const int n = ex.size(), rank = ex.rank();
+  const auto need = [&](range r) {
+    if (hooks != nullptr) hooks->need(r.offset * sizeof(A), r.count * sizeof(A));
+  };
+  const auto done = [&](range r) {
+    if (hooks != nullptr) hooks->done(r.offset * sizeof(A), r.count * sizeof(A));
+  };
   if (n == 1 || data.empty()) {
+    need({0, data.size()});
     finalize_all(data, op, static_cast<std::size_t>(n));
+    done({0, data.size()});
     return;
   }
   const auto hops = static_cast<std::size_t>(n - 1);
   const ring_geometry geometry(data.size(), n, settings.segment_bytes / sizeof(A), 2 * hops, ex.steps_left());
   ring_pipeline ring(ex, geometry, ex.phase(geometry.steps(), "ring hops x segments"), settings.depth);
   const auto place = [&](range r) { return data.subspan(r.offset, r.count); };
+  const auto own = [&](range r) {
+    need(r);
+    return place(r);
+  };
   const auto reduce = [&](range r, std::span<const A> arrived, bool last) {
+    need(r);
     const std::span<A> target = place(r);
     reduce_into(target, arrived, op, true);
-    if (last) finalize_all(target, op, static_cast<std::size_t>(n));
+    if (last) {
+      finalize_all(target, op, static_cast<std::size_t>(n));
+      done(r);
+    }
     return target;
   };
   const std::span<A> window = collective::scratch<A>(ring.depth() * geometry.segment());
-  ring.reduce_hops(rank, 0, hops, place, window, geometry.segment(), [](range r) { return r.count; }, reduce, true);
+  // The reduce pass needs every block (its own first, then one per hop), so
+  // the gather pass receives only into parts already needed.
+  ring.reduce_hops(rank, 0, hops, own, window, geometry.segment(), [](range r) { return r.count; }, reduce, true);
   // Rank r now owns block r+1, already sent on as the first gather hop.
-  ring.gather_hops(rank + 1, hops, hops, place, [](range) {}, false);
+  ring.gather_hops(rank + 1, hops, hops, place, done, false);
   ring.finish();
 }
 

@@ -68,6 +68,19 @@ struct routed_buffer {
   buffer_use use = buffer_use::read;
 };
 
+// An algorithm that touches its buffer part by part lets the router move
+// each part as it goes (so copies overlap the network): need(offset, bytes)
+// before it first reads or writes a part, done(offset, bytes) once the part
+// holds its final value. Offsets and sizes are in bytes of the buffer.
+class staging_hooks {
+ public:
+  virtual void need(std::size_t offset, std::size_t bytes) = 0;
+  virtual void done(std::size_t offset, std::size_t bytes) = 0;
+
+ protected:
+  ~staging_hooks() = default;
+};
+
 class memory_router {
  public:
   // The front door's way to wait: `wait(done, operation)` returns once
@@ -81,6 +94,13 @@ class memory_router {
   // back where it belongs.
   virtual void through_host(std::span<const routed_buffer> buffers, function_ref<void(std::span<void* const>)> body,
                             waiter wait) = 0;
+  // The same for one buffer read and written by an algorithm that may
+  // report its progress through the thread's staging_hooks (set for the
+  // body's duration; take_staging_hooks). By default: as through_host.
+  virtual void through_host_in_parts(const routed_buffer& buffer, function_ref<void(void*)> body, waiter wait) {
+    through_host(std::span<const routed_buffer>(&buffer, 1), [&](std::span<void* const> host) { body(host[0]); },
+                 wait);
+  }
   // Copies `bytes` between any two kinds of memory; returns once they have
   // landed (packing device tensors into a host bucket, fusion.hpp).
   virtual void copy(void* to, const void* from, std::size_t bytes, waiter wait) = 0;
@@ -97,6 +117,10 @@ inline std::atomic<memory_router*>& installed_router() noexcept {
 inline void*& thread_stream() noexcept {
   thread_local void* stream = nullptr;
   return stream;
+}
+inline staging_hooks*& thread_staging_hooks() noexcept {
+  thread_local staging_hooks* hooks = nullptr;
+  return hooks;
 }
 inline bool& routing_suspended() noexcept {
   thread_local bool suspended = false;
@@ -122,6 +146,24 @@ class thread_stream_scope {
 inline memory_router* install_memory_router(memory_router* router) noexcept {
   return detail::installed_router().exchange(router, std::memory_order_acq_rel);
 }
+
+// The hooks a router set for the algorithm about to run on this thread,
+// if any; taken once (cleared), so nested calls on other buffers never see
+// them.
+inline staging_hooks* take_staging_hooks() noexcept { return std::exchange(detail::thread_staging_hooks(), nullptr); }
+
+// Sets the thread's staging hooks for a scope (a router, around its body).
+class staging_hooks_scope {
+ public:
+  explicit staging_hooks_scope(staging_hooks* hooks) noexcept
+      : previous_(std::exchange(detail::thread_staging_hooks(), hooks)) {}
+  ~staging_hooks_scope() { detail::thread_staging_hooks() = previous_; }
+  staging_hooks_scope(const staging_hooks_scope&) = delete;
+  staging_hooks_scope& operator=(const staging_hooks_scope&) = delete;
+
+ private:
+  staging_hooks* previous_;
+};
 
 // A buffer and what the front door does with it.
 template <class T>
@@ -178,6 +220,27 @@ auto through_host(memory_router& router, Communicator& comm, Body&& body, staged
     comm.progress_until(done, operation);
   });
   if constexpr (!std::is_void_v<result>) return *std::move(out);
+}
+
+// Runs body(host span) through `router` for one buffer the body reads and
+// writes part by part (an allreduce's ring), and returns what it returns.
+template <class Communicator, class Body, class T>
+auto through_host_in_parts(memory_router& router, Communicator& comm, Body&& body, std::span<T> data) {
+  using result = std::invoke_result_t<Body&, std::span<T>>;
+  std::optional<result> out;
+  const routed_buffer view{static_cast<const void*>(data.data()), data.size_bytes(), buffer_use::read_write};
+  router.through_host_in_parts(
+      view,
+      [&](void* host) {
+        const bool was = std::exchange(detail::routing_suspended(), true);
+        struct restore {
+          bool value;
+          ~restore() { detail::routing_suspended() = value; }
+        } restored{was};
+        out.emplace(body(std::span<T>(static_cast<T*>(host), data.size())));
+      },
+      [&](function_ref<bool()> done, std::string_view operation) { comm.progress_until(done, operation); });
+  return *std::move(out);
 }
 
 // Copies `count` elements from `from` to `to`, either of which may be

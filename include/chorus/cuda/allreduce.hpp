@@ -11,9 +11,9 @@
 // ones after the caller's stream has finished writing them).
 //
 // Cost: the host algorithm's, plus 2 S / copy bandwidth for the copies in
-// and out. The copies of different chunks overlap each other; overlapping
-// them with the network (the ring's blocks staged as its hops reach them)
-// is the next step.
+// and out; with the ring (large buffers), the copies overlap the network
+// block by block (part_staging.hpp) and only about a chunk's worth stays
+// exposed.
 #pragma once
 
 #include <chorus/collective/allreduce.hpp>
@@ -37,9 +37,7 @@ algorithm allreduce(Communicator& comm, device& on, std::span<T> data, Op op = {
   router staging(on, call.staging);
   const stream_scope ordered(call.stream);
   if (on.kind_of(data.data()) == memory_kind::host) return chorus::allreduce(comm, data, op, call.forced);
-  return through_host(
-      staging, comm, [&](std::span<T> host) { return chorus::allreduce(comm, host, op, call.forced); },
-      staged(data, buffer_use::read_write));
+  return collective::allreduce_through(staging, comm, data, op, call.forced);
 }
 
 }  // namespace chorus::cuda

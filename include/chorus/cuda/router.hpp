@@ -21,6 +21,7 @@
 #pragma once
 
 #include <chorus/core/memory_router.hpp>
+#include <chorus/cuda/part_staging.hpp>
 #include <chorus/cuda/staging.hpp>
 
 #include <cstddef>
@@ -72,6 +73,23 @@ class router final : public memory_router {
     for (std::size_t i = 0; i < buffers.size(); ++i)
       if (kinds[i] == memory_kind::cuda_device && buffers[i].use != buffer_use::read)
         copies.copy_before_caller(held.set(), const_cast<void*>(buffers[i].data), host[i], buffers[i].bytes, wait);
+  }
+
+  // One device buffer staged part by part as the algorithm reports its
+  // progress (part_staging.hpp); anything else as through_host.
+  void through_host_in_parts(const routed_buffer& buffer, function_ref<void(void*)> body, waiter wait) override {
+    if (buffer.bytes == 0 || on_.kind_of(buffer.data) != memory_kind::cuda_device)
+      return memory_router::through_host_in_parts(buffer, body, wait);
+    stager copies(on_, options_, current_stream());
+    device::lease held = on_.acquire(buffer.bytes, copies.depth());
+    part_staging parts(on_.operations(), held.set(), options_, current_stream(),
+                       static_cast<std::byte*>(const_cast<void*>(buffer.data)), buffer.bytes, wait);
+    parts.start();
+    {
+      const staging_hooks_scope reporting(&parts);
+      body(parts.host());
+    }
+    parts.finish();
   }
 
   void copy(void* to, const void* from, std::size_t bytes, waiter wait) override {

@@ -351,6 +351,34 @@ TEST_CASE("schemes over device parameters: GoSGD gossip keeps the average; finis
   CHECK(off == 0);
 }
 
+TEST_CASE("schemes over device parameters: async EASGD starts from the server's model and ends on one centre") {
+  namespace avg = chorus::averaging;
+  for (const bool training : {false, true}) {
+    CAPTURE(training);
+    CHECK(differing_ranks([&](communicator& comm, fake_device& fake, std::atomic<int>& differ) {
+            const std::size_t count = 4099;
+            on_device model(fake, input_of(comm.rank(), count));
+            {
+              avg::easgd_async scheme(comm, avg::parameters(model.span()), {.alpha = 0.1, .tau = 1, .server = 0});
+              for (int step = 0; step < 6; ++step)
+                scheme.step([] {}, [&] {
+                  if (!training) return;
+                  std::vector<float> values = model.read();  // the trainer's "kernel"
+                  local_step(values, comm.rank(), step);
+                  fake.write(model.data, std::span<const float>(values));
+                });
+              scheme.finish();
+            }
+            const std::vector<float> ended = model.read();
+            std::vector<float> server = ended;
+            chorus::broadcast(comm, std::span(server), 0);
+            differ += !same_bits(ended, server);  // one centre on every rank
+            // Without training every pull moves nothing: the centre is the server's start.
+            if (!training) differ += !same_bits(ended, input_of(0, count));
+          }) == 0);
+  }
+}
+
 TEST_CASE("schemes over device parameters: the host optimiser refuses them") {
   fake_device fake;
   chorus::cuda::device gpu(fake);

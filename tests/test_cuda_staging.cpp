@@ -231,7 +231,9 @@ TEST_CASE("part staging: need waits for its own chunks only; done copies a part 
     while (!done()) std::this_thread::yield();
   };
   {
-    chorus::cuda::part_staging parts(fake, set, {chunk, 2}, nullptr, on_device, bytes, wait);
+    chorus::cuda::device gpu(fake);
+    chorus::cuda::stager copies(gpu, {chunk, 2}, nullptr);
+    chorus::cuda::part_staging parts(copies, set, on_device, bytes, wait);
     parts.start();
     parts.need(100, chunk - 200);  // inside chunk 0
     CHECK(std::memcmp(parts.host(), values.data(), chunk) == 0);

@@ -126,19 +126,34 @@ inline bool& routing_suspended() noexcept {
   thread_local bool suspended = false;
   return suspended;
 }
+
+// Sets one of the thread-local values above until the scope ends.
+template <class T>
+class scoped_value {
+ public:
+  scoped_value(T& slot, T value) noexcept : slot_(slot), previous_(std::exchange(slot, value)) {}
+  ~scoped_value() { slot_ = previous_; }
+  scoped_value(const scoped_value&) = delete;
+  scoped_value& operator=(const scoped_value&) = delete;
+
+ private:
+  T& slot_;
+  T previous_;
+};
+
+// A front door's wait, through its communicator (progress_until: bounded
+// by the communicator's timeout).
+template <class Communicator>
+auto waiting_on(Communicator& comm) noexcept {
+  return [&comm](function_ref<bool()> done, std::string_view operation) { comm.progress_until(done, operation); };
+}
 }  // namespace detail
 
 // Orders this thread's calls on a device stream until the scope ends
 // (chorus::cuda::stream_scope).
-class thread_stream_scope {
+class thread_stream_scope : detail::scoped_value<void*> {
  public:
-  explicit thread_stream_scope(void* stream) noexcept : previous_(std::exchange(detail::thread_stream(), stream)) {}
-  ~thread_stream_scope() { detail::thread_stream() = previous_; }
-  thread_stream_scope(const thread_stream_scope&) = delete;
-  thread_stream_scope& operator=(const thread_stream_scope&) = delete;
-
- private:
-  void* previous_;
+  explicit thread_stream_scope(void* stream) noexcept : scoped_value(detail::thread_stream(), stream) {}
 };
 
 // Installs `router` for every front door (nullptr: none); returns the one
@@ -153,16 +168,9 @@ inline memory_router* install_memory_router(memory_router* router) noexcept {
 inline staging_hooks* take_staging_hooks() noexcept { return std::exchange(detail::thread_staging_hooks(), nullptr); }
 
 // Sets the thread's staging hooks for a scope (a router, around its body).
-class staging_hooks_scope {
+class staging_hooks_scope : detail::scoped_value<staging_hooks*> {
  public:
-  explicit staging_hooks_scope(staging_hooks* hooks) noexcept
-      : previous_(std::exchange(detail::thread_staging_hooks(), hooks)) {}
-  ~staging_hooks_scope() { detail::thread_staging_hooks() = previous_; }
-  staging_hooks_scope(const staging_hooks_scope&) = delete;
-  staging_hooks_scope& operator=(const staging_hooks_scope&) = delete;
-
- private:
-  staging_hooks* previous_;
+  explicit staging_hooks_scope(staging_hooks* hooks) noexcept : scoped_value(detail::thread_staging_hooks(), hooks) {}
 };
 
 // A buffer and what the front door does with it.
@@ -196,13 +204,7 @@ auto through_host(memory_router& router, Communicator& comm, Body&& body, staged
       routed_buffer{static_cast<const void*>(buffers.span.data()), buffers.span.size_bytes(), buffers.use}...};
   std::conditional_t<std::is_void_v<result>, std::optional<int>, std::optional<result>> out;
   const auto on_host = [&](std::span<void* const> host) {
-    bool& suspended = detail::routing_suspended();
-    const bool was = std::exchange(suspended, true);
-    struct restore {
-      bool& flag;
-      bool value;
-      ~restore() { flag = value; }
-    } restored{suspended, was};
+    const detail::scoped_value<bool> suspended(detail::routing_suspended(), true);
     std::size_t next = 0;
     const auto typed = [&](const auto& buffer) {
       using element = typename std::remove_cvref_t<decltype(buffer.span)>::element_type;
@@ -216,9 +218,7 @@ auto through_host(memory_router& router, Communicator& comm, Body&& body, staged
       out.emplace(std::apply(body, arguments));
     }
   };
-  router.through_host(views, on_host, [&](function_ref<bool()> done, std::string_view operation) {
-    comm.progress_until(done, operation);
-  });
+  router.through_host(views, on_host, detail::waiting_on(comm));
   if constexpr (!std::is_void_v<result>) return *std::move(out);
 }
 
@@ -232,14 +232,10 @@ auto through_host_in_parts(memory_router& router, Communicator& comm, Body&& bod
   router.through_host_in_parts(
       view,
       [&](void* host) {
-        const bool was = std::exchange(detail::routing_suspended(), true);
-        struct restore {
-          bool value;
-          ~restore() { detail::routing_suspended() = value; }
-        } restored{was};
+        const detail::scoped_value<bool> suspended(detail::routing_suspended(), true);
         out.emplace(body(std::span<T>(static_cast<T*>(host), data.size())));
       },
-      [&](function_ref<bool()> done, std::string_view operation) { comm.progress_until(done, operation); });
+      detail::waiting_on(comm));
   return *std::move(out);
 }
 
@@ -252,9 +248,7 @@ void copy_elements(Communicator& comm, const T* from, std::size_t count, T* to) 
     std::copy_n(from, count, to);
     return;
   }
-  router->copy(to, from, count * sizeof(T), [&](function_ref<bool()> done, std::string_view operation) {
-    comm.progress_until(done, operation);
-  });
+  router->copy(to, from, count * sizeof(T), detail::waiting_on(comm));
 }
 
 }  // namespace chorus

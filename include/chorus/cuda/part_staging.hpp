@@ -13,8 +13,8 @@
 
 #include <chorus/core/memory_router.hpp>
 #include <chorus/cuda/device.hpp>
+#include <chorus/cuda/staging.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <string_view>
@@ -27,9 +27,10 @@ class part_staging final : public staging_hooks {
  public:
   using waiter = memory_router::waiter;
 
-  part_staging(device_operations& ops, staging_set& set, const staging_options& options, stream_handle caller,
-               std::byte* device_data, std::size_t bytes, waiter wait)
-      : ops_(ops), set_(set), options_(options), caller_(caller), device_(device_data), bytes_(bytes), wait_(wait) {}
+  // `copies` orders after and before the caller's stream; `set` holds the
+  // pinned buffer (at least `bytes`) and the copy streams.
+  part_staging(stager& copies, staging_set& set, std::byte* device_data, std::size_t bytes, waiter wait)
+      : copies_(copies), ops_(copies.operations()), set_(set), device_(device_data), bytes_(bytes), wait_(wait) {}
 
   part_staging(const part_staging&) = delete;
   part_staging& operator=(const part_staging&) = delete;
@@ -38,10 +39,6 @@ class part_staging final : public staging_hooks {
   // buffer's lease: wait for them (bounded), then free the events.
   ~part_staging() {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    try {
-      record_stream_tails();
-    } catch (...) {
-    }
     const auto quiet = [&] {
       try {
         return all_completed();
@@ -49,35 +46,36 @@ class part_staging final : public staging_hooks {
         return true;  // the device failed: nothing more will run
       }
     };
-    while (!quiet() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    try {
+      copies_.record_tails(set_);
+      while (!quiet() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    } catch (...) {
+    }
     for (event_handle event : chunk_events_) ops_.destroy_event(event);
   }
 
   std::byte* host() const noexcept { return set_.pinned.data(); }
 
-  // Enqueues every chunk's copy in, ordered after the caller's stream.
+  // Enqueues every chunk's copy in, ordered after the caller's stream, each
+  // marked by its own event.
   void start() {
-    ops_.record(set_.events[0], caller_);
-    for (std::size_t s = 0; s < streams(); ++s) ops_.stream_wait(set_.streams[s], set_.events[0]);
-    for (std::size_t offset = 0, k = 0; offset < bytes_; offset += options_.chunk_bytes, ++k) {
-      const std::size_t length = std::min(options_.chunk_bytes, bytes_ - offset);
-      const stream_handle stream = set_.streams[k % streams()];
-      ops_.copy_async(host() + offset, device_ + offset, length, stream);
+    copies_.order_after_caller(set_);
+    copies_.enqueue_chunks(set_, host(), device_, bytes_, [&](stream_handle stream) {
       chunk_events_.push_back(ops_.create_event());
       ops_.record(chunk_events_.back(), stream);
-    }
+    });
   }
 
   void need(std::size_t offset, std::size_t bytes) override {
     if (bytes == 0) return;
-    const std::size_t first = offset / options_.chunk_bytes, last = (offset + bytes - 1) / options_.chunk_bytes;
+    const std::size_t chunk = copies_.chunk_bytes(), first = offset / chunk, last = (offset + bytes - 1) / chunk;
     for (std::size_t k = first; k <= last && k < chunk_events_.size(); ++k)
       wait_([&] { return ops_.completed(chunk_events_[k]); }, "staging a device buffer in");
   }
 
   void done(std::size_t offset, std::size_t bytes) override {
     if (bytes == 0) return;
-    ops_.copy_async(device_ + offset, host() + offset, bytes, set_.streams[next_out_++ % streams()]);
+    ops_.copy_async(device_ + offset, host() + offset, bytes, set_.streams[next_out_++ % copies_.streams(set_)]);
     copied_out_ += bytes;
   }
 
@@ -89,34 +87,22 @@ class part_staging final : public staging_hooks {
       need(0, bytes_);
       done(0, bytes_);
     }
-    record_stream_tails();
-    for (std::size_t s = 0; s < streams(); ++s) ops_.stream_wait(caller_, set_.events[s]);
+    copies_.order_caller_after(set_);
     wait_([&] { return all_completed(); }, "staging a device buffer out");
   }
 
  private:
-  std::size_t streams() const noexcept {
-    return std::min(set_.streams.size(), static_cast<std::size_t>(options_.depth));
-  }
-
-  // events[s] marks everything enqueued on stream s so far.
-  void record_stream_tails() {
-    for (std::size_t s = 0; s < streams(); ++s) ops_.record(set_.events[s], set_.streams[s]);
-  }
-
-  // Every copy enqueued before the last record_stream_tails has run.
+  // Every copy in, and every copy enqueued before the copy streams' tails
+  // were last recorded, has run.
   bool all_completed() {
     for (event_handle event : chunk_events_)
       if (!ops_.completed(event)) return false;
-    for (std::size_t s = 0; s < streams(); ++s)
-      if (!ops_.completed(set_.events[s])) return false;
-    return true;
+    return copies_.all_completed(set_);
   }
 
+  stager& copies_;
   device_operations& ops_;
   staging_set& set_;
-  staging_options options_;
-  stream_handle caller_;
   std::byte* device_;
   std::size_t bytes_;
   waiter wait_;

@@ -11,7 +11,6 @@
 #include <chorus/codec/two_byte_float.hpp>
 #include <chorus/core/bfloat16.hpp>
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -20,16 +19,10 @@ namespace chorus::codec {
 
 struct bf16_format {
   static constexpr std::string_view name = "bf16";
-  static constexpr std::uint16_t largest_bits = 0x7f7f;
-  static constexpr std::uint16_t infinity_bits = 0x7f80;
+  static constexpr std::uint16_t largest_bits = element::bf16_largest_bits;
 
-  static std::uint16_t encode(float x, overflow policy) {
-    const auto bits = chorus::detail::float_bits_to_bfloat16_bits(std::bit_cast<std::uint32_t>(x));
-    if (policy == overflow::saturate && std::isfinite(x) && (bits & 0x7fffu) == infinity_bits)
-      return static_cast<std::uint16_t>((bits & 0x8000u) | largest_bits);
-    return bits;
-  }
-  static float decode(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+  static constexpr std::uint16_t encode(float x, overflow policy) { return element::bf16_encode(x, policy); }
+  static constexpr float decode(std::uint16_t bits) { return element::bf16_decode(bits); }
 
   static float bound(float x, overflow policy) {
     if (!std::isfinite(x)) return 0.0f;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chorus/codec/codec.hpp>
+#include <chorus/codec/elements.hpp>
 #include <chorus/core/error.hpp>
 
 #include <array>
@@ -50,10 +51,10 @@ class error_feedback {
                                               std::to_string(tensor_size) + "-element tensor");
     const std::span<float> residual = std::span(residual_for(slot, tensor_size)).subspan(offset, values.size());
     work_.resize(values.size());
-    for (std::size_t i = 0; i < values.size(); ++i) work_[i] = values[i] + residual[i];
+    for (std::size_t i = 0; i < values.size(); ++i) work_[i] = element::with_residual(values[i], residual[i]);
     codec_.encode(work_, out);
     codec_.decode(out, residual);
-    for (std::size_t i = 0; i < values.size(); ++i) residual[i] = work_[i] - residual[i];
+    for (std::size_t i = 0; i < values.size(); ++i) residual[i] = element::lost(work_[i], residual[i]);
   }
 
   std::span<const float> residual(std::size_t slot = 0) const { return residuals_.at(slot); }

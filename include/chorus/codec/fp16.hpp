@@ -11,7 +11,6 @@
 #include <chorus/codec/two_byte_float.hpp>
 #include <chorus/core/half.hpp>
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -20,13 +19,10 @@ namespace chorus::codec {
 
 struct fp16_format {
   static constexpr std::string_view name = "fp16";
-  static constexpr float largest = 65504.0f;
+  static constexpr float largest = element::fp16_largest;
 
-  static std::uint16_t encode(float x, overflow policy) {
-    if (policy == overflow::saturate && std::isfinite(x) && std::fabs(x) > largest) x = std::copysign(largest, x);
-    return chorus::detail::float_bits_to_half_bits(std::bit_cast<std::uint32_t>(x));
-  }
-  static float decode(std::uint16_t bits) { return std::bit_cast<float>(chorus::detail::half_bits_to_float_bits(bits)); }
+  static constexpr std::uint16_t encode(float x, overflow policy) { return element::fp16_encode(x, policy); }
+  static constexpr float decode(std::uint16_t bits) { return element::fp16_decode(bits); }
 
   static float bound(float x, overflow policy) {
     const float magnitude = std::fabs(x);

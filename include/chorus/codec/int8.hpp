@@ -15,6 +15,7 @@
 
 #include <chorus/codec/blocks.hpp>
 #include <chorus/codec/codec.hpp>
+#include <chorus/codec/elements.hpp>
 #include <chorus/codec/simd.hpp>
 
 #include <algorithm>
@@ -60,8 +61,7 @@ class int8 : public detail::block_codec<int8, detail::int8_payload> {
     const block_scale s = scale_of(x, n);
     std::memcpy(out, &s.scale, sizeof(float));
     auto* q = reinterpret_cast<std::int8_t*>(out + payload::header_bytes);
-    if (s.inverse == 0.0f) std::fill_n(q, n, std::int8_t{0});  // all zero, or poisoned by NaN/inf
-    else quantize(x, q, n, s);
+    quantize(x, q, n, s);
   }
 
   template <bool Accumulate>
@@ -76,47 +76,31 @@ class int8 : public detail::block_codec<int8, detail::int8_payload> {
     dequantize_portable<Accumulate>(q, out, i, n, scale);
   }
 
-  // boost: a power of two applied before `inverse`, 1 except in blocks so small
-  // (largest < 2^-100) that 127 / largest would overflow; multiplying by it is
-  // exact, so every block quantises x * 127 / largest the same way.
-  struct block_scale {
-    float scale, inverse, largest, boost;
-  };
-
-  static constexpr float tiny_block = 0x1p-100f, tiny_boost = 0x1p100f;
+  using block_scale = element::int8_scale;
 
   block_scale scale_of(const float* x, std::size_t n) const {
-    constexpr float inf = std::numeric_limits<float>::infinity();
     float largest = 0.0f;
     std::size_t i = 0;
 #if CHORUS_CODEC_X86
     if (path_ == simd_path::avx2) i = largest_magnitude_avx2(x, n, largest);
 #endif
-    for (; i < n; ++i) largest = std::fabs(x[i]) < inf ? std::max(largest, std::fabs(x[i])) : inf;
-    if (!(largest < inf)) return {std::numeric_limits<float>::quiet_NaN(), 0.0f, largest, 1.0f};
-    if (largest == 0.0f) return {0.0f, 0.0f, 0.0f, 1.0f};
-    const float boost = largest < tiny_block ? tiny_boost : 1.0f;
-    return {largest / 127.0f, 127.0f / (largest * boost), largest, boost};
+    for (; i < n; ++i) largest = hd::larger(largest, element::int8_magnitude(x[i]));
+    return element::int8_scale_of(largest);
   }
 
   void quantize(const float* x, std::int8_t* q, std::size_t n, const block_scale& s) const {
     std::size_t i = 0;
 #if CHORUS_CODEC_X86
-    if (path_ == simd_path::avx2 && s.boost == 1.0f) i = quantize_avx2(x, q, n, s.inverse);
+    if (path_ == simd_path::avx2 && s.boost == 1.0f && s.inverse != 0.0f) i = quantize_avx2(x, q, n, s.inverse);
 #endif
-    for (; i < n; ++i)
-      q[i] = static_cast<std::int8_t>(std::clamp(std::nearbyint(x[i] * s.boost * s.inverse), -127.0f, 127.0f));
+    for (; i < n; ++i) q[i] = element::int8_quantize(x[i], s);
   }
 
   template <bool Accumulate>
   CHORUS_NO_FMA_CONTRACT static void dequantize_portable(const std::int8_t* q, float* out, std::size_t i, std::size_t n,
                                                          float scale) {
     CHORUS_NO_FMA_CONTRACT_BODY
-    for (; i < n; ++i) {
-      const float value = static_cast<float>(q[i]) * scale;
-      if constexpr (Accumulate) out[i] += value;
-      else out[i] = value;
-    }
+    for (; i < n; ++i) element::decoded_into<Accumulate>(out[i], element::int8_dequantize(q[i], scale));
   }
 
 #if CHORUS_CODEC_X86

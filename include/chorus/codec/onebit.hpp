@@ -17,6 +17,7 @@
 
 #include <chorus/codec/blocks.hpp>
 #include <chorus/codec/codec.hpp>
+#include <chorus/codec/elements.hpp>
 #include <chorus/codec/simd.hpp>
 
 #include <algorithm>
@@ -101,11 +102,7 @@ class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
 #if CHORUS_CODEC_X86
     if (path_ == simd_path::avx2) i = expand_avx2<Accumulate>(signs, means, out, n);
 #endif
-    for (; i < n; ++i) {
-      const float value = (signs[i / 8] >> (i % 8)) & 1u ? means[0] : means[1];
-      if constexpr (Accumulate) out[i] += value;
-      else out[i] = value;
-    }
+    for (; i < n; ++i) element::decoded_into<Accumulate>(out[i], element::onebit_value(signs, i, means[0], means[1]));
   }
 
   struct lanes {
@@ -113,22 +110,15 @@ class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
     std::size_t positives;  // elements >= 0
   };
 
-  static float mean(const std::array<float, 8>& lane, std::size_t count) {
-    if (count == 0) return 0.0f;
-    const float sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-    // Which NaN an addition of two NaNs returns depends on operand order,
-    // which the compiler may swap: one canonical NaN keeps the paths equal.
-    if (std::isnan(sum)) return std::numeric_limits<float>::quiet_NaN();
-    return sum / static_cast<float>(count);
-  }
+  static float mean(const std::array<float, 8>& lane, std::size_t count) { return element::onebit_mean(lane.data(), count); }
 
   // Element k goes to lane k % 8, adding 0 to the other group's lane, exactly
   // as the vector code does.
   static void split_portable(const float* x, std::size_t i, std::size_t n, std::uint8_t* signs, lanes& sums) {
     for (; i < n; ++i) {
-      const bool non_negative = x[i] >= 0.0f;
-      sums.positive[i % 8] += non_negative ? x[i] : 0.0f;
-      sums.negative[i % 8] += non_negative ? 0.0f : x[i];
+      const bool non_negative = element::onebit_positive(x[i]);
+      sums.positive[i % 8] = hd::add(sums.positive[i % 8], non_negative ? x[i] : 0.0f);
+      sums.negative[i % 8] = hd::add(sums.negative[i % 8], non_negative ? 0.0f : x[i]);
       sums.positives += non_negative ? 1u : 0u;
       signs[i / 8] = static_cast<std::uint8_t>(signs[i / 8] | (non_negative ? 1u << (i % 8) : 0u));
     }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chorus/codec/codec.hpp>
+#include <chorus/codec/elements.hpp>
 #include <chorus/codec/simd.hpp>
 
 #include <cstddef>
@@ -18,11 +19,10 @@
 
 namespace chorus::codec {
 
-enum class overflow { saturate, infinity };
-
 namespace detail {
 
-// Format: static scalar encode(float, overflow) -> uint16, decode(uint16) -> float,
+// Format: static scalar encode(float, overflow) -> uint16, decode(uint16) -> float
+// (codec/elements.hpp, shared with the device kernels),
 // and under CHORUS_CODEC_X86 encode16<overflow>(const float*, uint16*),
 // encode8<overflow>(const float*, uint16*) and decode8(const uint16*) -> __m256.
 template <class Format>
@@ -74,10 +74,7 @@ class two_byte_float {
   CHORUS_NO_FMA_CONTRACT static void convert_portable(const std::uint16_t* bits, float* out, std::size_t i,
                                                       std::size_t n) {
     CHORUS_NO_FMA_CONTRACT_BODY
-    for (; i < n; ++i) {
-      if constexpr (Accumulate) out[i] += Format::decode(bits[i]);
-      else out[i] = Format::decode(bits[i]);
-    }
+    for (; i < n; ++i) element::decoded_into<Accumulate>(out[i], Format::decode(bits[i]));
   }
 
 #if CHORUS_CODEC_X86

@@ -7,14 +7,15 @@
 // infinity). Subnormals round like normals. Conversion to float is exact.
 #pragma once
 
-#include <bit>
+#include <chorus/core/host_device.hpp>
+
 #include <cstdint>
 
 namespace chorus {
 
 namespace detail {
 
-constexpr std::uint16_t float_bits_to_bfloat16_bits(std::uint32_t f) noexcept {
+CHORUS_HD constexpr std::uint16_t float_bits_to_bfloat16_bits(std::uint32_t f) noexcept {
   if ((f & 0x7fffffffu) > 0x7f800000u)
     return static_cast<std::uint16_t>((f >> 16) | 0x0040u);
   const std::uint32_t odd = (f >> 16) & 1u;
@@ -26,21 +27,21 @@ constexpr std::uint16_t float_bits_to_bfloat16_bits(std::uint32_t f) noexcept {
 class bfloat16 {
  public:
   constexpr bfloat16() noexcept = default;
-  constexpr explicit bfloat16(float value) noexcept
-      : bits_(detail::float_bits_to_bfloat16_bits(std::bit_cast<std::uint32_t>(value))) {}
+  CHORUS_HD constexpr explicit bfloat16(float value) noexcept
+      : bits_(detail::float_bits_to_bfloat16_bits(hd::bits_of(value))) {}
 
-  static constexpr bfloat16 from_bits(std::uint16_t bits) noexcept {
+  CHORUS_HD static constexpr bfloat16 from_bits(std::uint16_t bits) noexcept {
     bfloat16 b;
     b.bits_ = bits;
     return b;
   }
 
-  constexpr std::uint16_t bits() const noexcept { return bits_; }
-  constexpr operator float() const noexcept {
-    return std::bit_cast<float>(static_cast<std::uint32_t>(bits_) << 16);
+  CHORUS_HD constexpr std::uint16_t bits() const noexcept { return bits_; }
+  CHORUS_HD constexpr operator float() const noexcept {
+    return hd::float_from_bits(static_cast<std::uint32_t>(bits_) << 16);
   }
 
-  constexpr bool is_nan() const noexcept {
+  CHORUS_HD constexpr bool is_nan() const noexcept {
     return (bits_ & 0x7f80u) == 0x7f80u && (bits_ & 0x7fu) != 0;
   }
 

@@ -7,14 +7,15 @@
 // bits kept). Conversion to float is exact.
 #pragma once
 
-#include <bit>
+#include <chorus/core/host_device.hpp>
+
 #include <cstdint>
 
 namespace chorus {
 
 namespace detail {
 
-constexpr std::uint16_t float_bits_to_half_bits(std::uint32_t f) noexcept {
+CHORUS_HD constexpr std::uint16_t float_bits_to_half_bits(std::uint32_t f) noexcept {
   const auto sign = static_cast<std::uint16_t>((f >> 16) & 0x8000u);
   const std::uint32_t magnitude = f & 0x7fffffffu;
   if (magnitude > 0x7f800000u)  // NaN: keep the payload's top bits, force quiet
@@ -40,7 +41,7 @@ constexpr std::uint16_t float_bits_to_half_bits(std::uint32_t f) noexcept {
   return static_cast<std::uint16_t>(sign | units);
 }
 
-constexpr std::uint32_t half_bits_to_float_bits(std::uint16_t h) noexcept {
+CHORUS_HD constexpr std::uint32_t half_bits_to_float_bits(std::uint16_t h) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu;
   std::uint32_t mantissa = h & 0x3ffu;
@@ -60,21 +61,21 @@ constexpr std::uint32_t half_bits_to_float_bits(std::uint16_t h) noexcept {
 class half {
  public:
   constexpr half() noexcept = default;
-  constexpr explicit half(float value) noexcept
-      : bits_(detail::float_bits_to_half_bits(std::bit_cast<std::uint32_t>(value))) {}
+  CHORUS_HD constexpr explicit half(float value) noexcept
+      : bits_(detail::float_bits_to_half_bits(hd::bits_of(value))) {}
 
-  static constexpr half from_bits(std::uint16_t bits) noexcept {
+  CHORUS_HD static constexpr half from_bits(std::uint16_t bits) noexcept {
     half h;
     h.bits_ = bits;
     return h;
   }
 
-  constexpr std::uint16_t bits() const noexcept { return bits_; }
-  constexpr operator float() const noexcept {
-    return std::bit_cast<float>(detail::half_bits_to_float_bits(bits_));
+  CHORUS_HD constexpr std::uint16_t bits() const noexcept { return bits_; }
+  CHORUS_HD constexpr operator float() const noexcept {
+    return hd::float_from_bits(detail::half_bits_to_float_bits(bits_));
   }
 
-  constexpr bool is_nan() const noexcept {
+  CHORUS_HD constexpr bool is_nan() const noexcept {
     return (bits_ & 0x7c00u) == 0x7c00u && (bits_ & 0x3ffu) != 0;
   }
 

@@ -10,6 +10,8 @@
 // diverged replica is not hidden by its healthy peers.
 #pragma once
 
+#include <chorus/core/host_device.hpp>
+
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -19,7 +21,7 @@
 namespace chorus::op {
 
 template <class T>
-constexpr bool is_nan(const T& value) noexcept {
+CHORUS_HD constexpr bool is_nan(const T& value) noexcept {
   if constexpr (std::is_floating_point_v<T>) return value != value;
   else return false;
 }
@@ -41,7 +43,7 @@ using wrapping_t = typename wrapping<T>::type;
 struct sum {
   static constexpr std::string_view name = "sum";
   template <class T>
-  constexpr T operator()(T a, T b) const noexcept {
+  CHORUS_HD constexpr T operator()(T a, T b) const noexcept {
     return static_cast<T>(static_cast<wrapping_t<T>>(a) + static_cast<wrapping_t<T>>(b));
   }
 };
@@ -49,7 +51,7 @@ struct sum {
 struct prod {
   static constexpr std::string_view name = "prod";
   template <class T>
-  constexpr T operator()(T a, T b) const noexcept {
+  CHORUS_HD constexpr T operator()(T a, T b) const noexcept {
     return static_cast<T>(static_cast<wrapping_t<T>>(a) * static_cast<wrapping_t<T>>(b));
   }
 };
@@ -57,7 +59,7 @@ struct prod {
 struct min {
   static constexpr std::string_view name = "min";
   template <class T>
-  constexpr T operator()(T a, T b) const noexcept {
+  CHORUS_HD constexpr T operator()(T a, T b) const noexcept {
     if (is_nan(a)) return a;
     if (is_nan(b)) return b;
     return b < a ? b : a;
@@ -67,7 +69,7 @@ struct min {
 struct max {
   static constexpr std::string_view name = "max";
   template <class T>
-  constexpr T operator()(T a, T b) const noexcept {
+  CHORUS_HD constexpr T operator()(T a, T b) const noexcept {
     if (is_nan(a)) return a;
     if (is_nan(b)) return b;
     return a < b ? b : a;
@@ -77,9 +79,9 @@ struct max {
 struct avg {
   static constexpr std::string_view name = "avg";
   template <class T>
-  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a + b); }
+  CHORUS_HD constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a + b); }
   template <class T>
-  constexpr T finalize(T total, std::size_t contributions) const noexcept {
+  CHORUS_HD constexpr T finalize(T total, std::size_t contributions) const noexcept {
     return static_cast<T>(total / static_cast<T>(contributions));
   }
 };

@@ -1,0 +1,437 @@
+// Device kernels for every reduction op and element type, and for every
+// codec (fp16, bf16, int8, onebit: encode, decode, decode_add, and the error
+// feedback update), on the caller's stream.
+//
+//   #include <chorus/cuda/kernels.cuh>               // in a file nvcc compiles
+//   chorus::cuda::kernels::reduce_into(acc, incoming, n, chorus::op::sum{}, false, stream);
+//   chorus::cuda::kernels::encode(chorus::codec::int8{}, grads, wire, n, stream);
+//
+// Header-only, compiled by the user's nvcc (not NVRTC): a CUDA user includes
+// this file and the kernels are instantiated for exactly the types and ops
+// the program uses; a trainer compiled with g++ alone never needs them (the
+// staged path reduces on the host) and never includes this file.
+//
+// Bits: every element is computed by the functions the CPU code also uses
+// (core/reduce_op.hpp, core/half.hpp, codec/elements.hpp), in the CPU's
+// order where order matters (onebit's 8 lane sums are added one element at a
+// time by one thread each); the block maxima of int8 do not depend on order.
+// So a kernel's output equals the CPU's bit for bit (tests/gpu/ checks it on
+// a GPU). Products, sums and quotients are the explicitly rounded
+// intrinsics, which nvcc never fuses; build with nvcc's default IEEE
+// settings (not -use_fast_math or --ftz=true, which flush subnormals).
+//
+// Cost: each kernel reads and writes its bytes once (onebit and int8 encode
+// read a block once per warp); memory bound, so the target is the
+// device-to-device copy bandwidth (bench/gpu_kernels.cu measures both).
+// Every call returns once the work is enqueued; it is visible to later work
+// on `stream`. Launch errors throw chorus::error.
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "chorus/cuda/kernels.cuh holds device kernels: include it from a file that nvcc compiles"
+#endif
+
+#include <chorus/codec/bf16.hpp>
+#include <chorus/codec/elements.hpp>
+#include <chorus/codec/fp16.hpp>
+#include <chorus/codec/int8.hpp>
+#include <chorus/codec/onebit.hpp>
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/reduce_op.hpp>
+#include <chorus/cuda/runtime.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace chorus::cuda::kernels {
+
+namespace detail {
+
+inline constexpr int threads_per_block = 256;
+inline constexpr int warp = 32;
+inline constexpr std::size_t most_blocks = 65535;  // grid-stride loops cover the rest
+
+inline unsigned grid_for(std::size_t items, std::size_t per_block) {
+  return static_cast<unsigned>(std::min(most_blocks, (items + per_block - 1) / per_block));
+}
+
+inline void launched(const char* what) { chorus::cuda::detail::check(cudaGetLastError(), what); }
+
+// f(i) for every i in [0, n), by a grid-stride loop.
+template <class F>
+__global__ void each_element(std::size_t n, F f) {
+  const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+}
+
+// f(block, lane) for every codec block, one warp per block.
+template <class F>
+__global__ void each_codec_block(std::size_t blocks, F f) {
+  const std::size_t warps_per_block = blockDim.x / warp;
+  const std::size_t stride = warps_per_block * gridDim.x;
+  const unsigned lane = threadIdx.x % warp;
+  for (std::size_t b = blockIdx.x * warps_per_block + threadIdx.x / warp; b < blocks; b += stride) f(b, lane);
+}
+
+}  // namespace detail
+
+// Where the kernels' work runs: on a stream of the GPU (what every public
+// call uses), or serially on the calling host thread over host memory, the
+// same functions one element or one codec block at a time, warp steps
+// included (tests/cuda/ runs every kernel this way on machines without a GPU).
+struct on_stream {
+  cudaStream_t stream = nullptr;
+
+  template <class F>
+  void elements(std::size_t n, const F& f, const char* what) const {
+    if (n == 0) return;
+    detail::each_element<<<detail::grid_for(n, detail::threads_per_block), detail::threads_per_block, 0, stream>>>(n, f);
+    detail::launched(what);
+  }
+  template <class F>
+  void codec_blocks(std::size_t blocks, const F& f, const char* what) const {
+    if (blocks == 0) return;
+    const std::size_t warps_per_block = detail::threads_per_block / detail::warp;
+    detail::each_codec_block<<<detail::grid_for(blocks, warps_per_block), detail::threads_per_block, 0, stream>>>(blocks, f);
+    detail::launched(what);
+  }
+};
+
+struct on_host_thread {
+  template <class F>
+  void elements(std::size_t n, const F& f, const char*) const {
+    for (std::size_t i = 0; i < n; ++i) f(i);
+  }
+  template <class F>
+  void codec_blocks(std::size_t blocks, const F& f, const char*) const {
+    for (std::size_t b = 0; b < blocks; ++b) f.serial(b);
+  }
+};
+
+namespace detail {
+
+// Unaligned float header fields, as the CPU codecs write them (memcpy).
+CHORUS_HD inline float load_float(const std::byte* at) {
+  float value;
+  __builtin_memcpy(&value, at, sizeof value);
+  return value;
+}
+CHORUS_HD inline void store_float(std::byte* at, float value) { __builtin_memcpy(at, &value, sizeof value); }
+
+// Where block b of a block codec starts, and how many elements it holds.
+struct block_geometry {
+  std::size_t block, full_bytes, header_bytes, n;
+  CHORUS_HD std::size_t first(std::size_t b) const { return b * block; }
+  CHORUS_HD std::size_t count(std::size_t b) const { return n - first(b) < block ? n - first(b) : block; }
+  CHORUS_HD std::size_t byte(std::size_t b) const { return b * full_bytes; }
+  CHORUS_HD std::size_t blocks() const { return (n + block - 1) / block; }
+};
+
+template <class Payload>
+block_geometry geometry_of(std::size_t block, std::size_t n) {
+  return {block, Payload::header_bytes + Payload::payload_bytes(block), Payload::header_bytes, n};
+}
+
+// --- reductions --------------------------------------------------------------
+
+template <class A, class Op>
+struct reduce_step {
+  A* accumulate;
+  const A* incoming;
+  Op op;
+  bool incoming_is_lower;
+  CHORUS_HD void operator()(std::size_t i) const {
+    accumulate[i] = incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i]);
+  }
+};
+
+template <class A, class Op>
+struct finalize_step {
+  A* values;
+  Op op;
+  std::size_t contributions;
+  CHORUS_HD void operator()(std::size_t i) const { values[i] = op.finalize(values[i], contributions); }
+};
+
+template <class To, class From>
+struct convert_step {
+  To* to;
+  const From* from;
+  CHORUS_HD void operator()(std::size_t i) const { to[i] = static_cast<To>(from[i]); }
+};
+
+// --- fp16 and bf16 -------------------------------------------------------------
+
+template <class Codec>
+struct two_byte;
+template <>
+struct two_byte<codec::fp16> {
+  CHORUS_HD static std::uint16_t encode(float x, codec::overflow p) { return codec::element::fp16_encode(x, p); }
+  CHORUS_HD static float decode(std::uint16_t bits) { return codec::element::fp16_decode(bits); }
+};
+template <>
+struct two_byte<codec::bf16> {
+  CHORUS_HD static std::uint16_t encode(float x, codec::overflow p) { return codec::element::bf16_encode(x, p); }
+  CHORUS_HD static float decode(std::uint16_t bits) { return codec::element::bf16_decode(bits); }
+};
+
+template <class Codec>
+struct two_byte_encode {
+  const float* in;
+  std::uint16_t* out;
+  codec::overflow policy;
+  CHORUS_HD void operator()(std::size_t i) const { out[i] = two_byte<Codec>::encode(in[i], policy); }
+};
+
+template <class Codec, bool Accumulate>
+struct two_byte_decode {
+  const std::uint16_t* in;
+  float* out;
+  CHORUS_HD void operator()(std::size_t i) const {
+    codec::element::decoded_into<Accumulate>(out[i], two_byte<Codec>::decode(in[i]));
+  }
+};
+
+// --- int8 --------------------------------------------------------------------------
+
+__device__ inline float warp_largest(float value) {
+  for (int offset = warp / 2; offset > 0; offset /= 2) value = hd::larger(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+// A warp per block: each lane's largest magnitude, the warp's maximum (exact
+// in any order), then each lane quantises its elements.
+struct int8_encode {
+  block_geometry at;
+  const float* in;
+  std::byte* out;
+
+  CHORUS_HD float lane_largest(std::size_t b, unsigned lane) const {
+    const float* x = in + at.first(b);
+    float largest = 0.0f;
+    for (std::size_t k = lane; k < at.count(b); k += warp) largest = hd::larger(largest, codec::element::int8_magnitude(x[k]));
+    return largest;
+  }
+  CHORUS_HD void write(std::size_t b, unsigned lane, float block_largest) const {
+    const float* x = in + at.first(b);
+    const codec::element::int8_scale s = codec::element::int8_scale_of(block_largest);
+    std::byte* block = out + at.byte(b);
+    if (lane == 0) store_float(block, s.scale);
+    auto* q = reinterpret_cast<std::int8_t*>(block + at.header_bytes);
+    for (std::size_t k = lane; k < at.count(b); k += warp) q[k] = codec::element::int8_quantize(x[k], s);
+  }
+
+  __device__ void operator()(std::size_t b, unsigned lane) const { write(b, lane, warp_largest(lane_largest(b, lane))); }
+  void serial(std::size_t b) const {
+    float largest = 0.0f;
+    for (unsigned lane = 0; lane < warp; ++lane) largest = hd::larger(largest, lane_largest(b, lane));
+    for (unsigned lane = 0; lane < warp; ++lane) write(b, lane, largest);
+  }
+};
+
+template <bool Accumulate>
+struct int8_decode {
+  block_geometry at;
+  const std::byte* in;
+  float* out;
+  CHORUS_HD void operator()(std::size_t i) const {
+    const std::size_t b = i / at.block, k = i % at.block;
+    const std::byte* block = in + at.byte(b);
+    const auto q = static_cast<std::int8_t>(block[at.header_bytes + k]);
+    codec::element::decoded_into<Accumulate>(out[i], codec::element::int8_dequantize(q, load_float(block)));
+  }
+};
+
+// --- onebit ------------------------------------------------------------------------
+
+// A warp per block. Lanes 0-7 sum the non-negative group's lane j = lane,
+// lanes 8-15 the negative group's, each one element at a time in the CPU's
+// order; the signs go 32 at a time through a ballot, whose bit k is
+// element base + k's, written by lanes 0-3 a byte each.
+struct onebit_encode {
+  static constexpr std::size_t lanes = codec::element::onebit_lanes;
+  block_geometry at;
+  const float* in;
+  std::byte* out;
+
+  CHORUS_HD float lane_sum(std::size_t b, unsigned lane) const {
+    const float* x = in + at.first(b);
+    float sum = 0.0f;
+    if (lane >= 2 * lanes) return sum;
+    const bool positive_group = lane < lanes;
+    for (std::size_t k = lane % lanes; k < at.count(b); k += lanes)
+      sum = hd::add(sum, codec::element::onebit_positive(x[k]) == positive_group ? x[k] : 0.0f);
+    return sum;
+  }
+  CHORUS_HD bool positive(std::size_t b, std::size_t k) const {
+    return k < at.count(b) && codec::element::onebit_positive(in[at.first(b) + k]);
+  }
+  CHORUS_HD void write_signs(std::size_t b, std::size_t base, unsigned lane, std::uint32_t mask) const {
+    auto* signs = reinterpret_cast<std::uint8_t*>(out + at.byte(b) + at.header_bytes);
+    const std::size_t byte = base / 8 + lane;
+    if (lane < 4 && byte < (at.count(b) + 7) / 8) signs[byte] = static_cast<std::uint8_t>(mask >> (8 * lane));
+  }
+  // sums: the 8 non-negative lanes, then the 8 negative ones.
+  CHORUS_HD void write_means(std::size_t b, const float* sums, std::size_t positives) const {
+    std::byte* block = out + at.byte(b);
+    store_float(block, codec::element::onebit_mean(sums, positives));
+    store_float(block + sizeof(float), codec::element::onebit_mean(sums + lanes, at.count(b) - positives));
+  }
+
+  __device__ void operator()(std::size_t b, unsigned lane) const {
+    const float sum = lane_sum(b, lane);
+    std::size_t positives = 0;
+    for (std::size_t base = 0; base < at.count(b); base += warp) {
+      const std::uint32_t mask = __ballot_sync(0xffffffffu, positive(b, base + lane));
+      positives += static_cast<std::size_t>(__popc(mask));
+      write_signs(b, base, lane, mask);
+    }
+    float sums[2 * lanes];
+    for (unsigned j = 0; j < 2 * lanes; ++j) sums[j] = __shfl_sync(0xffffffffu, sum, static_cast<int>(j));
+    if (lane == 0) write_means(b, sums, positives);
+  }
+  void serial(std::size_t b) const {
+    float sums[2 * lanes];
+    for (unsigned j = 0; j < 2 * lanes; ++j) sums[j] = lane_sum(b, j);
+    std::size_t positives = 0;
+    for (std::size_t base = 0; base < at.count(b); base += warp) {
+      std::uint32_t mask = 0;
+      for (unsigned lane = 0; lane < warp; ++lane) mask |= positive(b, base + lane) ? 1u << lane : 0u;
+      positives += static_cast<std::size_t>(std::popcount(mask));
+      for (unsigned lane = 0; lane < warp; ++lane) write_signs(b, base, lane, mask);
+    }
+    write_means(b, sums, positives);
+  }
+};
+
+template <bool Accumulate>
+struct onebit_decode {
+  block_geometry at;
+  const std::byte* in;
+  float* out;
+  CHORUS_HD void operator()(std::size_t i) const {
+    const std::size_t b = i / at.block, k = i % at.block;
+    const std::byte* block = in + at.byte(b);
+    const auto* signs = reinterpret_cast<const std::uint8_t*>(block + at.header_bytes);
+    const float value = codec::element::onebit_value(signs, k, load_float(block), load_float(block + sizeof(float)));
+    codec::element::decoded_into<Accumulate>(out[i], value);
+  }
+};
+
+// --- error feedback ------------------------------------------------------------------
+
+struct add_residual {
+  const float* values;
+  const float* residual;
+  float* work;
+  CHORUS_HD void operator()(std::size_t i) const { work[i] = codec::element::with_residual(values[i], residual[i]); }
+};
+
+struct keep_lost {
+  const float* work;
+  float* residual;  // holds the decoded values on entry
+  CHORUS_HD void operator()(std::size_t i) const { residual[i] = codec::element::lost(work[i], residual[i]); }
+};
+
+template <bool Accumulate, class Launch, class Codec>
+void decode_with(const Launch& launch, const Codec& c, const std::byte* in, float* out, std::size_t n) {
+  if constexpr (std::is_same_v<Codec, codec::fp16> || std::is_same_v<Codec, codec::bf16>) {
+    launch.elements(n, two_byte_decode<Codec, Accumulate>{reinterpret_cast<const std::uint16_t*>(in), out},
+                    "chorus two-byte decode kernel");
+  } else if constexpr (std::is_same_v<Codec, codec::int8>) {
+    launch.elements(n, int8_decode<Accumulate>{geometry_of<codec::detail::int8_payload>(c.granule(), n), in, out},
+                    "chorus int8 decode kernel");
+  } else {
+    static_assert(std::is_same_v<Codec, codec::onebit>, "device kernels exist for fp16, bf16, int8 and onebit");
+    launch.elements(n, onebit_decode<Accumulate>{geometry_of<codec::detail::onebit_payload>(c.granule(), n), in, out},
+                    "chorus onebit decode kernel");
+  }
+}
+
+inline on_stream launcher_for(cudaStream_t stream) { return {stream}; }
+inline on_stream launcher_for(std::nullptr_t) { return {}; }
+inline const on_host_thread& launcher_for(const on_host_thread& host) { return host; }
+
+}  // namespace detail
+
+// Every call below runs on `where`: a cudaStream_t (default: the legacy
+// default stream), or on_host_thread{} over host memory.
+
+// --- reductions: the device twin of collective/reduce_local.hpp -------------------
+
+// accumulate[i] = incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i]),
+// over the accumulator type (float for half and bfloat16: widen first,
+// narrow once at the end, as the host collectives do).
+template <class A, class Op, class Where = cudaStream_t>
+void reduce_into(A* accumulate, const A* incoming, std::size_t n, const Op& op, bool incoming_is_lower,
+                 const Where& where = nullptr) {
+  detail::launcher_for(where).elements(n, detail::reduce_step<A, Op>{accumulate, incoming, op, incoming_is_lower},
+                                       "chorus reduce kernel");
+}
+
+// avg's division by the number of contributions; nothing for other ops.
+template <class A, class Op, class Where = cudaStream_t>
+void finalize(A* values, std::size_t n, const Op& op, std::size_t contributions, const Where& where = nullptr) {
+  if constexpr (requires { op.finalize(A{}, contributions); })
+    detail::launcher_for(where).elements(n, detail::finalize_step<A, Op>{values, op, contributions},
+                                         "chorus finalize kernel");
+}
+
+// Element type to its accumulator (half -> float) and back, rounding once.
+template <element T, class Where = cudaStream_t>
+void widen(accumulator_t<T>* to, const T* from, std::size_t n, const Where& where = nullptr) {
+  detail::launcher_for(where).elements(n, detail::convert_step<accumulator_t<T>, T>{to, from}, "chorus widen kernel");
+}
+template <element T, class Where = cudaStream_t>
+void narrow(T* to, const accumulator_t<T>* from, std::size_t n, const Where& where = nullptr) {
+  detail::launcher_for(where).elements(n, detail::convert_step<T, accumulator_t<T>>{to, from}, "chorus narrow kernel");
+}
+
+// --- codecs: the device twins of encode, decode and decode_add ------------------
+
+// `out` holds c.encoded_bytes(n) bytes, laid out as the CPU codec lays them.
+template <class Codec, class Where = cudaStream_t>
+void encode(const Codec& c, const float* in, std::byte* out, std::size_t n, const Where& where = nullptr) {
+  const auto& launch = detail::launcher_for(where);
+  if constexpr (std::is_same_v<Codec, codec::fp16> || std::is_same_v<Codec, codec::bf16>) {
+    launch.elements(n, detail::two_byte_encode<Codec>{in, reinterpret_cast<std::uint16_t*>(out), c.policy()},
+                    "chorus two-byte encode kernel");
+  } else if constexpr (std::is_same_v<Codec, codec::int8>) {
+    const auto at = detail::geometry_of<codec::detail::int8_payload>(c.granule(), n);
+    launch.codec_blocks(at.blocks(), detail::int8_encode{at, in, out}, "chorus int8 encode kernel");
+  } else {
+    static_assert(std::is_same_v<Codec, codec::onebit>, "device kernels exist for fp16, bf16, int8 and onebit");
+    const auto at = detail::geometry_of<codec::detail::onebit_payload>(c.granule(), n);
+    launch.codec_blocks(at.blocks(), detail::onebit_encode{at, in, out}, "chorus onebit encode kernel");
+  }
+}
+
+template <class Codec, class Where = cudaStream_t>
+void decode(const Codec& c, const std::byte* in, float* out, std::size_t n, const Where& where = nullptr) {
+  detail::decode_with<false>(detail::launcher_for(where), c, in, out, n);
+}
+
+template <class Codec, class Where = cudaStream_t>
+void decode_add(const Codec& c, const std::byte* in, float* accumulate, std::size_t n, const Where& where = nullptr) {
+  detail::decode_with<true>(detail::launcher_for(where), c, in, accumulate, n);
+}
+
+// One error-feedback step (codec/error_feedback.hpp) on device buffers:
+// encodes values + residual into `out` and keeps what decoding lost in
+// `residual` (zeros before the first step). `work`: n floats of scratch.
+template <class Codec, class Where = cudaStream_t>
+void error_feedback_encode(const Codec& c, const float* values, float* residual, float* work, std::byte* out,
+                           std::size_t n, const Where& where = nullptr) {
+  const auto& launch = detail::launcher_for(where);
+  launch.elements(n, detail::add_residual{values, residual, work}, "chorus error-feedback kernel");
+  encode(c, work, out, n, where);
+  decode(c, out, residual, n, where);
+  launch.elements(n, detail::keep_lost{work, residual}, "chorus error-feedback kernel");
+}
+
+}  // namespace chorus::cuda::kernels

@@ -6,6 +6,8 @@
 //       [--auto-iters BYTES]   (repeat small sizes until BYTES moved, up to 2000 iterations)
 //       [--codec fp16|bf16|int8|onebit|identity]   (allreduce, float, sum|avg: compressed)
 //       [--scheme ring|once]   (with --codec: force the compressed scheme; default automatic)
+//       [--device host|cuda]   (cuda: the buffers are CUDA device memory, one GPU per rank
+//                               by local rank, staged through pinned host memory)
 //
 // Sizes are nccl-tests' "size": the bytes of the largest buffer a rank
 // touches (allgather/gather: the gathered output; reduce_scatter/scatter: the
@@ -18,28 +20,70 @@
 
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/init.hpp>
+#if CHORUS_PERF_CUDA
+#include <chorus/cuda/router.hpp>
+#include <chorus/cuda/runtime.hpp>
+#endif
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdio>
 #include <string>
 #include <string_view>
 
-namespace perf {
-
-void communicator_world::barrier() { comm_.barrier(); }
-
-void communicator_world::sum_min_max(double& sum, double& low, double& high) {
-  chorus::allreduce(comm_, std::span(&sum, 1), chorus::op::sum{});
-  chorus::allreduce(comm_, std::span(&low, 1), chorus::op::min{});
-  chorus::allreduce(comm_, std::span(&high, 1), chorus::op::max{});
-}
-
-void communicator_world::sum(std::uint64_t& count) { chorus::allreduce(comm_, std::span(&count, 1), chorus::op::sum{}); }
-
-}  // namespace perf
-
 namespace {
+
+#if CHORUS_PERF_CUDA
+// --device cuda: buffers from cudaMalloc on this rank's GPU (local rank
+// modulo the device count), routed through every front door.
+class cuda_memory final : public perf::device_memory {
+ public:
+  explicit cuda_memory(int local_rank) {
+    int devices = 0;
+    check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    check(cudaSetDevice(local_rank % devices), "cudaSetDevice");
+    device_ = local_rank % devices;
+  }
+  std::string name() const override {
+    return "CUDA device " + std::to_string(device_) + " memory (staged through pinned host memory)";
+  }
+  void* allocate(std::size_t bytes) override {
+    void* data = nullptr;
+    check(cudaMalloc(&data, bytes), "cudaMalloc");
+    return data;
+  }
+  void release(void* data) noexcept override { (void)cudaFree(data); }
+  void upload(void* device, const void* host, std::size_t bytes) override {
+    check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  void download(void* host, const void* device, std::size_t bytes) override {
+    check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  }
+  void copy(void* to, const void* from, std::size_t bytes) override {
+    check(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  }
+
+ private:
+  static void check(cudaError_t status, const char* call) { chorus::cuda::detail::check(status, call); }
+  int device_ = 0;
+};
+#endif
+
+// Runs `chosen` with the buffers where --device puts them.
+int run_on_device(const perf::collective& chosen, chorus::communicator& comm, perf::options& config) {
+  if (config.device == "host") return chosen.run(comm, config);
+#if CHORUS_PERF_CUDA
+  chorus::cuda::device& gpu = chorus::cuda::runtime();  // unavailable without a GPU: a clear error
+  cuda_memory memory(static_cast<int>(chorus::env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX).value_or(comm.rank())));
+  chorus::cuda::router staging(gpu);
+  const chorus::cuda::route_front_doors routing(staging);
+  config.memory = &memory;
+  return chosen.run(comm, config);
+#else
+  throw chorus::error(chorus::errc::unavailable, "--device cuda: this chorus-perf was built without the CUDA toolkit");
+#endif
+}
 
 const std::array<const perf::collective*, 8> collectives{
     &perf::allreduce_entry, &perf::broadcast_entry, &perf::reduce_entry,   &perf::allgather_entry,
@@ -49,7 +93,7 @@ const std::array<const perf::collective*, 8> collectives{
 [[noreturn]] void usage(const std::string& problem) {
   std::FILE* out = problem.empty() ? stdout : stderr;
   if (!problem.empty()) std::fprintf(out, "chorus-perf: %s\n", problem.c_str());
-  std::fprintf(out, "usage: chorus-perf COLLECTIVE %s [--algo A] [--dtype T] [--op OP] [--root R] [--codec C] [--scheme ring|once]\n",
+  std::fprintf(out, "usage: chorus-perf COLLECTIVE %s [--algo A] [--dtype T] [--op OP] [--root R] [--codec C] [--scheme ring|once] [--device host|cuda]\n",
                std::string(perf::sweep_usage).c_str());
   std::fprintf(out, "collectives:");
   for (const perf::collective* c : collectives) std::fprintf(out, " %s", std::string(c->name).c_str());
@@ -78,6 +122,10 @@ void take_flag(perf::options& parsed, std::string_view flag, std::string_view va
   else if (flag == "--root") parsed.root = perf::count_argument(value);
   else if (flag == "--codec") parsed.codec = value;
   else if (flag == "--scheme") parsed.scheme = parse_scheme(value);
+  else if (flag == "--device") {
+    if (value != "host" && value != "cuda") throw perf::usage_error("unknown --device '" + std::string(value) + "' (host, cuda)");
+    parsed.device = value;
+  }
   else throw perf::usage_error("unknown option " + std::string(flag));
 }
 
@@ -132,7 +180,7 @@ int main(int argc, char** argv) {
   try {
     chorus::communicator comm = chorus::init();
     if (config.root >= comm.size()) usage("--root must be below the rank count");
-    return chosen->run(comm, config);
+    return run_on_device(*chosen, comm, config);
   } catch (const chorus::error& failure) {
     std::fprintf(stderr, "chorus-perf: %s\n", failure.what());
     return 1;

@@ -19,7 +19,7 @@ struct broadcast {
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form f, Op) const {
     if (f == form::in_place) return chorus::broadcast(c.comm, b.in_place(b.shape.count), c.config.root, c.config.algorithm);
-    if (c.rank == c.config.root) std::copy(b.in().begin(), b.in().end(), b.out().begin());
+    if (c.rank == c.config.root) b.copy_input_to_output();
     return chorus::broadcast(c.comm, b.out(), c.config.root, c.config.algorithm);
   }
 

@@ -28,12 +28,29 @@
 #include <chorus/core/reduce_op.hpp>
 
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace perf {
+
+// Memory a case's buffers can live in other than the host's (--device
+// cuda: chorus-perf.cpp implements it with the CUDA runtime). Inputs are
+// written on the host and uploaded; results are downloaded to be checked.
+class device_memory {
+ public:
+  virtual ~device_memory() = default;
+  virtual std::string name() const = 0;  // for the table's title
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* data) noexcept = 0;
+  virtual void upload(void* device, const void* host, std::size_t bytes) = 0;
+  virtual void download(void* host, const void* device, std::size_t bytes) = 0;
+  virtual void copy(void* to, const void* from, std::size_t bytes) = 0;  // device to device
+};
 
 // chorus-perf's command line.
 struct options : sweep_settings {
@@ -43,9 +60,11 @@ struct options : sweep_settings {
   chorus::algorithm algorithm = chorus::algorithm::automatic;  // --algo
   std::string codec;                                            // --codec: compressed allreduce
   chorus::compression_scheme scheme = chorus::compression_scheme::automatic;  // --scheme
+  std::string device = "host";                                  // --device host|cuda
+  device_memory* memory = nullptr;                              // set for --device cuda
 };
 
-// The ranks of a chorus communicator; defined in chorus-perf.cpp so that
+// The ranks of a chorus communicator; defined in perf/world.cpp so that
 // only that file instantiates the collectives the timings travel by.
 class communicator_world : public world {
  public:
@@ -83,17 +102,56 @@ inline layout blocks_out(std::size_t elements, int ranks) {
 }
 
 // Both buffers are as long as the longer one, so a collective can run in
-// place in `input`.
+// place in `input`. With device memory, the collective runs on a device copy
+// of each; the host vectors hold what is uploaded and what is downloaded.
 template <class T>
 struct buffers {
   layout shape;
   std::vector<T> input, output;
 
-  explicit buffers(layout s) : shape(s), input(std::max(s.input, s.output)), output(input.size()) {}
-  std::span<const T> in() const { return std::span<const T>(input).first(shape.input); }
-  std::span<T> out() { return std::span<T>(output).first(shape.output); }
-  std::span<T> in_place(std::size_t length) { return std::span<T>(input).first(length); }
-  const std::vector<T>& result(form f) const { return f == form::in_place ? input : output; }
+  buffers(layout s, device_memory* memory)
+      : shape(s), input(std::max(s.input, s.output)), output(input.size()),
+        device_input_(memory, input.size()), device_output_(memory, input.size()) {}
+
+  std::span<const T> in() const { return std::span<const T>(input_data(), shape.input); }
+  std::span<T> out() { return std::span<T>(device_output_.data ? device_output_.data : output.data(), shape.output); }
+  std::span<T> in_place(std::size_t length) { return std::span<T>(input_data(), length); }
+  // The output given the input, where the buffers live.
+  void copy_input_to_output() {
+    if (device_input_.memory) device_input_.memory->copy(out().data(), in().data(), in().size_bytes());
+    else std::copy(in().begin(), in().end(), out().begin());
+  }
+  void upload() {
+    device_input_.upload(input);
+    device_output_.upload(output);
+  }
+  // What a call left in the buffer `f` writes, on the host.
+  const std::vector<T>& result(form f) const {
+    std::vector<T>& host = const_cast<std::vector<T>&>(f == form::in_place ? input : output);
+    (f == form::in_place ? device_input_ : device_output_).download(host);
+    return host;
+  }
+
+ private:
+  struct on_device {
+    device_memory* memory;
+    T* data = nullptr;
+    std::unique_ptr<void, std::function<void(void*)>> owner;
+    on_device(device_memory* m, std::size_t n) : memory(m) {
+      if (memory == nullptr) return;
+      data = static_cast<T*>(memory->allocate(std::max<std::size_t>(n, 1) * sizeof(T)));
+      owner = {data, [m](void* p) { m->release(p); }};
+    }
+    void upload(const std::vector<T>& host) const {
+      if (memory && !host.empty()) memory->upload(data, host.data(), host.size() * sizeof(T));
+    }
+    void download(std::vector<T>& host) const {
+      if (memory && !host.empty()) memory->download(host.data(), data, host.size() * sizeof(T));
+    }
+  };
+  T* input_data() const { return device_input_.data ? device_input_.data : const_cast<T*>(input.data()); }
+
+  on_device device_input_, device_output_;
 };
 
 // Element `index` of `rank`'s input.
@@ -131,6 +189,7 @@ template <class T>
 void fill_inputs(buffers<T>& b, const context& c) {
   for (std::size_t i = 0; i < b.input.size(); ++i) b.input[i] = input_at<T>(c.config, c.rank, i);
   std::fill(b.output.begin(), b.output.end(), T{});
+  b.upload();
 }
 
 inline std::string algorithm_name(chorus::algorithm used) {
@@ -165,13 +224,14 @@ class collective_case final : public chorus_case {
   collective_case(const Descriptor& d, const context& c, Op op) : chorus_case(c, Descriptor::in_place, label()), descriptor_(d), op_(op) {}
 
   void resize(std::size_t bytes) override {
-    buffers_ = buffers<T>(descriptor_.shape(std::max<std::size_t>(1, bytes / sizeof(T)), context_.ranks));
-    shape_ = buffers_.shape;
-    bytes_ = buffers_.input.size() * sizeof(T);
+    buffers_.reset();  // one size's device buffers at a time
+    buffers_.emplace(descriptor_.shape(std::max<std::size_t>(1, bytes / sizeof(T)), context_.ranks), context_.config.memory);
+    shape_ = buffers_->shape;
+    bytes_ = buffers_->input.size() * sizeof(T);
   }
-  void fill() override { fill_inputs(buffers_, context_); }
-  void run(form f) override { used_ = descriptor_.call(context_, buffers_, f, op_); }
-  std::uint64_t wrong(form f) const override { return descriptor_.wrong(context_, buffers_, f, op_); }
+  void fill() override { fill_inputs(*buffers_, context_); }
+  void run(form f) override { used_ = descriptor_.call(context_, *buffers_, f, op_); }
+  std::uint64_t wrong(form f) const override { return descriptor_.wrong(context_, *buffers_, f, op_); }
 
  private:
   static labeller label() {
@@ -181,7 +241,7 @@ class collective_case final : public chorus_case {
 
   const Descriptor& descriptor_;
   Op op_;
-  buffers<T> buffers_{layout{}};
+  std::optional<buffers<T>> buffers_;
 };
 
 // Calls visit(T{}) with the element type called `name`.
@@ -218,9 +278,11 @@ inline constexpr std::string_view codec_names[] = {"fp16", "bf16", "int8", "oneb
 
 inline std::string title_of(const options& config, int ranks) {
   char text[256];
-  std::snprintf(text, sizeof text, "chorus-perf %s: %d ranks, dtype %s, op %s, root %d, %d iterations after %d warm-up, check %s%s%s",
+  const std::string memory = config.memory ? config.memory->name() : "host memory";
+  std::snprintf(text, sizeof text, "chorus-perf %s: %d ranks, dtype %s, op %s, root %d, %d iterations after %d warm-up, check %s%s%s, %s",
                 config.collective.c_str(), ranks, config.dtype.c_str(), config.op.c_str(), config.root, config.iterations,
-                config.warmup, config.check ? "on" : "off", config.codec.empty() ? "" : ", codec ", config.codec.c_str());
+                config.warmup, config.check ? "on" : "off", config.codec.empty() ? "" : ", codec ", config.codec.c_str(),
+                memory.c_str());
   return text;
 }
 

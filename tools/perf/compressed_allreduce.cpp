@@ -32,7 +32,7 @@ struct compressed_allreduce {
   template <class Op>
   chorus::algorithm call(const context& c, buffers<float>& b, form f, Op op) const {
     if (f == form::in_place) return chorus::allreduce(c.comm, b.in_place(b.shape.count), op, codec, options);
-    std::copy(b.in().begin(), b.in().end(), b.out().begin());
+    b.copy_input_to_output();
     return chorus::allreduce(c.comm, b.out(), op, codec, options);
   }
 

@@ -45,7 +45,7 @@ class fake_device final : public chorus::cuda::device_operations {
   std::string name() const override { return "fake device"; }
 
   // Device memory: the returned pointer faults on any host access.
-  void* allocate_device(std::size_t bytes) {
+  void* allocate_device(std::size_t bytes) override {
     const std::size_t length = round_to_pages(std::max<std::size_t>(bytes, 1));
     const int fd = memfd_create("chorus-fake-device", 0);
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(length)) != 0) throw std::runtime_error("fake device: memfd failed");
@@ -58,10 +58,10 @@ class fake_device final : public chorus::cuda::device_operations {
     return hidden;
   }
 
-  void free_device(void* pointer) {
+  void free_device(void* pointer) noexcept override {
     std::lock_guard lock(mutex_);
     const auto found = device_memory_.find(static_cast<std::byte*>(pointer));
-    if (found == device_memory_.end()) throw std::runtime_error("fake device: not a device allocation");
+    if (found == device_memory_.end()) std::abort();  // not a device allocation
     unmap(found->second);
     device_memory_.erase(found);
   }
@@ -163,6 +163,15 @@ class fake_device final : public chorus::cuda::device_operations {
     return e->reached.load() >= e->recorded.load();
   }
 
+  // The direct path: the fake stands in for a UCX that moves device memory
+  // by handing the network its read-write alias (set_network_reaches(false):
+  // a UCX without CUDA support, like Debian's).
+  bool network_reaches_device(const chorus::memory_kinds&) const noexcept override { return network_reaches_; }
+  void* network_address(void* device_pointer) const noexcept override {
+    return const_cast<fake_device*>(this)->translate(device_pointer, 0);
+  }
+  void set_network_reaches(bool reaches) noexcept { network_reaches_ = reaches; }
+
   // Work for the caller's stream, as a kernel would be (runs on its thread).
   void launch(chorus::cuda::stream_handle s, std::function<void()> work) { stream_of(s).enqueue(std::move(work)); }
 
@@ -197,6 +206,8 @@ class fake_device final : public chorus::cuda::device_operations {
   struct event {
     std::atomic<std::uint64_t> recorded{0}, reached{0};
   };
+
+  bool network_reaches_ = true;
 
   // A stream: a worker thread running its tasks in order.
   class stream {

@@ -4,6 +4,7 @@
 // a GPU); tests/gpu/ runs on one.
 #include <chorus/collective.hpp>
 #include <chorus/cuda/allreduce.hpp>
+#include <chorus/cuda/kernels.cuh>
 #include <chorus/cuda/runtime.hpp>
 
 namespace {
@@ -25,9 +26,11 @@ void average_gradients(chorus::communicator& comm, float* grads, int n, cudaStre
 }
 
 // The same through the front doors: a router installed once for the
-// process, the stream bound for this thread.
+// process, with the device kernels for the direct path (taken where UCX
+// moves CUDA memory), the stream bound for this thread.
 void average_through_front_doors(chorus::communicator& comm, float* grads, int n, cudaStream_t stream) {
-  static chorus::cuda::router gpu(chorus::cuda::runtime());
+  static chorus::cuda::kernels::compute kernels;
+  static chorus::cuda::router gpu(chorus::cuda::runtime(), {}, &kernels);
   static chorus::cuda::route_front_doors routing(gpu);
   const chorus::cuda::stream_scope ordered(stream);
   chorus::allreduce(comm, std::span(grads, static_cast<std::size_t>(n)), chorus::op::avg{});

@@ -15,9 +15,8 @@
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
-#include <chorus/collective/scratch.hpp>
 #include <chorus/core/memory_router.hpp>
 
 #include <cstddef>
@@ -28,10 +27,12 @@ namespace chorus::collective {
 // With `hooks` (a buffer staged part by part, core/memory_router.hpp) it
 // says before touching each segment that it needs it, and when each
 // segment is final: the segment this rank finishes reducing, then each
-// one the gather pass brings.
-template <class X, class A, class Op>
+// one the gather pass brings. `steps` says where the reductions run
+// (local_steps.hpp: the host, or the device on the direct path); each
+// reduced segment is settled before it is sent on.
+template <class X, class A, class Op, class Steps = host_steps>
 void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settings = {},
-                    staging_hooks* hooks = nullptr) {
+                    staging_hooks* hooks = nullptr, const Steps& steps = {}) {
   const int n = ex.size(), rank = ex.rank();
   const auto need = [&](range r) {
     if (hooks != nullptr) hooks->need(r.offset * sizeof(A), r.count * sizeof(A));
@@ -41,7 +42,8 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
   };
   if (n == 1 || data.empty()) {
     need({0, data.size()});
-    finalize_all(data, op, static_cast<std::size_t>(n));
+    steps.finalize(data, op, static_cast<std::size_t>(n));
+    steps.settle();
     done({0, data.size()});
     return;
   }
@@ -56,14 +58,13 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
   const auto reduce = [&](range r, std::span<const A> arrived, bool last) {
     need(r);
     const std::span<A> target = place(r);
-    reduce_into(target, arrived, op, true);
-    if (last) {
-      finalize_all(target, op, static_cast<std::size_t>(n));
-      done(r);
-    }
+    steps.reduce(target, arrived, op, true);
+    if (last) steps.finalize(target, op, static_cast<std::size_t>(n));
+    steps.settle();
+    if (last) done(r);
     return target;
   };
-  const std::span<A> window = collective::scratch<A>(ring.depth() * geometry.segment());
+  const std::span<A> window = steps.template window<A>(ring.depth() * geometry.segment());
   // The reduce pass needs every block (its own first, then one per hop), so
   // the gather pass receives only into parts already needed.
   ring.reduce_hops(rank, 0, hops, own, window, geometry.segment(), [](range r) { return r.count; }, reduce, true);

@@ -63,6 +63,26 @@ constexpr std::size_t size_of(dtype type) noexcept {
   return 0;
 }
 
+// Calls visit(T{}) with the element type tagged `type` (code that holds a
+// type only at run time: the direct path's device kernels).
+template <class Visit>
+void visit_element_type(dtype type, Visit&& visit) {
+  switch (type) {
+    case dtype::int8: return visit(std::int8_t{});
+    case dtype::int16: return visit(std::int16_t{});
+    case dtype::int32: return visit(std::int32_t{});
+    case dtype::int64: return visit(std::int64_t{});
+    case dtype::uint8: return visit(std::uint8_t{});
+    case dtype::uint16: return visit(std::uint16_t{});
+    case dtype::uint32: return visit(std::uint32_t{});
+    case dtype::uint64: return visit(std::uint64_t{});
+    case dtype::float16: return visit(half{});
+    case dtype::bfloat16: return visit(bfloat16{});
+    case dtype::float32: return visit(float{});
+    case dtype::float64: return visit(double{});
+  }
+}
+
 constexpr std::string_view to_string(dtype type) noexcept {
   switch (type) {
     case dtype::int8: return "int8";

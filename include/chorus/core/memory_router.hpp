@@ -18,6 +18,8 @@
 // pinned memory, which the router would otherwise route again.
 #pragma once
 
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/error.hpp>
 #include <chorus/core/memory_kind.hpp>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -81,6 +84,34 @@ class staging_hooks {
   ~staging_hooks() = default;
 };
 
+// The direct path: the buffer goes to the transport as it is (a UCX that
+// moves CUDA memory), and an algorithm's local steps run where the memory
+// lives (cuda/router.hpp: kernels on the caller's stream). Ops are named as
+// op::name_of names them (sum, prod, min, max, avg).
+class local_arithmetic {
+ public:
+  // Scratch of at least `bytes` in the buffer's kind of memory, held for the call.
+  virtual void* scratch(std::size_t bytes) = 0;
+  // accumulate[i] = incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i])
+  virtual void reduce_into(void* accumulate, const void* incoming, std::size_t n, dtype type, std::string_view op,
+                           bool incoming_is_lower) = 0;
+  // The op's final step (avg divides by the contributions); nothing for the others.
+  virtual void finalize(void* values, std::size_t n, dtype type, std::string_view op, std::size_t contributions) = 0;
+  // Returns once every step above is done, so the transport may read what they wrote.
+  virtual void settle() = 0;
+  // The address the transport moves for `data`.
+  virtual void* network_address(void* data) const = 0;
+
+ protected:
+  ~local_arithmetic() = default;
+};
+
+// Whether a buffer takes the direct path, and why (for the debug report).
+struct path_report {
+  bool direct = false;
+  std::string reason;
+};
+
 class memory_router {
  public:
   // The front door's way to wait: `wait(done, operation)` returns once
@@ -104,6 +135,20 @@ class memory_router {
   // Copies `bytes` between any two kinds of memory; returns once they have
   // landed (packing device tensors into a host bucket, fusion.hpp).
   virtual void copy(void* to, const void* from, std::size_t bytes, waiter wait) = 0;
+
+  // The direct path, for one buffer of `type` reduced by `op` over a
+  // transport that moves `moved`: whether this router takes it (by default
+  // never: everything is staged), and then the call itself, which runs
+  // body(arithmetic) with the buffer where it is.
+  virtual path_report direct_path(const routed_buffer& buffer, dtype type, std::string_view op,
+                                  const memory_kinds& moved) const {
+    (void)buffer, (void)type, (void)op, (void)moved;
+    return {false, "staged: this router has no direct path"};
+  }
+  virtual void through_direct(const routed_buffer& buffer, function_ref<void(local_arithmetic&)> body, waiter wait) {
+    (void)buffer, (void)body, (void)wait;
+    throw error(errc::invalid_argument, "through_direct: this router has no direct path (ask direct_path first)");
+  }
 };
 
 namespace detail {

@@ -93,6 +93,19 @@ constexpr std::string_view name_of() noexcept {
   else return "user";
 }
 
+// Calls visit(Op{}) with the built-in operator called `name` (as name_of
+// names it); false when there is none (a user's operator).
+template <class Visit>
+bool visit_builtin(std::string_view name, Visit&& visit) {
+  if (name == sum::name) visit(sum{});
+  else if (name == prod::name) visit(prod{});
+  else if (name == min::name) visit(min{});
+  else if (name == max::name) visit(max{});
+  else if (name == avg::name) visit(avg{});
+  else return false;
+  return true;
+}
+
 // Applies the operator's final step, if it has one (avg divides by n).
 template <class Op, class T>
 constexpr T finalize(const Op& op, T total, std::size_t contributions) noexcept {

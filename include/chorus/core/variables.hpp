@@ -25,6 +25,7 @@ namespace chorus::variables {
 
 inline constexpr std::array<std::string_view, 4> progress_choices{"spin", "yield", "block", "auto"};
 inline constexpr std::array<std::string_view, 2> codec_simd_choices{"auto", "portable"};
+inline constexpr std::array<std::string_view, 3> cuda_path_choices{"auto", "staged", "direct"};
 
 // CHORUS_ALLREDUCE_ALGO: automatic when unset or "auto".
 inline algorithm allreduce_algorithm() {
@@ -43,7 +44,7 @@ inline void any_value() {}
 
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
-inline constexpr std::array<variable, 15> catalogue{{
+inline constexpr std::array<variable, 16> catalogue{{
     {"CHORUS_RANK", any_value},
     {"CHORUS_SIZE", any_value},
     {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); }},
@@ -59,6 +60,7 @@ inline constexpr std::array<variable, 15> catalogue{{
     {"CHORUS_TUNE", [] { tuning_from_environment(); }},
     {"CHORUS_CODEC_SIMD", [] { env::get_choice("CHORUS_CODEC_SIMD", codec_simd_choices); }},
     {"CHORUS_FUSION_BUCKET", [] { env::get_size("CHORUS_FUSION_BUCKET"); }},
+    {"CHORUS_CUDA_PATH", [] { env::get_choice("CHORUS_CUDA_PATH", cuda_path_choices); }},
 }};
 
 // Levenshtein distance, for "did you mean".

@@ -55,6 +55,19 @@ class device_operations {
   virtual void stream_wait(stream_handle stream, event_handle event) = 0;
   // Whether `event` has completed; throws if the device reports an error.
   virtual bool completed(event_handle event) = 0;
+
+  // For the direct path (cuda/router.hpp), where device memory goes to the
+  // network as it is: device scratch (the ring's receive window), and
+  // whether and how a transport that moves the memory kinds `moved`
+  // reaches device memory. The CUDA runtime: when UCX reports CUDA memory,
+  // through the device pointer itself; the fake device of the tests stands
+  // in for such a UCX by handing the network its host alias.
+  virtual void* allocate_device(std::size_t bytes) = 0;
+  virtual void free_device(void* pointer) noexcept = 0;
+  virtual bool network_reaches_device(const memory_kinds& moved) const noexcept {
+    return moved.contains(memory_kind::cuda_device);
+  }
+  virtual void* network_address(void* device_pointer) const noexcept { return device_pointer; }
 };
 
 // How device buffers are staged through pinned host memory.
@@ -66,6 +79,7 @@ struct staging_options {
 // One call's pinned buffer, streams and events.
 struct staging_set {
   std::span<std::byte> pinned;
+  std::span<std::byte> device_scratch;  // the direct path's, in device memory
   std::vector<stream_handle> streams;
   std::vector<event_handle> events;  // events[k]: the last copy on streams[k]
 };
@@ -99,6 +113,14 @@ class device {
     staging_set* set_;
   };
 
+  // At least `bytes` of device scratch in a leased set (the direct path's
+  // receive window), kept with the set for later calls.
+  std::span<std::byte> device_scratch(const lease& held, std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    grow_device(held.set(), bytes);
+    return held.set().device_scratch;
+  }
+
   lease acquire(std::size_t bytes, int depth) {
     std::lock_guard lock(mutex_);
     owned_set* chosen = nullptr;  // the largest free set, or a new one
@@ -129,7 +151,15 @@ class device {
     }
   }
 
+  void grow_device(staging_set& set, std::size_t bytes) {
+    if (set.device_scratch.size() >= bytes) return;
+    if (!set.device_scratch.empty()) ops_.free_device(set.device_scratch.data());
+    set.device_scratch = {};
+    set.device_scratch = {static_cast<std::byte*>(ops_.allocate_device(bytes)), bytes};
+  }
+
   void release(staging_set& set) noexcept {
+    if (!set.device_scratch.empty()) ops_.free_device(set.device_scratch.data());
     if (!set.pinned.empty()) ops_.free_pinned(set.pinned.data());
     for (stream_handle s : set.streams) ops_.destroy_stream(s);
     for (event_handle e : set.events) ops_.destroy_event(e);

@@ -38,6 +38,7 @@
 #include <chorus/codec/onebit.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/cuda/device_compute.hpp>
 #include <chorus/cuda/runtime.hpp>
 
 #include <cuda_runtime.h>
@@ -433,5 +434,37 @@ void error_feedback_encode(const Codec& c, const float* values, float* residual,
   decode(c, out, residual, n, where);
   launch.elements(n, detail::keep_lost{work, residual}, "chorus error-feedback kernel");
 }
+
+// --- the direct path's arithmetic ---------------------------------------------------
+
+// The device kernels behind cuda/device_compute.hpp, for the router's direct
+// path: every element type, the built-in ops.
+//
+//   static chorus::cuda::kernels::compute kernels;
+//   chorus::cuda::router gpu(chorus::cuda::runtime(), {}, &kernels);
+class compute final : public device_compute {
+ public:
+  void reduce_into(void* accumulate, const void* incoming, std::size_t n, dtype type, std::string_view op,
+                   bool incoming_is_lower, stream_handle stream) override {
+    with_reduction(type, op, [&]<class T, class Op>(T*, Op o) {
+      kernels::reduce_into(static_cast<T*>(accumulate), static_cast<const T*>(incoming), n, o, incoming_is_lower,
+                           static_cast<cudaStream_t>(stream));
+    });
+  }
+  void finalize(void* values, std::size_t n, dtype type, std::string_view op, std::size_t contributions,
+                stream_handle stream) override {
+    with_reduction(type, op, [&]<class T, class Op>(T*, Op o) {
+      kernels::finalize(static_cast<T*>(values), n, o, contributions, static_cast<cudaStream_t>(stream));
+    });
+  }
+
+ private:
+  template <class Visit>
+  static void with_reduction(dtype type, std::string_view op, Visit&& visit) {
+    if (!visit_reduction(type, op, visit))
+      throw error(errc::invalid_argument, "device kernels: no reduction of " + std::string(to_string(type)) + " by '" +
+                                              std::string(op) + "' (built-in ops over types that are their own accumulator)");
+  }
+};
 
 }  // namespace chorus::cuda::kernels

@@ -18,10 +18,20 @@
 //
 // Cost per call: the host algorithm's, plus (bytes read + bytes written) /
 // copy bandwidth; the copies of different chunks overlap each other.
+//
+// Direct path (cuda/path.hpp: a UCX that moves CUDA memory, and device
+// kernels given as `compute`): an allreduce that runs the ring hands the
+// device buffer to the transport as it is and reduces each segment on the
+// device, on the caller's stream; no copies. Its cost is the host ring's
+// with the reductions at device bandwidth, plus one stream synchronisation
+// per segment (the transport must not read a segment before its reduction
+// has landed).
 #pragma once
 
 #include <chorus/core/memory_router.hpp>
+#include <chorus/cuda/device_compute.hpp>
 #include <chorus/cuda/part_staging.hpp>
+#include <chorus/cuda/path.hpp>
 #include <chorus/cuda/staging.hpp>
 
 #include <cstddef>
@@ -35,9 +45,48 @@ inline stream_handle current_stream() noexcept { return detail::thread_stream();
 // Orders this thread's chorus calls on `stream` until the scope ends.
 using stream_scope = thread_stream_scope;
 
+namespace detail {
+
+// The direct path's local steps: kernels on the caller's stream, scratch
+// in device memory, a wait on the stream before the transport reads.
+class device_steps final : public local_arithmetic {
+ public:
+  device_steps(device& on, device_compute& compute, const device::lease& held, stream_handle stream,
+               memory_router::waiter wait)
+      : on_(on), compute_(compute), held_(held), stream_(stream), wait_(wait) {}
+
+  void* scratch(std::size_t bytes) override { return on_.device_scratch(held_, bytes).data(); }
+  void reduce_into(void* accumulate, const void* incoming, std::size_t n, dtype type, std::string_view op,
+                   bool incoming_is_lower) override {
+    compute_.reduce_into(accumulate, incoming, n, type, op, incoming_is_lower, stream_);
+  }
+  void finalize(void* values, std::size_t n, dtype type, std::string_view op, std::size_t contributions) override {
+    compute_.finalize(values, n, type, op, contributions, stream_);
+  }
+  void settle() override {
+    device_operations& ops = on_.operations();
+    const event_handle done = held_.set().events.front();
+    ops.record(done, stream_);
+    wait_([&] { return ops.completed(done); }, "waiting for the device's reductions");
+  }
+  void* network_address(void* data) const override { return on_.operations().network_address(data); }
+
+ private:
+  device& on_;
+  device_compute& compute_;
+  const device::lease& held_;
+  stream_handle stream_;
+  memory_router::waiter wait_;
+};
+
+}  // namespace detail
+
 class router final : public memory_router {
  public:
-  explicit router(device& on, staging_options options = {}) : on_(on), options_(options) {
+  // compute: the device kernels for the direct path (none: always staged).
+  explicit router(device& on, staging_options options = {}, device_compute* compute = nullptr,
+                  path_setting path = path_from_environment())
+      : on_(on), options_(options), compute_(compute), path_(path) {
     stager check(on_, options_, nullptr);  // bad options fail here, not in the first collective
   }
 
@@ -92,6 +141,24 @@ class router final : public memory_router {
     parts.finish();
   }
 
+  path_report direct_path(const routed_buffer& buffer, dtype type, std::string_view op,
+                          const memory_kinds& moved) const override {
+    if (buffer.bytes == 0 || on_.kind_of(buffer.data) != memory_kind::cuda_device)
+      return {false, "staged: not device memory"};
+    return choose_path(path_, {on_.operations().network_reaches_device(moved), compute_ != nullptr,
+                               compute_ != nullptr && compute_->reduces(type, op)});
+  }
+
+  // The caller's pending work on its stream is done before the transport
+  // first reads the buffer; the reductions then run on that stream.
+  void through_direct(const routed_buffer& buffer, function_ref<void(local_arithmetic&)> body, waiter wait) override {
+    if (compute_ == nullptr) return memory_router::through_direct(buffer, body, wait);
+    const device::lease held = on_.acquire(0, 1);
+    detail::device_steps steps(on_, *compute_, held, current_stream(), wait);
+    steps.settle();
+    body(steps);
+  }
+
   void copy(void* to, const void* from, std::size_t bytes, waiter wait) override {
     if (bytes == 0) return;
     stager copies(on_, options_, current_stream());
@@ -104,6 +171,8 @@ class router final : public memory_router {
 
   device& on_;
   staging_options options_;
+  device_compute* compute_;
+  path_setting path_;
 };
 
 // Installs `r` for every front door of the process until the scope ends

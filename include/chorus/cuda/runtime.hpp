@@ -101,6 +101,13 @@ class runtime_operations final : public device_operations {
     detail::check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
                   "cudaStreamWaitEvent");
   }
+  void* allocate_device(std::size_t bytes) override {
+    void* pointer = nullptr;
+    detail::check(cudaMalloc(&pointer, bytes), "cudaMalloc");
+    return pointer;
+  }
+  void free_device(void* pointer) noexcept override { (void)cudaFree(pointer); }
+
   bool completed(event_handle event) override {
     const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (status == cudaErrorNotReady) {

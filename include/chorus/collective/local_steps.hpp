@@ -1,0 +1,98 @@
+// Where an algorithm's local steps run: its receive window, its reductions,
+// avg's final division, and the moment before the transport reads what they
+// wrote. host_steps runs them on the host (scratch.hpp, reduce_local.hpp);
+// routed_steps runs them through a router's local_arithmetic, where the
+// memory lives (the direct path: device kernels, core/memory_router.hpp),
+// and network_exchange hands the transport the addresses it moves.
+//
+// An algorithm written against these (allreduce_ring.hpp) is the same code
+// on both paths, with the same messages on the wire, so a rank on the direct
+// path and one on the host path meet in the same ring.
+#pragma once
+
+#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/scratch.hpp>
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/memory_router.hpp>
+#include <chorus/core/reduce_op.hpp>
+
+#include <cstddef>
+#include <span>
+
+namespace chorus::collective {
+
+struct host_steps {
+  template <class A>
+  std::span<A> window(std::size_t count) const {
+    return scratch<A>(count);
+  }
+  template <class A, class Op>
+  void reduce(std::span<A> target, std::span<const A> arrived, const Op& op, bool incoming_is_lower) const {
+    reduce_into(target, arrived, op, incoming_is_lower);
+  }
+  template <class A, class Op>
+  void finalize(std::span<A> values, const Op& op, std::size_t contributions) const {
+    finalize_all(values, op, contributions);
+  }
+  void settle() const noexcept {}
+};
+
+class routed_steps {
+ public:
+  explicit routed_steps(local_arithmetic& where) noexcept : where_(where) {}
+
+  template <class A>
+  std::span<A> window(std::size_t count) const {
+    return {static_cast<A*>(where_.scratch(count * sizeof(A))), count};
+  }
+  template <class A, class Op>
+  void reduce(std::span<A> target, std::span<const A> arrived, const Op&, bool incoming_is_lower) const {
+    where_.reduce_into(target.data(), arrived.data(), target.size(), dtype_of<A>, op::name_of<Op>(), incoming_is_lower);
+  }
+  template <class A, class Op>
+  void finalize(std::span<A> values, const Op&, std::size_t contributions) const {
+    where_.finalize(values.data(), values.size(), dtype_of<A>, op::name_of<Op>(), contributions);
+  }
+  void settle() const { where_.settle(); }
+
+ private:
+  local_arithmetic& where_;
+};
+
+// An exchange (exchange.hpp) whose sends and receives go to the transport
+// at the addresses `where` names for them.
+template <class X>
+class network_exchange {
+ public:
+  using request = typename X::request;
+
+  network_exchange(X& inner, const local_arithmetic& where) noexcept : inner_(inner), where_(where) {}
+
+  int rank() const noexcept { return inner_.rank(); }
+  int size() const noexcept { return inner_.size(); }
+  auto phase(std::uint64_t count, std::string_view name) { return inner_.phase(count, name); }
+  std::uint64_t steps_left() const noexcept { return inner_.steps_left(); }
+  void finish_receive(request& receive, std::size_t bytes) { inner_.finish_receive(receive, bytes); }
+  void wait_all(std::span<request> requests) { inner_.wait_all(requests); }
+
+  template <class A>
+  request isend(std::span<const A> data, int peer, std::uint32_t step) {
+    return inner_.isend(std::span<const A>(address(data.data()), data.size()), peer, step);
+  }
+  template <class A>
+  request irecv(std::span<A> data, int peer, std::uint32_t step) {
+    return inner_.irecv(std::span<A>(address(data.data()), data.size()), peer, step);
+  }
+
+ private:
+  template <class A>
+  A* address(A* data) const {
+    if (data == nullptr) return data;
+    return static_cast<A*>(where_.network_address(const_cast<std::remove_const_t<A>*>(data)));
+  }
+
+  X& inner_;
+  const local_arithmetic& where_;
+};
+
+}  // namespace chorus::collective

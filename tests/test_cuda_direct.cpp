@@ -1,0 +1,215 @@
+// The direct path on the fake device: device buffers go to the transport as
+// they are (the fake hands UCX its host alias, standing in for a UCX that
+// moves CUDA memory) and the ring's reductions run as work on the fake
+// device's streams, so any host access to a device pointer still crashes.
+// Checked: the choice of path (CHORUS_CUDA_PATH, transport, kernels, call),
+// results bit for bit equal to the host allreduce, no staging copies on the
+// direct path, and the calls it leaves to the staged path.
+#include "expect_error.hpp"
+#include "fake_device.hpp"
+#include "support.hpp"
+
+#include <chorus/collective/allreduce.hpp>
+#include <chorus/cuda/path.hpp>
+#include <chorus/cuda/router.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+using chorus::cuda::path_facts;
+using chorus::cuda::path_setting;
+using chorus_test::fake_device;
+
+// The device kernels' stand-in: the host reduction, run on the fake
+// stream over the memory's alias, as a kernel runs on a GPU.
+class fake_compute final : public chorus::cuda::device_compute {
+ public:
+  explicit fake_compute(fake_device& f) : fake_(f) {}
+
+  void reduce_into(void* accumulate, const void* incoming, std::size_t n, chorus::dtype type, std::string_view op,
+                   bool incoming_is_lower, chorus::cuda::stream_handle stream) override {
+    ++launches;
+    std::byte* acc = fake_.alias_of(static_cast<std::byte*>(accumulate));
+    const std::byte* in = fake_.alias_of(static_cast<const std::byte*>(incoming));
+    fake_.launch(stream, [=] {
+      chorus::cuda::visit_reduction(type, op, [&]<class T, class Op>(T*, Op o) {
+        chorus::collective::reduce_into(std::span(reinterpret_cast<T*>(acc), n),
+                                        std::span(reinterpret_cast<const T*>(in), n), o, incoming_is_lower);
+      });
+    });
+  }
+  void finalize(void* values, std::size_t n, chorus::dtype type, std::string_view op, std::size_t contributions,
+                chorus::cuda::stream_handle stream) override {
+    std::byte* v = fake_.alias_of(static_cast<std::byte*>(values));
+    fake_.launch(stream, [=] {
+      chorus::cuda::visit_reduction(type, op, [&]<class T, class Op>(T*, Op o) {
+        chorus::collective::finalize_all(std::span(reinterpret_cast<T*>(v), n), o, contributions);
+      });
+    });
+  }
+
+  std::atomic<int> launches{0};
+
+ private:
+  fake_device& fake_;
+};
+
+template <class T>
+std::vector<T> inputs(int rank, std::size_t count) {
+  std::vector<T> values(count);
+  for (std::size_t i = 0; i < count; ++i)
+    values[i] = static_cast<T>(static_cast<float>((i * 7 + static_cast<std::size_t>(rank) * 13) % 101) * 0.37f - 9.0f);
+  return values;
+}
+
+// Every rank allreduces its inputs on the fake device through `router` and
+// on the host; returns how many ranks' device results differ in any bit.
+template <class T, class Op>
+int differing(fake_device& fake, chorus::cuda::router& router, int ranks, std::size_t count, Op op,
+              chorus::algorithm forced = chorus::algorithm::automatic) {
+  std::atomic<int> differ{0};
+  const chorus::cuda::route_front_doors routing(router);
+  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+    std::vector<T> host = inputs<T>(comm.rank(), count);
+    auto* device = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+    fake.write(device, std::span<const T>(host));
+    chorus::allreduce(comm, std::span(device, count), op, forced);
+    chorus::allreduce(comm, std::span(host), op, forced);
+    const std::vector<T> result = fake.read(device, count);
+    fake.free_device(device);
+    if (count > 0 && std::memcmp(result.data(), host.data(), count * sizeof(T)) != 0) ++differ;
+  }, chorus_test::quick());
+  return differ.load();
+}
+
+}  // namespace
+
+TEST_CASE("cuda path: staged or direct, and why") {
+  const path_facts all{true, true, true};
+  CHECK(chorus::cuda::choose_path(path_setting::automatic, all).direct);
+  CHECK(chorus::cuda::choose_path(path_setting::direct, all).direct);
+  CHECK_FALSE(chorus::cuda::choose_path(path_setting::staged, all).direct);
+  CHECK(chorus::cuda::choose_path(path_setting::staged, all).reason.find("CHORUS_CUDA_PATH=staged") != std::string::npos);
+
+  const auto without_network = chorus::cuda::choose_path(path_setting::automatic, {false, true, true});
+  CHECK_FALSE(without_network.direct);
+  CHECK(without_network.reason.find("host memory only") != std::string::npos);
+  const auto without_kernels = chorus::cuda::choose_path(path_setting::automatic, {true, false, false});
+  CHECK_FALSE(without_kernels.direct);
+  CHECK(without_kernels.reason.find("no device kernels") != std::string::npos);
+  CHECK_FALSE(chorus::cuda::choose_path(path_setting::automatic, {true, true, false}).direct);
+  CHECK_FALSE(chorus::cuda::choose_path(path_setting::direct, {true, true, false}).direct);  // this call only
+
+  // Forced where it cannot be had: a clear error, not a silent fallback.
+  chorus_test::expect_error([] { chorus::cuda::choose_path(path_setting::direct, {false, true, true}); },
+                            chorus::errc::unavailable, "UCX reports no CUDA memory support");
+  chorus_test::expect_error([] { chorus::cuda::choose_path(path_setting::direct, {true, false, false}); },
+                            chorus::errc::unavailable, "no device kernels");
+}
+
+TEST_CASE("cuda path: CHORUS_CUDA_PATH is read, and a bad value is refused") {
+  ::unsetenv("CHORUS_CUDA_PATH");
+  CHECK(chorus::cuda::path_from_environment() == path_setting::automatic);
+  ::setenv("CHORUS_CUDA_PATH", "direct", 1);
+  CHECK(chorus::cuda::path_from_environment() == path_setting::direct);
+  ::setenv("CHORUS_CUDA_PATH", "staged", 1);
+  CHECK(chorus::cuda::path_from_environment() == path_setting::staged);
+  ::setenv("CHORUS_CUDA_PATH", "fast", 1);
+  chorus_test::expect_error([] { chorus::cuda::path_from_environment(); }, chorus::errc::invalid_argument,
+                            "CHORUS_CUDA_PATH");
+  ::unsetenv("CHORUS_CUDA_PATH");
+}
+
+TEST_CASE("direct path: the ring allreduce on device buffers equals the host's, with no staging copies") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  for (const int ranks : {1, 2, 3, 5})
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{99991}}) {
+      CAPTURE(ranks);
+      CAPTURE(count);
+      const auto ring = chorus::algorithm::ring;
+      CHECK(differing<float>(fake, router, ranks, count, chorus::op::sum{}, ring) == 0);
+      CHECK(differing<double>(fake, router, ranks, count, chorus::op::avg{}, ring) == 0);
+      CHECK(differing<std::int32_t>(fake, router, ranks, count, chorus::op::max{}, ring) == 0);
+      CHECK(differing<std::int64_t>(fake, router, ranks, count, chorus::op::prod{}, ring) == 0);
+    }
+  CHECK(fake.copies() == 0);  // nothing was staged
+  CHECK(kernels.launches.load() > 0);
+}
+
+TEST_CASE("direct path: the registry's choice decides; other algorithms and types are staged") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  // 64 MiB of float is above every ring threshold of the registry: direct.
+  CHECK(differing<float>(fake, router, 3, (64u << 20) / 4 + 5, chorus::op::sum{}) == 0);
+  CHECK(fake.copies() == 0);
+  // Recursive doubling does not run direct: staged, same bits.
+  CHECK(differing<float>(fake, router, 3, 1000, chorus::op::sum{}, chorus::algorithm::recursive_doubling) == 0);
+  const std::size_t after_doubling = fake.copies();
+  CHECK(after_doubling > 0);
+  // half accumulates in float: staged.
+  CHECK(differing<chorus::half>(fake, router, 3, 1000, chorus::op::sum{}, chorus::algorithm::ring) == 0);
+  CHECK(fake.copies() > after_doubling);
+  // A user's op has no device kernel: staged.
+  const auto user = [](float a, float b) { return a + b; };
+  const std::size_t before_user = fake.copies();
+  CHECK(differing<float>(fake, router, 2, 1000, user, chorus::algorithm::ring) == 0);
+  CHECK(fake.copies() > before_user);
+}
+
+TEST_CASE("direct path: one rank direct, one staged, one on the host meet in the same ring") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router direct(gpu, {4096, 3}, &kernels, path_setting::direct);
+  chorus::cuda::router staged(gpu, {4096, 3}, &kernels, path_setting::staged);
+  const std::size_t count = 50000;
+  std::atomic<int> differ{0};
+  chorus::run_threads(3, [&](chorus::communicator& comm) {
+    std::vector<float> host = inputs<float>(comm.rank(), count);
+    std::vector<float> expected = host;
+    auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+    fake.write(device, std::span<const float>(host));
+    if (comm.rank() == 0) chorus::collective::allreduce_through(direct, comm, std::span(device, count), chorus::op::sum{}, chorus::algorithm::ring);
+    else if (comm.rank() == 1) chorus::collective::allreduce_through(staged, comm, std::span(device, count), chorus::op::sum{}, chorus::algorithm::ring);
+    else chorus::allreduce(comm, std::span(host), chorus::algorithm::ring);
+    chorus::allreduce(comm, std::span(expected), chorus::algorithm::ring);
+    const std::vector<float> result = comm.rank() == 2 ? host : fake.read(device, count);
+    fake.free_device(device);
+    if (std::memcmp(result.data(), expected.data(), count * sizeof(float)) != 0) ++differ;
+  }, chorus_test::quick());
+  CHECK(differ.load() == 0);
+}
+
+TEST_CASE("direct path: forced where the transport cannot reach device memory is a clear error") {
+  fake_device fake;
+  fake.set_network_reaches(false);
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router forced(gpu, {4096, 3}, &kernels, path_setting::direct);
+  chorus::cuda::router automatic(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  // auto: staged, same bits.
+  CHECK(differing<float>(fake, automatic, 2, 5000, chorus::op::sum{}, chorus::algorithm::ring) == 0);
+  CHECK(fake.copies() > 0);
+  chorus::run_threads(1, [&](chorus::communicator& comm) {
+    auto* device = static_cast<float*>(fake.allocate_device(64 * sizeof(float)));
+    chorus_test::expect_error(
+        [&] {
+          chorus::collective::allreduce_through(forced, comm, std::span(device, 64), chorus::op::sum{},
+                                                chorus::algorithm::ring);
+        },
+        chorus::errc::unavailable, "CHORUS_CUDA_PATH=direct");
+    fake.free_device(device);
+  }, chorus_test::quick());
+}

@@ -67,14 +67,20 @@ int sweep_on_device(const perf::collective& entry, int ranks, fake_memory& memor
   return worst.load();
 }
 
+// A fake device routed through the front doors, with chorus-perf's view of its memory.
+struct routed_fake {
+  fake_device fake;
+  chorus::cuda::device gpu{fake};
+  chorus::cuda::router router{gpu, {4096, 3}};
+  chorus::cuda::route_front_doors routing{router};
+  fake_memory memory{fake};
+};
+
 }  // namespace
 
 TEST_CASE("chorus-perf --device: every collective over device buffers, no wrong element") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  chorus::cuda::router router(gpu, {4096, 3});
-  const chorus::cuda::route_front_doors routing(router);
-  fake_memory memory(fake);
+  routed_fake device;
+  fake_memory& memory = device.memory;
   for (const perf::collective* entry : {&perf::allreduce_entry, &perf::broadcast_entry, &perf::reduce_entry,
                                         &perf::allgather_entry, &perf::reduce_scatter_entry, &perf::alltoall_entry,
                                         &perf::gather_entry, &perf::scatter_entry})
@@ -88,11 +94,7 @@ TEST_CASE("chorus-perf --device: every collective over device buffers, no wrong 
 }
 
 TEST_CASE("chorus-perf --device: a wrong result on the device is counted") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  chorus::cuda::router router(gpu, {4096, 3});
-  const chorus::cuda::route_front_doors routing(router);
-  fake_memory memory(fake);
-  memory.corrupt = true;
-  CHECK(sweep_on_device(perf::allreduce_entry, 2, memory) != 0);
+  routed_fake device;
+  device.memory.corrupt = true;
+  CHECK(sweep_on_device(perf::allreduce_entry, 2, device.memory) != 0);
 }

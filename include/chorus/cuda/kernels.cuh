@@ -235,19 +235,6 @@ struct int8_encode {
   }
 };
 
-template <bool Accumulate>
-struct int8_decode {
-  block_geometry at;
-  const std::byte* in;
-  float* out;
-  CHORUS_HD void operator()(std::size_t i) const {
-    const std::size_t b = i / at.block, k = i % at.block;
-    const std::byte* block = in + at.byte(b);
-    const auto q = static_cast<std::int8_t>(block[at.header_bytes + k]);
-    codec::element::decoded_into<Accumulate>(out[i], codec::element::int8_dequantize(q, load_float(block)));
-  }
-};
-
 // --- onebit ------------------------------------------------------------------------
 
 // A warp per block. Lanes 0-7 sum the non-negative group's lane j = lane,
@@ -310,16 +297,29 @@ struct onebit_encode {
   }
 };
 
-template <bool Accumulate>
-struct onebit_decode {
+// --- decoding a block codec --------------------------------------------------------
+
+// Element k of a block, from the block's first byte (its header).
+struct int8_value {
+  CHORUS_HD static float of(const std::byte* block, std::size_t header_bytes, std::size_t k) {
+    const auto q = static_cast<std::int8_t>(block[header_bytes + k]);
+    return codec::element::int8_dequantize(q, load_float(block));
+  }
+};
+struct onebit_value {
+  CHORUS_HD static float of(const std::byte* block, std::size_t header_bytes, std::size_t k) {
+    const auto* signs = reinterpret_cast<const std::uint8_t*>(block + header_bytes);
+    return codec::element::onebit_value(signs, k, load_float(block), load_float(block + sizeof(float)));
+  }
+};
+
+template <bool Accumulate, class Value>
+struct block_decode {
   block_geometry at;
   const std::byte* in;
   float* out;
   CHORUS_HD void operator()(std::size_t i) const {
-    const std::size_t b = i / at.block, k = i % at.block;
-    const std::byte* block = in + at.byte(b);
-    const auto* signs = reinterpret_cast<const std::uint8_t*>(block + at.header_bytes);
-    const float value = codec::element::onebit_value(signs, k, load_float(block), load_float(block + sizeof(float)));
+    const float value = Value::of(in + at.byte(i / at.block), at.header_bytes, i % at.block);
     codec::element::decoded_into<Accumulate>(out[i], value);
   }
 };
@@ -345,12 +345,14 @@ void decode_with(const Launch& launch, const Codec& c, const std::byte* in, floa
     launch.elements(n, two_byte_decode<Codec, Accumulate>{reinterpret_cast<const std::uint16_t*>(in), out},
                     "chorus two-byte decode kernel");
   } else if constexpr (std::is_same_v<Codec, codec::int8>) {
-    launch.elements(n, int8_decode<Accumulate>{geometry_of<codec::detail::int8_payload>(c.granule(), n), in, out},
+    launch.elements(n,
+                    block_decode<Accumulate, int8_value>{geometry_of<codec::detail::int8_payload>(c.granule(), n), in, out},
                     "chorus int8 decode kernel");
   } else {
     static_assert(std::is_same_v<Codec, codec::onebit>, "device kernels exist for fp16, bf16, int8 and onebit");
-    launch.elements(n, onebit_decode<Accumulate>{geometry_of<codec::detail::onebit_payload>(c.granule(), n), in, out},
-                    "chorus onebit decode kernel");
+    launch.elements(
+        n, block_decode<Accumulate, onebit_value>{geometry_of<codec::detail::onebit_payload>(c.granule(), n), in, out},
+        "chorus onebit decode kernel");
   }
 }
 

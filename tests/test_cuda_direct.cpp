@@ -213,3 +213,87 @@ TEST_CASE("direct path: forced where the transport cannot reach device memory is
     fake.free_device(device);
   }, chorus_test::quick());
 }
+
+namespace {
+
+// reduce_scatter, allgather out of place and in place on the fake device
+// through `router` and on the host, forced to the ring; returns how many
+// ranks' device results differ in any bit.
+int differing_scatter_gather(fake_device& fake, chorus::cuda::router& router, int ranks, std::size_t block) {
+  std::atomic<int> differ{0};
+  const chorus::cuda::route_front_doors routing(router);
+  const auto ring = chorus::algorithm::ring;
+  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+    const std::size_t all = block * static_cast<std::size_t>(ranks);
+    const std::vector<float> input = inputs<float>(comm.rank(), all);
+    std::vector<float> reduced(block), gathered(all), in_place(all, 0.0f);
+    chorus::reduce_scatter(comm, std::span<const float>(input), std::span(reduced), chorus::op::sum{}, ring);
+    chorus::allgather(comm, std::span<const float>(reduced), std::span(gathered), ring);
+    std::copy(reduced.begin(), reduced.end(), in_place.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(comm.rank())));
+    chorus::allgather(comm, std::span(in_place), ring);
+
+    auto* d_input = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+    auto* d_reduced = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
+    auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+    auto* d_in_place = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+    fake.write(d_input, std::span<const float>(input));
+    std::vector<float> own_block(all, 0.0f);
+    std::copy(reduced.begin(), reduced.end(), own_block.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(comm.rank())));
+    fake.write(d_in_place, std::span<const float>(own_block));
+    chorus::reduce_scatter(comm, std::span<const float>(d_input, all), std::span(d_reduced, block), chorus::op::sum{}, ring);
+    chorus::allgather(comm, std::span<const float>(d_reduced, block), std::span(d_gathered, all), ring);
+    chorus::allgather(comm, std::span(d_in_place, all), ring);
+    const bool same = fake.read(d_reduced, block) == reduced && fake.read(d_gathered, all) == gathered &&
+                      fake.read(d_in_place, all) == in_place;
+    for (float* p : {d_input, d_reduced, d_gathered, d_in_place}) fake.free_device(p);
+    if (!same) ++differ;
+  }, chorus_test::quick());
+  return differ.load();
+}
+
+}  // namespace
+
+TEST_CASE("direct path: reduce_scatter and allgather rings on device buffers equal the host's, unstaged") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  for (const int ranks : {1, 2, 3, 5})
+    for (const std::size_t block : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
+      CAPTURE(ranks);
+      CAPTURE(block);
+      CHECK(differing_scatter_gather(fake, router, ranks, block) == 0);
+    }
+  CHECK(fake.pinned_allocations() == 0);  // nothing went through pinned memory
+  CHECK(kernels.launches.load() > 0);
+}
+
+TEST_CASE("direct path: without device kernels, allgather still goes direct and reduce_scatter is staged") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
+  const chorus::cuda::route_front_doors routing(router);
+  std::atomic<int> differ{0};
+  std::size_t after_gather = 0;
+  chorus::run_threads(3, [&](chorus::communicator& comm) {
+    const std::size_t block = 1000, all = 3000;
+    const std::vector<float> mine = inputs<float>(comm.rank(), block);
+    std::vector<float> gathered(all);
+    chorus::allgather(comm, std::span<const float>(mine), std::span(gathered), chorus::algorithm::ring);
+    auto* d_mine = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
+    auto* d_all = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+    fake.write(d_mine, std::span<const float>(mine));
+    chorus::allgather(comm, std::span<const float>(d_mine, block), std::span(d_all, all), chorus::algorithm::ring);
+    if (fake.read(d_all, all) != gathered) ++differ;
+    comm.barrier();
+    if (comm.rank() == 0) after_gather = fake.pinned_allocations();
+    comm.barrier();
+    chorus::reduce_scatter(comm, std::span<const float>(d_all, all), std::span(d_mine, block), chorus::op::sum{},
+                           chorus::algorithm::ring);
+    fake.free_device(d_mine);
+    fake.free_device(d_all);
+  }, chorus_test::quick());
+  CHECK(differ.load() == 0);
+  CHECK(after_gather == 0);
+  CHECK(fake.pinned_allocations() > 0);
+}

@@ -13,6 +13,7 @@
 #include <chorus/collective/allgather_ring.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
+#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
@@ -23,18 +24,61 @@
 
 namespace chorus {
 
-// In place: `all` holds size() blocks; this rank's block is already filled.
+namespace collective {
+
+// The block each rank contributes; throws for sizes that do not split.
 template <class Communicator, element T>
-algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = algorithm::automatic) {
-  if (memory_router* router = routed(all))
-    return through_host(*router, comm, [&](std::span<T> host) { return allgather(comm, host, forced); },
-                        staged(all, buffer_use::read_write));
+std::size_t allgather_block(const Communicator& comm, std::span<T> all) {
   const auto n = static_cast<std::size_t>(comm.size());
   if (all.size() % n != 0)
     throw error(errc::invalid_argument,
                 std::to_string(all.size()) + " elements do not split into " + std::to_string(n) + " equal blocks",
                 {comm.transport().rank(), -1, "allgather"});
-  const std::size_t block = all.size() / n;
+  return all.size() / n;
+}
+
+// A buffer that is not host memory: the direct path when the registry
+// chooses the ring (it only moves bytes: no device kernels needed), else staged.
+template <class Communicator, element T>
+algorithm allgather_through(memory_router& router, Communicator& comm, std::span<T> all, algorithm forced) {
+  const choice made = choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced);
+  if (made.chosen == algorithm::ring) {
+    const std::size_t block = allgather_block(comm, all);
+    const routed_buffer view{all.data(), all.size_bytes(), buffer_use::read_write};
+    if (run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
+          check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1});
+          report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
+          exchange ex(comm, "allgather");
+          network_exchange on_network(ex, where);
+          allgather_ring(on_network, all, block);
+        }))
+      return made.chosen;
+  } else {
+    report_path(comm, "allgather", all.size_bytes(), staged_because(to_string(made.chosen)));
+  }
+  return through_host(router, comm, [&](std::span<T> host) { return allgather(comm, host, forced); },
+                      staged(all, buffer_use::read_write));
+}
+
+// Whether an out-of-place allgather of `mine` into `all` would take the
+// direct path: then it copies `mine` into place on the device and gathers in place.
+template <class Communicator, element T>
+bool allgather_goes_direct(memory_router& router, Communicator& comm, std::span<const T> mine, std::span<T> all,
+                           algorithm forced) {
+  if (mine.empty() || choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced).chosen != algorithm::ring)
+    return false;
+  const memory_kinds moved = comm.transport().memory_kinds();
+  return router.direct_path({mine.data(), mine.size_bytes(), buffer_use::read}, dtype_of<T>, "", moved).direct &&
+         router.direct_path({all.data(), all.size_bytes(), buffer_use::read_write}, dtype_of<T>, "", moved).direct;
+}
+
+}  // namespace collective
+
+// In place: `all` holds size() blocks; this rank's block is already filled.
+template <class Communicator, element T>
+algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = algorithm::automatic) {
+  if (memory_router* router = routed(all)) return collective::allgather_through(*router, comm, all, forced);
+  const std::size_t block = collective::allgather_block(comm, all);
   collective::check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1});
   const choice made = choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced);
   report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
@@ -48,7 +92,13 @@ template <class Communicator, element T>
 algorithm allgather(Communicator& comm, std::span<const T> mine, std::span<T> all,
                     algorithm forced = algorithm::automatic) {
   const std::size_t needed = mine.size() * static_cast<std::size_t>(comm.size());
-  if (memory_router* router = routed(mine, all))
+  memory_router* router = routed(mine, all);
+  if (router != nullptr && collective::allgather_goes_direct(*router, comm, mine, all.first(std::min(needed, all.size())), forced)) {
+    collective::check_output(mine, all, needed, comm.transport().rank(), "allgather", false);
+    copy_elements(comm, mine.data(), mine.size(), all.data() + mine.size() * static_cast<std::size_t>(comm.rank()));
+    return allgather(comm, all.first(needed), forced);  // in place, direct
+  }
+  if (router != nullptr)
     return through_host(
         *router, comm, [&](std::span<const T> in, std::span<T> out) { return allgather(comm, in, out, forced); },
         staged(mine, buffer_use::read), staged(all.first(std::min(needed, all.size())), buffer_use::write));

@@ -16,11 +16,11 @@
 #include <chorus/collective/allreduce_tree.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
+#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/log.hpp>
 #include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
 
@@ -37,51 +37,31 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 
 namespace collective {
 
-// The direct path: the buffer goes to the transport as it is and the
-// ring's reductions run where it lives (the router's local_arithmetic); the
-// messages are the host ring's, so every rank meets in the same ring
-// whichever path each took.
-template <class Communicator, element T, class Op>
-void allreduce_direct(memory_router& router, Communicator& comm, std::span<T> data, const Op& op,
-                      const routed_buffer& view) {
-  check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
-  router.through_direct(
-      view,
-      [&](local_arithmetic& where) {
-        exchange ex(comm, "allreduce");
-        network_exchange on_network(ex, where);
-        allreduce_ring(on_network, data, op, {}, nullptr, routed_steps(where));
-      },
-      chorus::detail::waiting_on(comm));
-}
-
 // The allreduce of a buffer that is not host memory, through `router`
 // (core/memory_router.hpp). When the registry chooses the ring: the direct
 // path where the router offers it (element types that are their own
-// accumulator, built-in ops), else staged part by part so that the copies
-// overlap the network. The other algorithms are staged whole. The path is
-// reported with the algorithm (CHORUS_DEBUG=1).
+// accumulator, built-in ops: the buffer goes to the transport as it is and
+// the ring reduces each segment where it lives), else staged part by part
+// so that the copies overlap the network. The other algorithms are staged
+// whole. The path is reported (CHORUS_DEBUG=1).
 template <class Communicator, element T, class Op>
 algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
   const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
   const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
   if (made.chosen != algorithm::ring || !std::is_same_v<accumulator_t<T>, T>) {
-    if (log::debug_enabled())
-      log::debug(comm.transport().rank(), "allreduce of " + std::to_string(data.size_bytes()) +
-                                              " B not in host memory: staged (the direct path runs the ring over an "
-                                              "element type that is its own accumulator; this call is " +
-                                              std::string(to_string(made.chosen)) + " over " +
-                                              std::string(element_traits<T>::name) + ")");
+    report_path(comm, "allreduce", data.size_bytes(),
+                staged_because(std::string(to_string(made.chosen)) + " over " + std::string(element_traits<T>::name)));
     return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
   }
   const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
-  const path_report path = router.direct_path(view, dtype_of<T>, op::name_of<Op>(), comm.transport().memory_kinds());
-  if (log::debug_enabled())
-    log::debug(comm.transport().rank(), "allreduce of " + std::to_string(data.size_bytes()) + " B not in host memory: " + path.reason);
-  if (!path.direct) return through_host_in_parts(router, comm, on_host, data);
-  report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
-  allreduce_direct(router, comm, data, op, view);
-  return made.chosen;
+  const bool direct = run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
+    check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
+    report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
+    exchange ex(comm, "allreduce");
+    network_exchange on_network(ex, where);
+    allreduce_ring(on_network, data, op, {}, nullptr, routed_steps(where));
+  });
+  return direct ? made.chosen : through_host_in_parts(router, comm, on_host, data);
 }
 
 }  // namespace collective

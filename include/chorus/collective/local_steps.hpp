@@ -1,6 +1,6 @@
-// Where an algorithm's local steps run: its receive window, its reductions,
-// avg's final division, and the moment before the transport reads what they
-// wrote. host_steps runs them on the host (scratch.hpp, reduce_local.hpp);
+// Where an algorithm's local steps run: its receive window and work copy,
+// its reductions, avg's final division, copies, and the moment before the
+// transport reads what they wrote. host_steps runs them on the host (scratch.hpp, reduce_local.hpp);
 // routed_steps runs them through a router's local_arithmetic, where the
 // memory lives (the direct path: device kernels, core/memory_router.hpp),
 // and network_exchange hands the transport the addresses it moves.
@@ -16,6 +16,7 @@
 #include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 
@@ -25,6 +26,14 @@ struct host_steps {
   template <class A>
   std::span<A> window(std::size_t count) const {
     return scratch<A>(count);
+  }
+  template <class A>
+  std::span<A> work(std::size_t count) const {
+    return scratch<A>(count, 1);
+  }
+  template <class A>
+  void copy(std::span<const A> from, std::span<A> to) const {
+    std::copy(from.begin(), from.end(), to.begin());
   }
   template <class A, class Op>
   void reduce(std::span<A> target, std::span<const A> arrived, const Op& op, bool incoming_is_lower) const {
@@ -43,7 +52,15 @@ class routed_steps {
 
   template <class A>
   std::span<A> window(std::size_t count) const {
-    return {static_cast<A*>(where_.scratch(count * sizeof(A))), count};
+    return {static_cast<A*>(where_.scratch(count * sizeof(A), 0)), count};
+  }
+  template <class A>
+  std::span<A> work(std::size_t count) const {
+    return {static_cast<A*>(where_.scratch(count * sizeof(A), 1)), count};
+  }
+  template <class A>
+  void copy(std::span<const A> from, std::span<A> to) const {
+    if (!from.empty()) where_.copy(to.data(), from.data(), from.size_bytes());
   }
   template <class A, class Op>
   void reduce(std::span<A> target, std::span<const A> arrived, const Op&, bool incoming_is_lower) const {

@@ -10,6 +10,7 @@
 
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
+#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_scatter_halving.hpp>
@@ -25,23 +26,71 @@
 
 namespace chorus {
 
-template <class Communicator, element T, class Op = op::sum>
-  requires(!std::same_as<Op, algorithm>)
-algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
-                         algorithm forced = algorithm::automatic) {
+namespace collective {
+
+// The block each rank receives; throws for sizes that do not split.
+template <class Communicator, element T>
+std::size_t reduce_scatter_block(const Communicator& comm, std::span<const T> input, std::span<T> output) {
   const auto n = static_cast<std::size_t>(comm.size());
-  if (memory_router* router = routed(input, output))
-    return through_host(
-        *router, comm,
-        [&](std::span<const T> in, std::span<T> out) { return reduce_scatter(comm, in, out, op, forced); },
-        staged(input, buffer_use::read), staged(output.first(std::min(output.size(), input.size() / n)), buffer_use::write));
   const int rank = comm.transport().rank();
   if (input.size() % n != 0)
     throw error(errc::invalid_argument,
                 std::to_string(input.size()) + " elements do not split into " + std::to_string(n) + " equal blocks",
                 {rank, -1, "reduce_scatter"});
   const std::size_t block = input.size() / n;
-  collective::check_output(input, output, block, rank, "reduce_scatter", false);
+  check_output(input, output, block, rank, "reduce_scatter", false);
+  return block;
+}
+
+// Buffers that are not host memory: the direct path when the registry
+// chooses the ring (a device work copy of the input, reduced where it
+// lives), else staged.
+template <class Communicator, element T, class Op>
+algorithm reduce_scatter_through(memory_router& router, Communicator& comm, std::span<const T> input,
+                                 std::span<T> output, const Op& op, algorithm forced) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const choice made = choose(comm, "reduce_scatter", {comm.size(), input.size_bytes()}, forced);
+  if (made.chosen == algorithm::ring && std::is_same_v<accumulator_t<T>, T>) {
+    const std::size_t block = reduce_scatter_block(comm, input, output);
+    const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
+    const routed_buffer out{output.data(), block * sizeof(T), buffer_use::write};
+    const bool direct = run_direct(router, comm, "reduce_scatter", {in, out}, dtype_of<T>, op::name_of<Op>(),
+                                   [&](local_arithmetic& where) {
+                                     check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1});
+                                     report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
+                                     exchange ex(comm, "reduce_scatter");
+                                     network_exchange on_network(ex, where);
+                                     const routed_steps steps(where);
+                                     const std::span<T> work = steps.template work<T>(input.size());
+                                     steps.copy(input, work);
+                                     steps.settle();
+                                     reduce_scatter_ring(on_network, work, block, op, {}, steps);
+                                     const std::span<T> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
+                                     steps.finalize(mine, op, n);
+                                     steps.copy(std::span<const T>(mine), output.first(block));
+                                     steps.settle();
+                                   });
+    if (direct) return made.chosen;
+  } else {
+    report_path(comm, "reduce_scatter", input.size_bytes(),
+                staged_because(std::string(to_string(made.chosen)) + " over " + std::string(element_traits<T>::name)));
+  }
+  return through_host(
+      router, comm,
+      [&](std::span<const T> in, std::span<T> out) { return reduce_scatter(comm, in, out, op, forced); },
+      staged(input, buffer_use::read), staged(output.first(std::min(output.size(), input.size() / n)), buffer_use::write));
+}
+
+}  // namespace collective
+
+template <class Communicator, element T, class Op = op::sum>
+  requires(!std::same_as<Op, algorithm>)
+algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
+                         algorithm forced = algorithm::automatic) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  if (memory_router* router = routed(input, output))
+    return collective::reduce_scatter_through(*router, comm, input, output, op, forced);
+  const std::size_t block = collective::reduce_scatter_block(comm, input, output);
   collective::check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1});
   const choice made = choose(comm, "reduce_scatter", {comm.size(), input.size_bytes()}, forced);
   report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);

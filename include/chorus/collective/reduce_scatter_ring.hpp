@@ -7,9 +7,8 @@
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
-#include <chorus/collective/scratch.hpp>
 
 #include <cstddef>
 #include <span>
@@ -17,9 +16,11 @@
 namespace chorus::collective {
 
 // `data` holds n blocks of `block` elements and is used as the work buffer;
-// on return block `rank` holds the reduction over all ranks.
-template <class X, class A, class Op>
-void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& op, ring_settings settings = {}) {
+// on return block `rank` holds the reduction over all ranks. `steps`: where
+// the reductions run (local_steps.hpp); each is settled before it is sent.
+template <class X, class A, class Op, class Steps = host_steps>
+void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& op, ring_settings settings = {},
+                         const Steps& steps = {}) {
   const int n = ex.size(), rank = ex.rank();
   if (n == 1 || block == 0) return;
   const auto hops = static_cast<std::size_t>(n - 1);
@@ -27,10 +28,11 @@ void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& 
   ring_pipeline ring(ex, geometry, ex.phase(geometry.steps(), "ring hops x segments"), settings.depth);
   const auto place = [&](range r) { return data.subspan(r.offset, r.count); };
   const auto reduce = [&](range r, std::span<const A> arrived, bool) {
-    reduce_into(place(r), arrived, op, true);
+    steps.reduce(place(r), arrived, op, true);
+    steps.settle();
     return place(r);
   };
-  const std::span<A> window = collective::scratch<A>(ring.depth() * geometry.segment());
+  const std::span<A> window = steps.template window<A>(ring.depth() * geometry.segment());
   ring.reduce_hops(rank - 1, 0, hops, place, window, geometry.segment(), [](range r) { return r.count; }, reduce, false);
   ring.finish();
 }

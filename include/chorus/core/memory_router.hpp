@@ -90,8 +90,11 @@ class staging_hooks {
 // op::name_of names them (sum, prod, min, max, avg).
 class local_arithmetic {
  public:
-  // Scratch of at least `bytes` in the buffer's kind of memory, held for the call.
-  virtual void* scratch(std::size_t bytes) = 0;
+  // Scratch of at least `bytes` in the buffer's kind of memory, held for the
+  // call; slot 0 for the algorithm's window, 1 for a work copy (as scratch.hpp).
+  virtual void* scratch(std::size_t bytes, std::size_t slot) = 0;
+  // Copies `bytes` between two buffers of this memory, in order with the steps.
+  virtual void copy(void* to, const void* from, std::size_t bytes) = 0;
   // accumulate[i] = incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i])
   virtual void reduce_into(void* accumulate, const void* incoming, std::size_t n, dtype type, std::string_view op,
                            bool incoming_is_lower) = 0;
@@ -136,10 +139,11 @@ class memory_router {
   // landed (packing device tensors into a host bucket, fusion.hpp).
   virtual void copy(void* to, const void* from, std::size_t bytes, waiter wait) = 0;
 
-  // The direct path, for one buffer of `type` reduced by `op` over a
-  // transport that moves `moved`: whether this router takes it (by default
-  // never: everything is staged), and then the call itself, which runs
-  // body(arithmetic) with the buffer where it is.
+  // The direct path, for one buffer of `type` reduced by `op` (empty: a
+  // collective that only moves bytes) over a transport that moves `moved`:
+  // whether this router takes it (by default never: everything is staged),
+  // and then the call itself, which runs body(arithmetic) with the buffers
+  // where they are.
   virtual path_report direct_path(const routed_buffer& buffer, dtype type, std::string_view op,
                                   const memory_kinds& moved) const {
     (void)buffer, (void)type, (void)op, (void)moved;

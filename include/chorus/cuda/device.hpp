@@ -16,6 +16,7 @@
 #include <chorus/core/memory_kind.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -79,7 +80,7 @@ struct staging_options {
 // One call's pinned buffer, streams and events.
 struct staging_set {
   std::span<std::byte> pinned;
-  std::span<std::byte> device_scratch;  // the direct path's, in device memory
+  std::array<std::span<std::byte>, 2> device_scratch;  // the direct path's, in device memory
   std::vector<stream_handle> streams;
   std::vector<event_handle> events;  // events[k]: the last copy on streams[k]
 };
@@ -113,12 +114,17 @@ class device {
     staging_set* set_;
   };
 
-  // At least `bytes` of device scratch in a leased set (the direct path's
-  // receive window), kept with the set for later calls.
-  std::span<std::byte> device_scratch(const lease& held, std::size_t bytes) {
+  // At least `bytes` of device scratch in slot 0 or 1 of a leased set (the
+  // direct path's receive window and work copy), kept for later calls.
+  std::span<std::byte> device_scratch(const lease& held, std::size_t bytes, std::size_t slot) {
     std::lock_guard lock(mutex_);
-    grow_device(held.set(), bytes);
-    return held.set().device_scratch;
+    std::span<std::byte>& scratch = held.set().device_scratch.at(slot);
+    if (scratch.size() < bytes) {
+      if (!scratch.empty()) ops_.free_device(scratch.data());
+      scratch = {};
+      scratch = {static_cast<std::byte*>(ops_.allocate_device(bytes)), bytes};
+    }
+    return scratch;
   }
 
   lease acquire(std::size_t bytes, int depth) {
@@ -151,15 +157,9 @@ class device {
     }
   }
 
-  void grow_device(staging_set& set, std::size_t bytes) {
-    if (set.device_scratch.size() >= bytes) return;
-    if (!set.device_scratch.empty()) ops_.free_device(set.device_scratch.data());
-    set.device_scratch = {};
-    set.device_scratch = {static_cast<std::byte*>(ops_.allocate_device(bytes)), bytes};
-  }
-
   void release(staging_set& set) noexcept {
-    if (!set.device_scratch.empty()) ops_.free_device(set.device_scratch.data());
+    for (const std::span<std::byte> scratch : set.device_scratch)
+      if (!scratch.empty()) ops_.free_device(scratch.data());
     if (!set.pinned.empty()) ops_.free_pinned(set.pinned.data());
     for (stream_handle s : set.streams) ops_.destroy_stream(s);
     for (event_handle e : set.events) ops_.destroy_event(e);

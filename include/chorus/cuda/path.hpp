@@ -56,7 +56,7 @@ inline path_report choose_path(path_setting setting, const path_facts& facts) {
   }
   if (!facts.kernels_take_call) return {false, "staged: the device kernels do not take this element type and op"};
   return {true, std::string("direct (") + (forced ? "CHORUS_CUDA_PATH=direct" : "auto") +
-                    ": device memory to the transport, reductions on the device)"};
+                    ": device memory goes to the transport as it is)"};
 }
 
 }  // namespace chorus::cuda

@@ -51,17 +51,21 @@ namespace detail {
 // in device memory, a wait on the stream before the transport reads.
 class device_steps final : public local_arithmetic {
  public:
-  device_steps(device& on, device_compute& compute, const device::lease& held, stream_handle stream,
+  // compute: null for a collective that only moves bytes.
+  device_steps(device& on, device_compute* compute, const device::lease& held, stream_handle stream,
                memory_router::waiter wait)
       : on_(on), compute_(compute), held_(held), stream_(stream), wait_(wait) {}
 
-  void* scratch(std::size_t bytes) override { return on_.device_scratch(held_, bytes).data(); }
+  void* scratch(std::size_t bytes, std::size_t slot) override { return on_.device_scratch(held_, bytes, slot).data(); }
+  void copy(void* to, const void* from, std::size_t bytes) override {
+    on_.operations().copy_async(to, from, bytes, stream_);
+  }
   void reduce_into(void* accumulate, const void* incoming, std::size_t n, dtype type, std::string_view op,
                    bool incoming_is_lower) override {
-    compute_.reduce_into(accumulate, incoming, n, type, op, incoming_is_lower, stream_);
+    kernels().reduce_into(accumulate, incoming, n, type, op, incoming_is_lower, stream_);
   }
   void finalize(void* values, std::size_t n, dtype type, std::string_view op, std::size_t contributions) override {
-    compute_.finalize(values, n, type, op, contributions, stream_);
+    kernels().finalize(values, n, type, op, contributions, stream_);
   }
   void settle() override {
     device_operations& ops = on_.operations();
@@ -72,8 +76,13 @@ class device_steps final : public local_arithmetic {
   void* network_address(void* data) const override { return on_.operations().network_address(data); }
 
  private:
+  device_compute& kernels() const {
+    if (compute_ == nullptr) throw error(errc::invalid_argument, "direct path: a reduction without device kernels");
+    return *compute_;
+  }
+
   device& on_;
-  device_compute& compute_;
+  device_compute* compute_;
   const device::lease& held_;
   stream_handle stream_;
   memory_router::waiter wait_;
@@ -145,16 +154,17 @@ class router final : public memory_router {
                           const memory_kinds& moved) const override {
     if (buffer.bytes == 0 || on_.kind_of(buffer.data) != memory_kind::cuda_device)
       return {false, "staged: not device memory"};
-    return choose_path(path_, {on_.operations().network_reaches_device(moved), compute_ != nullptr,
-                               compute_ != nullptr && compute_->reduces(type, op)});
+    const bool reduces = !op.empty();  // a collective that only moves bytes needs no kernels
+    return choose_path(path_, {on_.operations().network_reaches_device(moved), !reduces || compute_ != nullptr,
+                               !reduces || (compute_ != nullptr && compute_->reduces(type, op))});
   }
 
   // The caller's pending work on its stream is done before the transport
   // first reads the buffer; the reductions then run on that stream.
   void through_direct(const routed_buffer& buffer, function_ref<void(local_arithmetic&)> body, waiter wait) override {
-    if (compute_ == nullptr) return memory_router::through_direct(buffer, body, wait);
+    (void)buffer;
     const device::lease held = on_.acquire(0, 1);
-    detail::device_steps steps(on_, *compute_, held, current_stream(), wait);
+    detail::device_steps steps(on_, compute_, held, current_stream(), wait);
     steps.settle();
     body(steps);
   }

@@ -1,0 +1,61 @@
+// How a front door takes the direct path (core/memory_router.hpp) for
+// buffers that are not host memory, and says which path it took.
+//
+//   if (run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
+//         exchange ex(comm, "allgather");
+//         network_exchange on_network(ex, where);
+//         allgather_ring(on_network, all, block);
+//       }))
+//     return algorithm::ring;
+//   ... staged ...
+//
+// Every rank must send the same messages whichever path it took, so a front
+// door takes the direct path only for the algorithm the registry chose, and
+// the body does what the host path does in the same order (the argument
+// check, then the exchange).
+#pragma once
+
+#include <chorus/collective/local_steps.hpp>
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/log.hpp>
+#include <chorus/core/memory_router.hpp>
+
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+namespace chorus::collective {
+
+// The debug line for a call whose buffers are not host memory.
+template <class Communicator>
+void report_path(const Communicator& comm, std::string_view collective, std::size_t bytes, std::string_view why) {
+  if (log::debug_enabled())
+    log::debug(comm.transport().rank(), std::string(collective) + " of " + std::to_string(bytes) +
+                                            " B not in host memory: " + std::string(why));
+}
+
+// The reason a call the direct path does not cover is staged.
+inline std::string staged_because(std::string_view what) {
+  return "staged (the direct path does not run " + std::string(what) + ")";
+}
+
+// Runs body(arithmetic) on the direct path if the router takes it for every
+// buffer of `views` (op: the reduction's name; empty for a collective that
+// only moves bytes), after reporting the path; false, having done nothing,
+// where the call is to be staged.
+template <class Communicator, class Body>
+bool run_direct(memory_router& router, Communicator& comm, std::string_view collective,
+                std::initializer_list<routed_buffer> views, dtype type, std::string_view op, Body&& body) {
+  path_report path;
+  std::size_t bytes = 0;
+  for (const routed_buffer& view : views) {
+    bytes += view.bytes;
+    if (path.reason.empty() || path.direct) path = router.direct_path(view, type, op, comm.transport().memory_kinds());
+  }
+  report_path(comm, collective, bytes, path.reason);
+  if (!path.direct) return false;
+  router.through_direct(*views.begin(), body, chorus::detail::waiting_on(comm));
+  return true;
+}
+
+}  // namespace chorus::collective

@@ -297,3 +297,29 @@ TEST_CASE("direct path: without device kernels, allgather still goes direct and 
   CHECK(after_gather == 0);
   CHECK(fake.pinned_allocations() > 0);
 }
+
+TEST_CASE("direct path: broadcast by tree and chain on device buffers equals the host's, unstaged, without kernels") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
+  const chorus::cuda::route_front_doors routing(router);
+  for (const int ranks : {1, 2, 3, 5})
+    for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{99991}})
+      for (const auto algorithm : {chorus::algorithm::tree, chorus::algorithm::chain}) {
+        CAPTURE(ranks);
+        CAPTURE(count);
+        std::atomic<int> differ{0};
+        const int root = ranks - 1;
+        chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+          std::vector<float> host = comm.rank() == root ? inputs<float>(7, count) : std::vector<float>(count, -1.0f);
+          auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+          fake.write(device, std::span<const float>(host));
+          chorus::broadcast(comm, std::span(device, count), root, algorithm);
+          chorus::broadcast(comm, std::span(host), root, algorithm);
+          if (fake.read(device, count) != host) ++differ;
+          fake.free_device(device);
+        }, chorus_test::quick());
+        CHECK(differ.load() == 0);
+      }
+  CHECK(fake.pinned_allocations() == 0);
+}

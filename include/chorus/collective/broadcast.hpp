@@ -11,6 +11,7 @@
 #include <chorus/collective/broadcast_chain.hpp>
 #include <chorus/collective/broadcast_tree.hpp>
 #include <chorus/collective/check.hpp>
+#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
@@ -20,20 +21,48 @@
 
 namespace chorus {
 
+namespace collective {
+
+// Runs the algorithm `chosen` over `ex` (an exchange, or a network_exchange
+// on the direct path: the algorithms only send and receive parts of `data`).
+template <class X, element T>
+void broadcast_by(X& ex, std::span<T> data, int root, algorithm chosen) {
+  if (ex.size() == 1) return;
+  if (chosen == algorithm::chain) broadcast_chain(ex, data, root);
+  else broadcast_tree(ex, data, root);
+}
+
+// A buffer that is not host memory: the direct path where the router takes
+// it (every algorithm: none computes, so no device kernels are needed), else
+// staged (the root's buffer read, the others' written).
+template <class Communicator, element T>
+algorithm broadcast_through(memory_router& router, Communicator& comm, std::span<T> data, int root, algorithm forced) {
+  check_root(root, comm.size(), comm.transport().rank(), "broadcast");
+  const choice made = choose(comm, "broadcast", {comm.size(), data.size_bytes()}, forced);
+  const routed_buffer view{data.data(), data.size_bytes(), comm.rank() == root ? buffer_use::read : buffer_use::write};
+  if (run_direct(router, comm, "broadcast", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
+        check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root});
+        report(comm, "broadcast", data.size_bytes(), dtype_of<T>, made);
+        exchange ex(comm, "broadcast");
+        network_exchange on_network(ex, where);
+        broadcast_by(on_network, data, root, made.chosen);
+      }))
+    return made.chosen;
+  return through_host(router, comm, [&](std::span<T> host) { return broadcast(comm, host, root, forced); },
+                      staged(data, view.use));
+}
+
+}  // namespace collective
+
 template <class Communicator, element T>
 algorithm broadcast(Communicator& comm, std::span<T> data, int root, algorithm forced = algorithm::automatic) {
-  if (memory_router* router = routed(data))
-    return through_host(*router, comm, [&](std::span<T> host) { return broadcast(comm, host, root, forced); },
-                        staged(data, comm.rank() == root ? buffer_use::read : buffer_use::write));
+  if (memory_router* router = routed(data)) return collective::broadcast_through(*router, comm, data, root, forced);
   collective::check_root(root, comm.size(), comm.transport().rank(), "broadcast");
   collective::check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root});
   const choice made = choose(comm, "broadcast", {comm.size(), data.size_bytes()}, forced);
   report(comm, "broadcast", data.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "broadcast");
-  if (comm.size() > 1) {
-    if (made.chosen == algorithm::chain) collective::broadcast_chain(ex, data, root);
-    else collective::broadcast_tree(ex, data, root);
-  }
+  collective::broadcast_by(ex, data, root, made.chosen);
   return made.chosen;
 }
 

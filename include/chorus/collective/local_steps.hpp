@@ -100,6 +100,14 @@ class network_exchange {
   request irecv(std::span<A> data, int peer, std::uint32_t step) {
     return inner_.irecv(std::span<A>(address(data.data()), data.size()), peer, step);
   }
+  template <class A>
+  void send(std::span<const A> data, int peer, std::uint32_t step) {
+    inner_.send(std::span<const A>(address(data.data()), data.size()), peer, step);
+  }
+  template <class A>
+  void recv(std::span<A> data, int peer, std::uint32_t step) {
+    inner_.recv(std::span<A>(address(data.data()), data.size()), peer, step);
+  }
 
  private:
   template <class A>

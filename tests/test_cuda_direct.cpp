@@ -323,3 +323,43 @@ TEST_CASE("direct path: broadcast by tree and chain on device buffers equals the
       }
   CHECK(fake.pinned_allocations() == 0);
 }
+
+TEST_CASE("direct path: gather, scatter and alltoall on device buffers equal the host's, unstaged, without kernels") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
+  const chorus::cuda::route_front_doors routing(router);
+  for (const int ranks : {1, 2, 3, 5})
+    for (const std::size_t block : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
+      CAPTURE(ranks);
+      CAPTURE(block);
+      std::atomic<int> differ{0};
+      const int root = ranks / 2;
+      chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+        const std::size_t all = block * static_cast<std::size_t>(ranks);
+        const std::vector<float> mine = inputs<float>(comm.rank(), block), many = inputs<float>(comm.rank() + 10, all);
+        std::vector<float> gathered(all, -1.0f), scattered(block, -1.0f), exchanged(all, -1.0f);
+        chorus::gather(comm, std::span<const float>(mine), std::span(gathered), root);
+        chorus::scatter(comm, std::span<const float>(many), std::span(scattered), root);
+        chorus::alltoall(comm, std::span<const float>(many), std::span(exchanged));
+
+        auto* d_mine = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
+        auto* d_many = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+        auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+        auto* d_scattered = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
+        auto* d_exchanged = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+        fake.write(d_mine, std::span<const float>(mine));
+        fake.write(d_many, std::span<const float>(many));
+        fake.write(d_gathered, std::span<const float>(std::vector<float>(all, -1.0f)));
+        chorus::gather(comm, std::span<const float>(d_mine, block), std::span(d_gathered, all), root);
+        chorus::scatter(comm, std::span<const float>(d_many, all), std::span(d_scattered, block), root);
+        chorus::alltoall(comm, std::span<const float>(d_many, all), std::span(d_exchanged, all));
+        const bool same = fake.read(d_gathered, all) == gathered && fake.read(d_scattered, block) == scattered &&
+                          fake.read(d_exchanged, all) == exchanged;
+        for (float* p : {d_mine, d_many, d_gathered, d_scattered, d_exchanged}) fake.free_device(p);
+        if (!same) ++differ;
+      }, chorus_test::quick());
+      CHECK(differ.load() == 0);
+    }
+  CHECK(fake.pinned_allocations() == 0);
+}

@@ -9,6 +9,7 @@
 
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
+#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
@@ -19,32 +20,65 @@
 
 namespace chorus {
 
+namespace collective {
+
+// The block each rank sends to each; throws for sizes that do not split.
 template <class Communicator, element T>
-algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> output) {
-  if (memory_router* router = routed(input, output))
-    return through_host(
-        *router, comm, [&](std::span<const T> in, std::span<T> out) { return alltoall(comm, in, out); },
-        staged(input, buffer_use::read), staged(output.first(std::min(input.size(), output.size())), buffer_use::write));
-  const int n = comm.size(), rank = comm.rank();
-  if (input.size() % static_cast<std::size_t>(n) != 0)
+std::size_t alltoall_block(const Communicator& comm, std::span<const T> input, std::span<T> output) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  if (input.size() % n != 0)
     throw error(errc::invalid_argument,
                 std::to_string(input.size()) + " elements do not split into " + std::to_string(n) + " equal blocks",
                 {comm.transport().rank(), -1, "alltoall"});
-  collective::check_output(input, output, input.size(), comm.transport().rank(), "alltoall", false);
-  const std::size_t block = input.size() / static_cast<std::size_t>(n);
-  collective::check_if_enabled(comm, {"alltoall", block, dtype_of<T>, "", -1});
-  const choice made = choose(comm, "alltoall", {comm.size(), input.size_bytes()}, algorithm::automatic);
-  report(comm, "alltoall", input.size_bytes(), dtype_of<T>, made);
-  collective::exchange ex(comm, "alltoall");
+  check_output(input, output, input.size(), comm.transport().rank(), "alltoall", false);
+  return input.size() / n;
+}
+
+// The pairwise exchange over `ex` (an exchange, or a network_exchange on the
+// direct path); `steps` copies this rank's own block into place.
+template <class X, element T, class Steps>
+void alltoall_by(X& ex, std::span<const T> input, std::span<T> output, std::size_t block, const Steps& steps) {
+  const int n = ex.size(), rank = ex.rank();
   const auto in = [&](int b) { return input.subspan(static_cast<std::size_t>(b) * block, block); };
   const auto out = [&](int b) { return output.subspan(static_cast<std::size_t>(b) * block, block); };
-  std::copy(in(rank).begin(), in(rank).end(), out(rank).begin());
+  steps.copy(in(rank), out(rank));
   const auto pairings = ex.phase(static_cast<std::uint64_t>(n - 1), "pairwise exchange");
   for (int step = 1; step < n; ++step) {
     const int to = (rank + step) % n, from = (rank - step + n) % n;
     ex.sendrecv(in(to), to, out(from), from, pairings(static_cast<std::uint64_t>(step - 1)));
   }
-  return algorithm::automatic;
+  steps.settle();
+}
+
+}  // namespace collective
+
+template <class Communicator, element T>
+algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> output) {
+  memory_router* router = routed(input, output);
+  const std::size_t block = collective::alltoall_block(comm, input, output);
+  const auto check_and_report = [&] {
+    collective::check_if_enabled(comm, {"alltoall", block, dtype_of<T>, "", -1});
+    const choice made = choose(comm, "alltoall", {comm.size(), input.size_bytes()}, algorithm::automatic);
+    report(comm, "alltoall", input.size_bytes(), dtype_of<T>, made);
+  };
+  if (router == nullptr) {
+    check_and_report();
+    collective::exchange ex(comm, "alltoall");
+    collective::alltoall_by(ex, input, output, block, collective::host_steps{});
+    return algorithm::automatic;
+  }
+  const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
+  const routed_buffer out{output.data(), input.size_bytes(), buffer_use::write};
+  if (collective::run_direct(*router, comm, "alltoall", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
+        check_and_report();
+        collective::exchange ex(comm, "alltoall");
+        collective::network_exchange on_network(ex, where);
+        collective::alltoall_by(on_network, input, output, block, collective::routed_steps(where));
+      }))
+    return algorithm::automatic;
+  return through_host(
+      *router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { return alltoall(comm, host_in, host_out); },
+      staged(input, buffer_use::read), staged(output.first(input.size()), buffer_use::write));
 }
 
 }  // namespace chorus

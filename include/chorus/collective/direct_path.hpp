@@ -48,13 +48,17 @@ bool run_direct(memory_router& router, Communicator& comm, std::string_view coll
                 std::initializer_list<routed_buffer> views, dtype type, std::string_view op, Body&& body) {
   path_report path;
   std::size_t bytes = 0;
+  const routed_buffer* first = nullptr;
   for (const routed_buffer& view : views) {
+    if (view.bytes == 0) continue;  // nothing of it moves (a non-root's output)
     bytes += view.bytes;
+    if (first == nullptr) first = &view;
     if (path.reason.empty() || path.direct) path = router.direct_path(view, type, op, comm.transport().memory_kinds());
   }
+  if (first == nullptr) return false;
   report_path(comm, collective, bytes, path.reason);
   if (!path.direct) return false;
-  router.through_direct(*views.begin(), body, chorus::detail::waiting_on(comm));
+  router.through_direct(*first, body, chorus::detail::waiting_on(comm));
   return true;
 }
 

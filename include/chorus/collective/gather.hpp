@@ -7,6 +7,7 @@
 
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
+#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
@@ -17,32 +18,66 @@
 
 namespace chorus {
 
+namespace collective {
+
+// The checks every rank makes before a gather.
 template <class Communicator, element T>
-void gather(Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
-  if (memory_router* router = routed(mine, all)) {
-    const std::size_t filled = comm.rank() == root ? std::min(all.size(), mine.size() * static_cast<std::size_t>(comm.size())) : 0;
-    return through_host(
-        *router, comm, [&](std::span<const T> in, std::span<T> out) { gather(comm, in, out, root); },
-        staged(mine, buffer_use::read), staged(all.first(filled), buffer_use::write));
-  }
-  const int n = comm.size(), rank = comm.rank(), world = comm.transport().rank();
-  collective::check_root(root, n, world, "gather");
+void check_gather(const Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
+  const int world = comm.transport().rank();
+  check_root(root, comm.size(), world, "gather");
+  if (comm.rank() == root)
+    check_output(mine, all, mine.size() * static_cast<std::size_t>(comm.size()), world, "gather", false);
+}
+
+// The gather's messages over `ex` (an exchange, or a network_exchange on the
+// direct path); `steps` copies the root's own block into place.
+template <class X, class Communicator, element T, class Steps>
+void gather_by(X& ex, Communicator& comm, std::span<const T> mine, std::span<T> all, int root, const Steps& steps) {
+  const int n = comm.size(), rank = comm.rank();
   const std::size_t block = mine.size();
-  if (rank == root) collective::check_output(mine, all, block * static_cast<std::size_t>(n), world, "gather", false);
-  collective::check_if_enabled(comm, {"gather", block, dtype_of<T>, "", root});
-  collective::exchange ex(comm, "gather");
   const std::uint32_t step = ex.phase(1, "to the root")(0);
   if (rank != root) {
     ex.send(mine, root, step);
     return;
   }
   const auto slot = [&](int r) { return all.subspan(static_cast<std::size_t>(r) * block, block); };
-  std::copy(mine.begin(), mine.end(), slot(root).begin());
-  std::vector<typename collective::exchange<Communicator>::request> receives;
+  steps.copy(mine, slot(root));
+  std::vector<typename X::request> receives;
   for (int r = 0; r < n; ++r)
     if (r != root) receives.push_back(ex.irecv(slot(r), r, step));
   ex.wait_all(receives);
   for (auto& receive : receives) comm.expect_bytes(receive, block * sizeof(T), "gather");
+  steps.settle();
+}
+
+// Buffers that are not host memory: direct where the router takes them
+// (only bytes move: no device kernels needed), else staged.
+template <class Communicator, element T>
+void gather_through(memory_router& router, Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
+  check_gather(comm, mine, all, root);
+  const std::size_t filled = comm.rank() == root ? mine.size() * static_cast<std::size_t>(comm.size()) : 0;
+  const routed_buffer in{mine.data(), mine.size_bytes(), buffer_use::read};
+  const routed_buffer out{all.data(), filled * sizeof(T), buffer_use::write};
+  if (run_direct(router, comm, "gather", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
+        check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root});
+        exchange ex(comm, "gather");
+        network_exchange on_network(ex, where);
+        gather_by(on_network, comm, mine, all, root, routed_steps(where));
+      }))
+    return;
+  through_host(router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { gather(comm, host_in, host_out, root); },
+               staged(mine, buffer_use::read), staged(all.first(filled), buffer_use::write));
+}
+
+}  // namespace collective
+
+template <class Communicator, element T>
+void gather(Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
+  if (memory_router* router = routed(mine, all)) return collective::gather_through(*router, comm, mine, all, root);
+  collective::check_gather(comm, mine, all, root);
+  collective::check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root});
+  collective::exchange ex(comm, "gather");
+  collective::gather_by(ex, comm, mine, all, root, collective::host_steps{});
 }
 
 }  // namespace chorus

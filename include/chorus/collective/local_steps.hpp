@@ -108,6 +108,11 @@ class network_exchange {
   void recv(std::span<A> data, int peer, std::uint32_t step) {
     inner_.recv(std::span<A>(address(data.data()), data.size()), peer, step);
   }
+  template <class A>
+  void sendrecv(std::span<const A> out, int to, std::span<A> in, int from, std::uint32_t step) {
+    inner_.sendrecv(std::span<const A>(address(out.data()), out.size()), to, std::span<A>(address(in.data()), in.size()),
+                    from, step);
+  }
 
  private:
   template <class A>

@@ -7,6 +7,7 @@
 
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
+#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
@@ -17,36 +18,72 @@
 
 namespace chorus {
 
+namespace collective {
+
+// The checks every rank makes before a scatter.
 template <class Communicator, element T>
-void scatter(Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
-  if (memory_router* router = routed(all, mine)) {
-    const std::size_t used = comm.rank() == root ? all.size() : 0;
-    return through_host(
-        *router, comm, [&](std::span<const T> in, std::span<T> out) { scatter(comm, in, out, root); },
-        staged(all.first(used), buffer_use::read), staged(mine, buffer_use::write));
-  }
-  const int n = comm.size(), rank = comm.rank(), world = comm.transport().rank();
-  collective::check_root(root, n, world, "scatter");
+void check_scatter(const Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
+  const int n = comm.size(), world = comm.transport().rank();
+  check_root(root, n, world, "scatter");
   const std::size_t block = mine.size();
-  if (rank == root && all.size() < block * static_cast<std::size_t>(n))
+  if (comm.rank() != root) return;
+  if (all.size() < block * static_cast<std::size_t>(n))
     throw error(errc::invalid_argument,
                 "input holds " + std::to_string(all.size()) + " elements, needs " +
                     std::to_string(block * static_cast<std::size_t>(n)),
                 {world, -1, "scatter"});
-  if (rank == root) collective::check_output(all, mine, block, world, "scatter", false);
-  collective::check_if_enabled(comm, {"scatter", block, dtype_of<T>, "", root});
-  collective::exchange ex(comm, "scatter");
+  check_output(all, mine, block, world, "scatter", false);
+}
+
+// The scatter's messages over `ex` (an exchange, or a network_exchange on
+// the direct path); `steps` copies the root's own block into place.
+template <class X, class Communicator, element T, class Steps>
+void scatter_by(X& ex, Communicator& comm, std::span<const T> all, std::span<T> mine, int root, const Steps& steps) {
+  const int n = comm.size(), rank = comm.rank();
+  const std::size_t block = mine.size();
   const std::uint32_t step = ex.phase(1, "from the root")(0);
   if (rank != root) {
     ex.recv(mine, root, step);
     return;
   }
   const auto slot = [&](int r) { return all.subspan(static_cast<std::size_t>(r) * block, block); };
-  std::vector<typename collective::exchange<Communicator>::request> sends;
+  std::vector<typename X::request> sends;
   for (int r = 0; r < n; ++r)
     if (r != root) sends.push_back(ex.isend(slot(r), r, step));
-  std::copy(slot(root).begin(), slot(root).end(), mine.begin());
+  steps.copy(slot(root), mine);
   ex.wait_all(sends);
+  steps.settle();
+}
+
+// Buffers that are not host memory: direct where the router takes them
+// (only bytes move: no device kernels needed), else staged.
+template <class Communicator, element T>
+void scatter_through(memory_router& router, Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
+  check_scatter(comm, all, mine, root);
+  const std::size_t used = comm.rank() == root ? mine.size() * static_cast<std::size_t>(comm.size()) : 0;
+  const routed_buffer in{all.data(), used * sizeof(T), buffer_use::read};
+  const routed_buffer out{mine.data(), mine.size_bytes(), buffer_use::write};
+  if (run_direct(router, comm, "scatter", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
+        check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root});
+        exchange ex(comm, "scatter");
+        network_exchange on_network(ex, where);
+        scatter_by(on_network, comm, all, mine, root, routed_steps(where));
+      }))
+    return;
+  const std::size_t staged_in = comm.rank() == root ? all.size() : 0;
+  through_host(router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { scatter(comm, host_in, host_out, root); },
+               staged(all.first(staged_in), buffer_use::read), staged(mine, buffer_use::write));
+}
+
+}  // namespace collective
+
+template <class Communicator, element T>
+void scatter(Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
+  if (memory_router* router = routed(all, mine)) return collective::scatter_through(*router, comm, all, mine, root);
+  collective::check_scatter(comm, all, mine, root);
+  collective::check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root});
+  collective::exchange ex(comm, "scatter");
+  collective::scatter_by(ex, comm, all, mine, root, collective::host_steps{});
 }
 
 }  // namespace chorus

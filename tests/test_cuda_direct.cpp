@@ -10,6 +10,7 @@
 #include "support.hpp"
 
 #include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/reduce.hpp>
 #include <chorus/cuda/path.hpp>
 #include <chorus/cuda/router.hpp>
 
@@ -127,7 +128,7 @@ TEST_CASE("cuda path: CHORUS_CUDA_PATH is read, and a bad value is refused") {
   ::unsetenv("CHORUS_CUDA_PATH");
 }
 
-TEST_CASE("direct path: the ring allreduce on device buffers equals the host's, with no staging copies") {
+TEST_CASE("direct path: the ring and tree allreduce on device buffers equal the host's, with no staging copies") {
   fake_device fake;
   chorus::cuda::device gpu(fake);
   fake_compute kernels(fake);
@@ -136,11 +137,13 @@ TEST_CASE("direct path: the ring allreduce on device buffers equals the host's, 
     for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{99991}}) {
       CAPTURE(ranks);
       CAPTURE(count);
-      const auto ring = chorus::algorithm::ring;
-      CHECK(differing<float>(fake, router, ranks, count, chorus::op::sum{}, ring) == 0);
-      CHECK(differing<double>(fake, router, ranks, count, chorus::op::avg{}, ring) == 0);
-      CHECK(differing<std::int32_t>(fake, router, ranks, count, chorus::op::max{}, ring) == 0);
-      CHECK(differing<std::int64_t>(fake, router, ranks, count, chorus::op::prod{}, ring) == 0);
+      for (const auto algorithm : {chorus::algorithm::ring, chorus::algorithm::tree}) {
+        CAPTURE(algorithm);
+        CHECK(differing<float>(fake, router, ranks, count, chorus::op::sum{}, algorithm) == 0);
+        CHECK(differing<double>(fake, router, ranks, count, chorus::op::avg{}, algorithm) == 0);
+        CHECK(differing<std::int32_t>(fake, router, ranks, count, chorus::op::max{}, algorithm) == 0);
+        CHECK(differing<std::int64_t>(fake, router, ranks, count, chorus::op::prod{}, algorithm) == 0);
+      }
     }
   CHECK(fake.copies() == 0);  // nothing was staged
   CHECK(kernels.launches.load() > 0);
@@ -358,6 +361,92 @@ TEST_CASE("direct path: gather, scatter and alltoall on device buffers equal the
                           fake.read(d_exchanged, all) == exchanged;
         for (float* p : {d_mine, d_many, d_gathered, d_scattered, d_exchanged}) fake.free_device(p);
         if (!same) ++differ;
+      }, chorus_test::quick());
+      CHECK(differ.load() == 0);
+    }
+  CHECK(fake.pinned_allocations() == 0);
+}
+
+namespace {
+
+// reduce out of place and in place on the fake device through `router` and
+// on the host; returns how many ranks' device buffers differ in any bit
+// (the root's results, and every other rank's untouched data).
+template <class T, class Op>
+int differing_reduce(fake_device& fake, chorus::cuda::router& router, int ranks, std::size_t count, int root, Op op) {
+  std::atomic<int> differ{0};
+  const chorus::cuda::route_front_doors routing(router);
+  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+    const std::vector<T> input = inputs<T>(comm.rank(), count);
+    std::vector<T> output(count, T(-1)), in_place = input;
+    chorus::reduce(comm, std::span<const T>(input), std::span(output), root, op);
+    chorus::reduce(comm, std::span(in_place), root, op);
+
+    auto* d_input = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+    auto* d_output = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+    auto* d_in_place = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+    fake.write(d_input, std::span<const T>(input));
+    fake.write(d_output, std::span<const T>(std::vector<T>(count, T(-1))));
+    fake.write(d_in_place, std::span<const T>(input));
+    chorus::reduce(comm, std::span<const T>(d_input, count), std::span(d_output, count), root, op);
+    chorus::reduce(comm, std::span(d_in_place, count), root, op);
+    const bool same = fake.read(d_input, count) == input && fake.read(d_output, count) == output &&
+                      fake.read(d_in_place, count) == in_place;
+    for (T* p : {d_input, d_output, d_in_place}) fake.free_device(p);
+    if (!same) ++differ;
+  }, chorus_test::quick());
+  return differ.load();
+}
+
+}  // namespace
+
+TEST_CASE("direct path: reduce on device buffers equals the host's, in and out of place, unstaged") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  for (const int ranks : {1, 2, 3, 5})
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{30011}}) {
+      CAPTURE(ranks);
+      CAPTURE(count);
+      const int root = (ranks + 1) / 2 % ranks;
+      CHECK(differing_reduce<float>(fake, router, ranks, count, root, chorus::op::sum{}) == 0);
+      CHECK(differing_reduce<double>(fake, router, ranks, count, root, chorus::op::avg{}) == 0);
+      CHECK(differing_reduce<std::int32_t>(fake, router, ranks, count, root, chorus::op::min{}) == 0);
+    }
+  CHECK(fake.pinned_allocations() == 0);  // nothing went through pinned memory
+  CHECK(kernels.launches.load() > 0);
+  // half reduces in float: staged, same bits.
+  CHECK(differing_reduce<chorus::half>(fake, router, 3, 1000, 1, chorus::op::sum{}) == 0);
+  CHECK(fake.pinned_allocations() > 0);
+}
+
+TEST_CASE("direct path: send and recv move device buffers unstaged, without kernels") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
+  const chorus::cuda::route_front_doors routing(router);
+  for (const int ranks : {2, 3, 5})
+    for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{100003}}) {
+      CAPTURE(ranks);
+      CAPTURE(count);
+      std::atomic<int> differ{0};
+      chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+        // Around a ring: even ranks send first, odd ones receive first.
+        const int right = (comm.rank() + 1) % ranks, left = (comm.rank() + ranks - 1) % ranks;
+        const std::vector<double> mine = inputs<double>(comm.rank(), count);
+        auto* d_mine = static_cast<double*>(fake.allocate_device(count * sizeof(double)));
+        auto* d_theirs = static_cast<double*>(fake.allocate_device(count * sizeof(double)));
+        fake.write(d_mine, std::span<const double>(mine));
+        if (comm.rank() % 2 == 0) {
+          comm.send(std::span<const double>(d_mine, count), right, 3);
+          comm.recv(std::span(d_theirs, count), left, 3);
+        } else {
+          comm.recv(std::span(d_theirs, count), left, 3);
+          comm.send(std::span<const double>(d_mine, count), right, 3);
+        }
+        if (fake.read(d_theirs, count) != inputs<double>(left, count)) ++differ;
+        for (double* p : {d_mine, d_theirs}) fake.free_device(p);
       }, chorus_test::quick());
       CHECK(differ.load() == 0);
     }

@@ -13,9 +13,10 @@
 #include <chorus/collective/allgather_ring.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
-#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
+#include <chorus/collective/local_steps.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
 

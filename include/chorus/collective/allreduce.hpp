@@ -16,10 +16,10 @@
 #include <chorus/collective/allreduce_tree.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
-#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
@@ -38,17 +38,19 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 namespace collective {
 
 // The allreduce of a buffer that is not host memory, through `router`
-// (core/memory_router.hpp). When the registry chooses the ring: the direct
-// path where the router offers it (element types that are their own
+// (core/memory_router.hpp). When the registry chooses the ring or the tree,
+// whose local steps are written against local_steps.hpp: the direct path
+// where the router offers it (element types that are their own
 // accumulator, built-in ops: the buffer goes to the transport as it is and
-// the ring reduces each segment where it lives), else staged part by part
-// so that the copies overlap the network. The other algorithms are staged
-// whole. The path is reported (CHORUS_DEBUG=1).
+// each reduction runs where it lives). Else staged: the ring part by part,
+// so that the copies overlap the network, the other algorithms whole. The
+// path is reported (CHORUS_DEBUG=1).
 template <class Communicator, element T, class Op>
 algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
   const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
   const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
-  if (made.chosen != algorithm::ring || !std::is_same_v<accumulator_t<T>, T>) {
+  const bool ring = made.chosen == algorithm::ring;
+  if ((!ring && made.chosen != algorithm::tree) || !std::is_same_v<accumulator_t<T>, T>) {
     report_path(comm, "allreduce", data.size_bytes(),
                 staged_because(std::string(to_string(made.chosen)) + " over " + std::string(element_traits<T>::name)));
     return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
@@ -59,9 +61,12 @@ algorithm allreduce_through(memory_router& router, Communicator& comm, std::span
     report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
     exchange ex(comm, "allreduce");
     network_exchange on_network(ex, where);
-    allreduce_ring(on_network, data, op, {}, nullptr, routed_steps(where));
+    if (ring) allreduce_ring(on_network, data, op, {}, nullptr, routed_steps(where));
+    else allreduce_tree(on_network, data, op, routed_steps(where));
   });
-  return direct ? made.chosen : through_host_in_parts(router, comm, on_host, data);
+  if (direct) return made.chosen;
+  if (ring) return through_host_in_parts(router, comm, on_host, data);
+  return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
 }
 
 }  // namespace collective

@@ -7,6 +7,7 @@
 // table picks it only where it measured fastest.
 //
 // Only the root computes the result, so every rank gets the same bits.
+// `steps` says where the reductions run (local_steps.hpp).
 #pragma once
 
 #include <chorus/collective/broadcast_tree.hpp>
@@ -16,10 +17,13 @@
 
 namespace chorus::collective {
 
-template <class X, class A, class Op>
-void allreduce_tree(X& ex, std::span<A> data, const Op& op) {
-  reduce_tree(ex, data, 0, op);
-  if (ex.rank() == 0) finalize_all(data, op, static_cast<std::size_t>(ex.size()));
+template <class X, class A, class Op, class Steps = host_steps>
+void allreduce_tree(X& ex, std::span<A> data, const Op& op, const Steps& steps = {}) {
+  reduce_tree(ex, data, 0, op, steps);
+  if (ex.rank() == 0) {
+    steps.finalize(data, op, static_cast<std::size_t>(ex.size()));
+    steps.settle();  // before the broadcast reads it
+  }
   broadcast_tree(ex, data, 0);
 }
 

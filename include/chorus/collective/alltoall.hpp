@@ -9,9 +9,10 @@
 
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
-#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
+#include <chorus/collective/local_steps.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
 
@@ -69,7 +70,7 @@ algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> ou
   }
   const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
   const routed_buffer out{output.data(), input.size_bytes(), buffer_use::write};
-  if (collective::run_direct(*router, comm, "alltoall", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
+  if (run_direct(*router, comm, "alltoall", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
         check_and_report();
         collective::exchange ex(comm, "alltoall");
         collective::network_exchange on_network(ex, where);

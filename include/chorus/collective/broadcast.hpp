@@ -11,9 +11,10 @@
 #include <chorus/collective/broadcast_chain.hpp>
 #include <chorus/collective/broadcast_tree.hpp>
 #include <chorus/collective/check.hpp>
-#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/selection.hpp>
+#include <chorus/collective/local_steps.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
 

@@ -12,6 +12,7 @@
 
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/scratch.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
@@ -94,33 +95,26 @@ class network_exchange {
 
   template <class A>
   request isend(std::span<const A> data, int peer, std::uint32_t step) {
-    return inner_.isend(std::span<const A>(address(data.data()), data.size()), peer, step);
+    return inner_.isend(on_network(where_, data), peer, step);
   }
   template <class A>
   request irecv(std::span<A> data, int peer, std::uint32_t step) {
-    return inner_.irecv(std::span<A>(address(data.data()), data.size()), peer, step);
+    return inner_.irecv(on_network(where_, data), peer, step);
   }
   template <class A>
   void send(std::span<const A> data, int peer, std::uint32_t step) {
-    inner_.send(std::span<const A>(address(data.data()), data.size()), peer, step);
+    inner_.send(on_network(where_, data), peer, step);
   }
   template <class A>
   void recv(std::span<A> data, int peer, std::uint32_t step) {
-    inner_.recv(std::span<A>(address(data.data()), data.size()), peer, step);
+    inner_.recv(on_network(where_, data), peer, step);
   }
   template <class A>
   void sendrecv(std::span<const A> out, int to, std::span<A> in, int from, std::uint32_t step) {
-    inner_.sendrecv(std::span<const A>(address(out.data()), out.size()), to, std::span<A>(address(in.data()), in.size()),
-                    from, step);
+    inner_.sendrecv(on_network(where_, out), to, on_network(where_, in), from, step);
   }
 
  private:
-  template <class A>
-  A* address(A* data) const {
-    if (data == nullptr) return data;
-    return static_cast<A*>(where_.network_address(const_cast<std::remove_const_t<A>*>(data)));
-  }
-
   X& inner_;
   const local_arithmetic& where_;
 };

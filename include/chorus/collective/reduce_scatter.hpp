@@ -10,12 +10,13 @@
 
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
-#include <chorus/collective/direct_path.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_scatter_halving.hpp>
 #include <chorus/collective/reduce_scatter_ring.hpp>
 #include <chorus/collective/selection.hpp>
+#include <chorus/collective/local_steps.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
 #include <chorus/core/memory_router.hpp>

@@ -3,37 +3,39 @@
 // up and combine.
 //
 // Cost: ceil(log2 n) (alpha + S beta + S gamma). Used by reduce and by the
-// tree allreduce.
+// tree allreduce. `steps` says where the reductions run (local_steps.hpp:
+// the host, or the device on the direct path).
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/scratch.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/local_steps.hpp>
 
 #include <span>
 #include <vector>
 
 namespace chorus::collective {
 
-template <class X, class A, class Op>
-void reduce_tree(X& ex, std::span<A> data, int root, const Op& op) {
+template <class X, class A, class Op, class Steps = host_steps>
+void reduce_tree(X& ex, std::span<A> data, int root, const Op& op, const Steps& steps = {}) {
   const int n = ex.size();
   const int relative = (ex.rank() - root + n) % n;
   const auto real = [&](int r) { return (r + root) % n; };
-  const std::span<A> scratch = collective::scratch<A>(data.size());
+  const std::span<A> scratch = steps.template window<A>(data.size());
   std::uint64_t levels = 0;  // ceil(log2 n)
   for (int mask = 1; mask < n; mask <<= 1) ++levels;
   const auto level = ex.phase(levels, "tree reduce");
   std::uint32_t depth = 0;
   for (int mask = 1; mask < n; mask <<= 1, ++depth) {
     if (relative & mask) {
+      steps.settle();  // the transport reads what the reductions wrote
       ex.send(std::span<const A>(data), real(relative - mask), level(depth));
       return;
     }
     if (relative + mask < n) {
       ex.recv(scratch, real(relative + mask), level(depth));
       // The sender holds higher relative ranks: it is the right operand.
-      reduce_into(data, std::span<const A>(scratch), op, false);
+      steps.reduce(data, std::span<const A>(scratch), op, false);
+      steps.settle();  // the next receive reuses the window the reduction reads
     }
   }
 }

@@ -16,6 +16,7 @@
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
 #include <chorus/comm/traffic.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/log.hpp>
 #include <chorus/core/memory_router.hpp>
@@ -166,25 +167,35 @@ class basic_communicator {
     return irecv_bytes(std::as_writable_bytes(data), peer, user_wire_tag(user_tag, "recv"));
   }
 
+  // Device memory goes to the transport as it is on the direct path (a UCX
+  // that moves CUDA memory, core/direct_path.hpp), else through pinned memory.
   template <class U, std::size_t E>
   void send(std::span<U, E> data, int peer, int user_tag = 0) {
-    if (memory_router* router = routed(std::span<U>(data)))
-      return through_host(*router, *this, [&](std::span<U> host) { send(host, peer, user_tag); },
-                          staged(std::span<U>(data), buffer_use::read));
-    request handle = isend(data, peer, user_tag);
-    wait(handle, "send");
+    if (memory_router* router = routed(std::span<U>(data))) {
+      const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read};
+      if (!run_direct(*router, *this, "send", {view}, dtype::uint8, "", [&](local_arithmetic& where) {
+            send_now(on_network(where, std::span<U>(data)), peer, user_tag);
+          }))
+        through_host(*router, *this, [&](std::span<U> host) { send_now(host, peer, user_tag); }, staged(std::span<U>(data), buffer_use::read));
+      return;
+    }
+    send_now(data, peer, user_tag);
   }
 
   // Receives exactly data.size() elements; a message of another size is a
-  // mismatch error (a larger one never overruns the buffer).
+  // mismatch error (a larger one never overruns the buffer). Device memory
+  // as send.
   template <class U, std::size_t E>
   void recv(std::span<U, E> data, int peer, int user_tag = 0) {
-    if (memory_router* router = routed(std::span<U>(data)))
-      return through_host(*router, *this, [&](std::span<U> host) { recv(host, peer, user_tag); },
-                          staged(std::span<U>(data), buffer_use::write));
-    request handle = irecv(data, peer, user_tag);
-    wait(handle, "recv");
-    expect_bytes(handle, data.size_bytes(), "recv");
+    if (memory_router* router = routed(std::span<U>(data))) {
+      const routed_buffer view{data.data(), data.size_bytes(), buffer_use::write};
+      if (!run_direct(*router, *this, "recv", {view}, dtype::uint8, "", [&](local_arithmetic& where) {
+            recv_now(on_network(where, std::span<U>(data)), peer, user_tag);
+          }))
+        through_host(*router, *this, [&](std::span<U> host) { recv_now(host, peer, user_tag); }, staged(std::span<U>(data), buffer_use::write));
+      return;
+    }
+    recv_now(data, peer, user_tag);
   }
 
   void wait(request& handle, std::string_view operation = "wait") {
@@ -249,6 +260,18 @@ class basic_communicator {
   }
 
  private:
+  template <class U, std::size_t E>
+  void send_now(std::span<U, E> data, int peer, int user_tag) {
+    request handle = isend(data, peer, user_tag);
+    wait(handle, "send");
+  }
+  template <class U, std::size_t E>
+  void recv_now(std::span<U, E> data, int peer, int user_tag) {
+    request handle = irecv(data, peer, user_tag);
+    wait(handle, "recv");
+    expect_bytes(handle, data.size_bytes(), "recv");
+  }
+
   // A device pointer must not reach a transport that moves host memory only.
   void check_movable(std::span<const std::byte> data, std::string_view operation) const {
     memory_router* router = routed(data);  // none for empty buffers: nothing is moved

@@ -3,7 +3,7 @@
 //
 //   if (run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
 //         exchange ex(comm, "allgather");
-//         network_exchange on_network(ex, where);
+//         network_exchange on_network(ex, where);   // collective/local_steps.hpp
 //         allgather_ring(on_network, all, block);
 //       }))
 //     return algorithm::ring;
@@ -15,16 +15,17 @@
 // check, then the exchange).
 #pragma once
 
-#include <chorus/collective/local_steps.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/log.hpp>
 #include <chorus/core/memory_router.hpp>
 
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
-namespace chorus::collective {
+namespace chorus {
 
 // The debug line for a call whose buffers are not host memory.
 template <class Communicator>
@@ -32,6 +33,14 @@ void report_path(const Communicator& comm, std::string_view collective, std::siz
   if (log::debug_enabled())
     log::debug(comm.transport().rank(), std::string(collective) + " of " + std::to_string(bytes) +
                                             " B not in host memory: " + std::string(why));
+}
+
+// Where the transport moves `data` on the direct path (the fake device of
+// the tests hands it another mapping of the same memory).
+template <class U>
+std::span<U> on_network(const local_arithmetic& where, std::span<U> data) {
+  if (data.data() == nullptr) return data;
+  return {static_cast<U*>(where.network_address(const_cast<std::remove_const_t<U>*>(data.data()))), data.size()};
 }
 
 // The reason a call the direct path does not cover is staged.
@@ -58,8 +67,8 @@ bool run_direct(memory_router& router, Communicator& comm, std::string_view coll
   if (first == nullptr) return false;
   report_path(comm, collective, bytes, path.reason);
   if (!path.direct) return false;
-  router.through_direct(*first, body, chorus::detail::waiting_on(comm));
+  router.through_direct(*first, body, detail::waiting_on(comm));
   return true;
 }
 
-}  // namespace chorus::collective
+}  // namespace chorus

@@ -128,7 +128,7 @@ TEST_CASE("cuda path: CHORUS_CUDA_PATH is read, and a bad value is refused") {
   ::unsetenv("CHORUS_CUDA_PATH");
 }
 
-TEST_CASE("direct path: the ring and tree allreduce on device buffers equal the host's, with no staging copies") {
+TEST_CASE("direct path: every allreduce algorithm on device buffers equals the host's, with no staging copies") {
   fake_device fake;
   chorus::cuda::device gpu(fake);
   fake_compute kernels(fake);
@@ -137,7 +137,8 @@ TEST_CASE("direct path: the ring and tree allreduce on device buffers equal the 
     for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{99991}}) {
       CAPTURE(ranks);
       CAPTURE(count);
-      for (const auto algorithm : {chorus::algorithm::ring, chorus::algorithm::tree}) {
+      for (const auto algorithm : {chorus::algorithm::ring, chorus::algorithm::tree, chorus::algorithm::recursive_doubling,
+                                   chorus::algorithm::rabenseifner}) {
         CAPTURE(algorithm);
         CHECK(differing<float>(fake, router, ranks, count, chorus::op::sum{}, algorithm) == 0);
         CHECK(differing<double>(fake, router, ranks, count, chorus::op::avg{}, algorithm) == 0);
@@ -149,7 +150,7 @@ TEST_CASE("direct path: the ring and tree allreduce on device buffers equal the 
   CHECK(kernels.launches.load() > 0);
 }
 
-TEST_CASE("direct path: the registry's choice decides; other algorithms and types are staged") {
+TEST_CASE("direct path: the registry's choice runs direct; half, bfloat16 and user ops are staged") {
   fake_device fake;
   chorus::cuda::device gpu(fake);
   fake_compute kernels(fake);
@@ -157,13 +158,15 @@ TEST_CASE("direct path: the registry's choice decides; other algorithms and type
   // 64 MiB of float is above every ring threshold of the registry: direct.
   CHECK(differing<float>(fake, router, 3, (64u << 20) / 4 + 5, chorus::op::sum{}) == 0);
   CHECK(fake.copies() == 0);
-  // Recursive doubling does not run direct: staged, same bits.
-  CHECK(differing<float>(fake, router, 3, 1000, chorus::op::sum{}, chorus::algorithm::recursive_doubling) == 0);
-  const std::size_t after_doubling = fake.copies();
-  CHECK(after_doubling > 0);
-  // half accumulates in float: staged.
+  // The registry's choice for a small buffer (not the ring): direct too.
+  CHECK(differing<float>(fake, router, 3, 100, chorus::op::sum{}) == 0);
+  CHECK(fake.pinned_allocations() == 0);
+  // half and bfloat16 accumulate in float: staged.
   CHECK(differing<chorus::half>(fake, router, 3, 1000, chorus::op::sum{}, chorus::algorithm::ring) == 0);
-  CHECK(fake.copies() > after_doubling);
+  const std::size_t after_half = fake.copies();
+  CHECK(after_half > 0);
+  CHECK(differing<chorus::bfloat16>(fake, router, 3, 1000, chorus::op::sum{}, chorus::algorithm::recursive_doubling) == 0);
+  CHECK(fake.copies() > after_half);
   // A user's op has no device kernel: staged.
   const auto user = [](float a, float b) { return a + b; };
   const std::size_t before_user = fake.copies();
@@ -220,20 +223,21 @@ TEST_CASE("direct path: forced where the transport cannot reach device memory is
 namespace {
 
 // reduce_scatter, allgather out of place and in place on the fake device
-// through `router` and on the host, forced to the ring; returns how many
-// ranks' device results differ in any bit.
-int differing_scatter_gather(fake_device& fake, chorus::cuda::router& router, int ranks, std::size_t block) {
+// through `router` and on the host, forced to the ring or to recursive
+// halving and doubling; returns how many ranks' device results differ in any bit.
+int differing_scatter_gather(fake_device& fake, chorus::cuda::router& router, int ranks, std::size_t block, bool ring) {
   std::atomic<int> differ{0};
   const chorus::cuda::route_front_doors routing(router);
-  const auto ring = chorus::algorithm::ring;
+  const auto scatter_algorithm = ring ? chorus::algorithm::ring : chorus::algorithm::recursive_halving;
+  const auto gather_algorithm = ring ? chorus::algorithm::ring : chorus::algorithm::recursive_doubling;
   chorus::run_threads(ranks, [&](chorus::communicator& comm) {
     const std::size_t all = block * static_cast<std::size_t>(ranks);
     const std::vector<float> input = inputs<float>(comm.rank(), all);
     std::vector<float> reduced(block), gathered(all), in_place(all, 0.0f);
-    chorus::reduce_scatter(comm, std::span<const float>(input), std::span(reduced), chorus::op::sum{}, ring);
-    chorus::allgather(comm, std::span<const float>(reduced), std::span(gathered), ring);
+    chorus::reduce_scatter(comm, std::span<const float>(input), std::span(reduced), chorus::op::sum{}, scatter_algorithm);
+    chorus::allgather(comm, std::span<const float>(reduced), std::span(gathered), gather_algorithm);
     std::copy(reduced.begin(), reduced.end(), in_place.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(comm.rank())));
-    chorus::allgather(comm, std::span(in_place), ring);
+    chorus::allgather(comm, std::span(in_place), gather_algorithm);
 
     auto* d_input = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
     auto* d_reduced = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
@@ -243,9 +247,9 @@ int differing_scatter_gather(fake_device& fake, chorus::cuda::router& router, in
     std::vector<float> own_block(all, 0.0f);
     std::copy(reduced.begin(), reduced.end(), own_block.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(comm.rank())));
     fake.write(d_in_place, std::span<const float>(own_block));
-    chorus::reduce_scatter(comm, std::span<const float>(d_input, all), std::span(d_reduced, block), chorus::op::sum{}, ring);
-    chorus::allgather(comm, std::span<const float>(d_reduced, block), std::span(d_gathered, all), ring);
-    chorus::allgather(comm, std::span(d_in_place, all), ring);
+    chorus::reduce_scatter(comm, std::span<const float>(d_input, all), std::span(d_reduced, block), chorus::op::sum{}, scatter_algorithm);
+    chorus::allgather(comm, std::span<const float>(d_reduced, block), std::span(d_gathered, all), gather_algorithm);
+    chorus::allgather(comm, std::span(d_in_place, all), gather_algorithm);
     const bool same = fake.read(d_reduced, block) == reduced && fake.read(d_gathered, all) == gathered &&
                       fake.read(d_in_place, all) == in_place;
     for (float* p : {d_input, d_reduced, d_gathered, d_in_place}) fake.free_device(p);
@@ -256,7 +260,7 @@ int differing_scatter_gather(fake_device& fake, chorus::cuda::router& router, in
 
 }  // namespace
 
-TEST_CASE("direct path: reduce_scatter and allgather rings on device buffers equal the host's, unstaged") {
+TEST_CASE("direct path: reduce_scatter and allgather, ring and recursive, on device buffers equal the host's, unstaged") {
   fake_device fake;
   chorus::cuda::device gpu(fake);
   fake_compute kernels(fake);
@@ -265,7 +269,8 @@ TEST_CASE("direct path: reduce_scatter and allgather rings on device buffers equ
     for (const std::size_t block : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
       CAPTURE(ranks);
       CAPTURE(block);
-      CHECK(differing_scatter_gather(fake, router, ranks, block) == 0);
+      CHECK(differing_scatter_gather(fake, router, ranks, block, true) == 0);
+      CHECK(differing_scatter_gather(fake, router, ranks, block, false) == 0);
     }
   CHECK(fake.pinned_allocations() == 0);  // nothing went through pinned memory
   CHECK(kernels.launches.load() > 0);

@@ -38,25 +38,29 @@ std::size_t allgather_block(const Communicator& comm, std::span<T> all) {
   return all.size() / n;
 }
 
-// A buffer that is not host memory: the direct path when the registry
-// chooses the ring (it only moves bytes: no device kernels needed), else staged.
+// Runs the algorithm `chosen` over `ex` (an exchange, or a network_exchange
+// on the direct path), its local copies where `steps` says.
+template <class X, element T, class Steps = host_steps>
+void allgather_by(X& ex, std::span<T> all, std::size_t block, algorithm chosen, const Steps& steps = {}) {
+  if (chosen == algorithm::ring) allgather_ring(ex, all, block);
+  else allgather_recursive_doubling(ex, all, block, steps);
+}
+
+// A buffer that is not host memory: the direct path where the router takes
+// it (allgather only moves and copies bytes: no device kernels needed), else staged.
 template <class Communicator, element T>
 algorithm allgather_through(memory_router& router, Communicator& comm, std::span<T> all, algorithm forced) {
   const choice made = choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced);
-  if (made.chosen == algorithm::ring) {
-    const std::size_t block = allgather_block(comm, all);
-    const routed_buffer view{all.data(), all.size_bytes(), buffer_use::read_write};
-    if (run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
-          check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1});
-          report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
-          exchange ex(comm, "allgather");
-          network_exchange on_network(ex, where);
-          allgather_ring(on_network, all, block);
-        }))
-      return made.chosen;
-  } else {
-    report_path(comm, "allgather", all.size_bytes(), staged_because(to_string(made.chosen)));
-  }
+  const std::size_t block = allgather_block(comm, all);
+  const routed_buffer view{all.data(), all.size_bytes(), buffer_use::read_write};
+  if (run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
+        check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1});
+        report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
+        exchange ex(comm, "allgather");
+        network_exchange on_network(ex, where);
+        allgather_by(on_network, all, block, made.chosen, routed_steps(where));
+      }))
+    return made.chosen;
   return through_host(router, comm, [&](std::span<T> host) { return allgather(comm, host, forced); },
                       staged(all, buffer_use::read_write));
 }
@@ -64,10 +68,8 @@ algorithm allgather_through(memory_router& router, Communicator& comm, std::span
 // Whether an out-of-place allgather of `mine` into `all` would take the
 // direct path: then it copies `mine` into place on the device and gathers in place.
 template <class Communicator, element T>
-bool allgather_goes_direct(memory_router& router, Communicator& comm, std::span<const T> mine, std::span<T> all,
-                           algorithm forced) {
-  if (mine.empty() || choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced).chosen != algorithm::ring)
-    return false;
+bool allgather_goes_direct(memory_router& router, Communicator& comm, std::span<const T> mine, std::span<T> all) {
+  if (mine.empty()) return false;
   const memory_kinds moved = comm.transport().memory_kinds();
   return router.direct_path({mine.data(), mine.size_bytes(), buffer_use::read}, dtype_of<T>, "", moved).direct &&
          router.direct_path({all.data(), all.size_bytes(), buffer_use::read_write}, dtype_of<T>, "", moved).direct;
@@ -84,8 +86,7 @@ algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = alg
   const choice made = choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced);
   report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allgather");
-  if (made.chosen == algorithm::ring) collective::allgather_ring(ex, all, block);
-  else collective::allgather_recursive_doubling(ex, all, block);
+  collective::allgather_by(ex, all, block, made.chosen);
   return made.chosen;
 }
 
@@ -94,7 +95,7 @@ algorithm allgather(Communicator& comm, std::span<const T> mine, std::span<T> al
                     algorithm forced = algorithm::automatic) {
   const std::size_t needed = mine.size() * static_cast<std::size_t>(comm.size());
   memory_router* router = routed(mine, all);
-  if (router != nullptr && collective::allgather_goes_direct(*router, comm, mine, all.first(std::min(needed, all.size())), forced)) {
+  if (router != nullptr && collective::allgather_goes_direct(*router, comm, mine, all.first(std::min(needed, all.size())))) {
     collective::check_output(mine, all, needed, comm.transport().rank(), "allgather", false);
     copy_elements(comm, mine.data(), mine.size(), all.data() + mine.size() * static_cast<std::size_t>(comm.rank()));
     return allgather(comm, all.first(needed), forced);  // in place, direct

@@ -8,7 +8,7 @@
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/scratch.hpp>
+#include <chorus/collective/local_steps.hpp>
 
 #include <algorithm>
 #include <span>
@@ -16,31 +16,31 @@
 
 namespace chorus::collective {
 
-// `data` holds n blocks of `block` elements; this rank's own block is filled.
-template <class X, class A>
-void allgather_recursive_doubling(X& ex, std::span<A> data, std::size_t block) {
+// `data` holds n blocks of `block` elements; this rank's own block is
+// filled. `steps` says where the local copies run (local_steps.hpp).
+template <class X, class A, class Steps = host_steps>
+void allgather_recursive_doubling(X& ex, std::span<A> data, std::size_t block, const Steps& steps = {}) {
   const int n = ex.size(), rank = ex.rank();
   if (n == 1 || block == 0) return;
   // gathered[i] is the block of rank (rank + i) mod n.
-  const std::span<A> gathered = collective::scratch<A>(data.size());
-  const auto own = data.subspan(static_cast<std::size_t>(rank) * block, block);
-  std::copy(own.begin(), own.end(), gathered.begin());
+  const std::span<A> gathered = steps.template window<A>(data.size());
+  const std::size_t below = static_cast<std::size_t>(rank) * block;  // the blocks of the ranks below this one
+  steps.copy(std::span<const A>(data.subspan(below, block)), gathered.first(block));
+  steps.settle();  // the first round sends it
   std::uint64_t count_rounds = 0;  // ceil(log2 n)
   for (int have = 1; have < n; have *= 2) ++count_rounds;
   const auto rounds = ex.phase(count_rounds, "doubling");
   std::uint32_t step = 0;
   for (int have = 1; have < n; have *= 2, ++step) {
     const int count = std::min(have, n - have);
-    const std::span<A> all = gathered;
-    ex.sendrecv(std::span<const A>(all.first(static_cast<std::size_t>(count) * block)), (rank - have + n) % n,
-                all.subspan(static_cast<std::size_t>(have) * block, static_cast<std::size_t>(count) * block),
+    ex.sendrecv(std::span<const A>(gathered.first(static_cast<std::size_t>(count) * block)), (rank - have + n) % n,
+                gathered.subspan(static_cast<std::size_t>(have) * block, static_cast<std::size_t>(count) * block),
                 (rank + have) % n, rounds(step));
   }
-  for (int i = 0; i < n; ++i) {
-    const auto from = gathered.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * block);
-    std::copy(from, from + static_cast<std::ptrdiff_t>(block),
-              data.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>((rank + i) % n) * block));
-  }
+  // Ranks rank..n-1 then 0..rank-1: two copies put them in rank order.
+  const std::size_t above = data.size() - below;
+  steps.copy(std::span<const A>(gathered.first(above)), data.subspan(below));
+  steps.copy(std::span<const A>(gathered.subspan(above)), data.first(below));
 }
 
 }  // namespace chorus::collective

@@ -37,35 +37,48 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 
 namespace collective {
 
+// Runs the algorithm `chosen` over `ex` (an exchange, or a network_exchange
+// on the direct path), its reductions where `steps` says.
+template <class X, class A, class Op, class Steps = host_steps>
+void allreduce_by(X& ex, std::span<A> work, const Op& op, algorithm chosen, staging_hooks* hooks,
+                  const Steps& steps = {}) {
+  switch (chosen) {
+    case algorithm::ring: allreduce_ring(ex, work, op, {}, hooks, steps); break;
+    case algorithm::rabenseifner: allreduce_rabenseifner(ex, work, op, steps); break;
+    case algorithm::tree: allreduce_tree(ex, work, op, steps); break;
+    default: allreduce_recursive_doubling(ex, work, op, steps); break;
+  }
+}
+
 // The allreduce of a buffer that is not host memory, through `router`
-// (core/memory_router.hpp). When the registry chooses the ring or the tree,
-// whose local steps are written against local_steps.hpp: the direct path
-// where the router offers it (element types that are their own
-// accumulator, built-in ops: the buffer goes to the transport as it is and
-// each reduction runs where it lives). Else staged: the ring part by part,
-// so that the copies overlap the network, the other algorithms whole. The
-// path is reported (CHORUS_DEBUG=1).
+// (core/memory_router.hpp). The direct path where the router offers it
+// (element types that are their own accumulator, built-in ops): the buffer
+// goes to the transport as it is and the registry's algorithm, written
+// against local_steps.hpp, runs each reduction where the memory lives. Else
+// staged: the ring part by part, so that the copies overlap the network,
+// the other algorithms whole. The path is reported (CHORUS_DEBUG=1).
 template <class Communicator, element T, class Op>
 algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
   const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
   const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
-  const bool ring = made.chosen == algorithm::ring;
-  if ((!ring && made.chosen != algorithm::tree) || !std::is_same_v<accumulator_t<T>, T>) {
+  // Part by part only where the ring reduces the buffer itself (half and
+  // bfloat16 reduce in a widened copy, whose parts are not the buffer's).
+  const bool in_parts = made.chosen == algorithm::ring && std::is_same_v<accumulator_t<T>, T>;
+  if constexpr (!std::is_same_v<accumulator_t<T>, T>) {
     report_path(comm, "allreduce", data.size_bytes(),
-                staged_because(std::string(to_string(made.chosen)) + " over " + std::string(element_traits<T>::name)));
-    return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
+                staged_because("reductions over " + std::string(element_traits<T>::name)));
+  } else {
+    const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
+    if (run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
+          check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
+          report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
+          exchange ex(comm, "allreduce");
+          network_exchange on_network(ex, where);
+          allreduce_by(on_network, data, op, made.chosen, nullptr, routed_steps(where));
+        }))
+      return made.chosen;
   }
-  const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
-  const bool direct = run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
-    check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
-    report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
-    exchange ex(comm, "allreduce");
-    network_exchange on_network(ex, where);
-    if (ring) allreduce_ring(on_network, data, op, {}, nullptr, routed_steps(where));
-    else allreduce_tree(on_network, data, op, routed_steps(where));
-  });
-  if (direct) return made.chosen;
-  if (ring) return through_host_in_parts(router, comm, on_host, data);
+  if (in_parts) return through_host_in_parts(router, comm, on_host, data);
   return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
 }
 
@@ -80,14 +93,7 @@ algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm
   report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allreduce");
   if (hooks != nullptr && made.chosen != algorithm::ring) hooks->need(0, data.size_bytes());
-  collective::with_accumulator(data, [&](auto work) {
-    switch (made.chosen) {
-      case algorithm::ring: collective::allreduce_ring(ex, work, op, {}, hooks); break;
-      case algorithm::rabenseifner: collective::allreduce_rabenseifner(ex, work, op); break;
-      case algorithm::tree: collective::allreduce_tree(ex, work, op); break;
-      default: collective::allreduce_recursive_doubling(ex, work, op); break;
-    }
-  });
+  collective::with_accumulator(data, [&](auto work) { collective::allreduce_by(ex, work, op, made.chosen, hooks); });
   if (hooks != nullptr && made.chosen != algorithm::ring) hooks->done(0, data.size_bytes());
   return made.chosen;
 }

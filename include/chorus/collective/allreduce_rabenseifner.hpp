@@ -8,9 +8,9 @@
 // the rank count makes the ring's 2(n-1) latency terms hurt.
 //
 // Each super-block is finished by one rank, so all ranks agree bitwise.
+// `steps` says where the reductions run (local_steps.hpp: the host, or the
+// device on the direct path).
 #pragma once
-
-#include <chorus/collective/scratch.hpp>
 
 #include <chorus/collective/blocks.hpp>
 #include <chorus/collective/fold.hpp>
@@ -21,24 +21,25 @@
 
 namespace chorus::collective {
 
-template <class X, class A, class Op>
-void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op) {
+template <class X, class A, class Op, class Steps = host_steps>
+void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op, const Steps& steps = {}) {
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
-    const std::span<A> scratch = collective::scratch<A>(data.size());
+    const std::span<A> scratch = steps.template window<A>(data.size());
     folded(ex, data, scratch, op, [&](const folding& shape) {
       const auto parts = static_cast<std::size_t>(shape.participants);
       const block_partition blocks{data.size(), parts};
       std::vector<std::size_t> bounds(parts + 1);
       for (std::size_t i = 0; i <= parts; ++i) bounds[i] = blocks.offset(i);
-      halving_reduce_scatter(ex, shape, data, scratch, bounds, op);
+      halving_reduce_scatter(ex, shape, data, scratch, bounds, op, steps);
       const auto own = static_cast<std::size_t>(shape.participant);
-      finalize_all(data.subspan(bounds[own], blocks.size(own)), op, static_cast<std::size_t>(n));
+      steps.finalize(data.subspan(bounds[own], blocks.size(own)), op, static_cast<std::size_t>(n));
+      steps.settle();  // the allgather sends it
       doubling_allgather(ex, shape, data, bounds);
-    });
+    }, steps);
     return;
   }
-  finalize_all(data, op, static_cast<std::size_t>(n));
+  steps.finalize(data, op, static_cast<std::size_t>(n));
 }
 
 }  // namespace chorus::collective

@@ -8,34 +8,36 @@
 //
 // Both partners compute op(lower rank's buffer, higher rank's buffer), and
 // their buffers were identical within each half, so all ranks agree bitwise.
+// `steps` says where the reductions run (local_steps.hpp: the host, or the
+// device on the direct path).
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/fold.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/local_steps.hpp>
 
 #include <span>
 #include <vector>
 
 namespace chorus::collective {
 
-template <class X, class A, class Op>
-void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op) {
+template <class X, class A, class Op, class Steps = host_steps>
+void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op, const Steps& steps = {}) {
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
-    const std::span<A> scratch = collective::scratch<A>(data.size());
+    const std::span<A> scratch = steps.template window<A>(data.size());
     folded(ex, data, scratch, op, [&](const folding& shape) {
       const auto rounds = ex.phase(shape.rounds(), "doubling");
       std::uint32_t round = 0;
       for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
         const int partner = shape.rank_of(shape.participant ^ distance);
         ex.sendrecv(std::span<const A>(data), partner, scratch, partner, rounds(round));
-        reduce_into(data, std::span<const A>(scratch), op, partner < ex.rank());
+        steps.reduce(data, std::span<const A>(scratch), op, partner < ex.rank());
+        steps.settle();  // the next round sends `data` and reuses the window
       }
-    });
+    }, steps);
   }
-  finalize_all(data, op, static_cast<std::size_t>(n));
+  steps.finalize(data, op, static_cast<std::size_t>(n));
 }
 
 }  // namespace chorus::collective

@@ -9,7 +9,7 @@
 #pragma once
 
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/local_steps.hpp>
 
 #include <cstdint>
 #include <span>
@@ -42,16 +42,17 @@ struct folding {
 
 // Even ranks of the folded pairs send `data`; odd ones receive into
 // `scratch` and reduce it into `data` (the even rank is the lower operand).
-template <class X, class A, class Op>
+template <class X, class A, class Op, class Steps = host_steps>
 void fold_in(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch, const Op& op,
-             std::uint32_t step) {
+             std::uint32_t step, const Steps& steps = {}) {
   const int rank = ex.rank();
   if (rank >= 2 * shape.remainder) return;
   if (shape.sits_out()) {
     ex.send(std::span<const A>(data), rank + 1, step);
   } else {
     ex.recv(scratch.first(data.size()), rank - 1, step);
-    reduce_into(data, std::span<const A>(scratch.first(data.size())), op, true);
+    steps.reduce(data, std::span<const A>(scratch.first(data.size())), op, true);
+    steps.settle();  // the transport reads `data` next
   }
 }
 
@@ -67,12 +68,14 @@ void fold_out(X& ex, const folding& shape, std::span<A> data, std::uint32_t step
 // Runs `participate(shape)` between folding in and folding out: the
 // skeleton of every algorithm built on p = 2^k participants. The fold
 // phases are reserved first, so the ranks that sit out (and reserve no
-// more) agree with the participants on their steps.
-template <class X, class A, class Op, class Participate>
-void folded(X& ex, std::span<A> data, std::span<A> scratch, const Op& op, Participate&& participate) {
+// more) agree with the participants on their steps. `steps` says where the
+// reductions run (local_steps.hpp).
+template <class X, class A, class Op, class Participate, class Steps = host_steps>
+void folded(X& ex, std::span<A> data, std::span<A> scratch, const Op& op, Participate&& participate,
+            const Steps& steps = {}) {
   const folding shape(ex.size(), ex.rank());
   const auto in = ex.phase(1, "fold in"), out = ex.phase(1, "fold out");
-  fold_in(ex, shape, data, scratch, op, in(0));
+  fold_in(ex, shape, data, scratch, op, in(0), steps);
   if (!shape.sits_out()) participate(shape);
   fold_out(ex, shape, data, out(0));
 }

@@ -14,7 +14,7 @@
 
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/fold.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/local_steps.hpp>
 
 #include <cstddef>
 #include <span>
@@ -22,9 +22,9 @@
 
 namespace chorus::collective {
 
-template <class X, class A, class Op>
+template <class X, class A, class Op, class Steps = host_steps>
 void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch,
-                            const std::vector<std::size_t>& bounds, const Op& op) {
+                            const std::vector<std::size_t>& bounds, const Op& op, const Steps& steps = {}) {
   int low = 0, high = shape.participants;
   const auto rounds = ex.phase(shape.rounds(), "halving");
   std::uint32_t round = 0;
@@ -41,7 +41,8 @@ void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std:
     const std::span<A> kept = range(keep_low, keep_high);
     const std::span<A> incoming = scratch.first(kept.size());
     ex.sendrecv(std::span<const A>(range(send_low, send_high)), partner, incoming, partner, rounds(round));
-    reduce_into(kept, std::span<const A>(incoming), op, partner < ex.rank());
+    steps.reduce(kept, std::span<const A>(incoming), op, partner < ex.rank());
+    steps.settle();  // the next round sends part of `kept` and reuses `incoming`
     low = keep_low;
     high = keep_high;
   }

@@ -68,7 +68,6 @@ algorithm reduce_through(memory_router& router, Communicator& comm, std::span<co
           if (!at_root) return;
           steps.finalize(work, op, static_cast<std::size_t>(comm.size()));
           steps.copy(std::span<const T>(work), output.first(work.size()));
-          steps.settle();
         }))
       return algorithm::tree;
     return staged_call();

@@ -43,15 +43,24 @@ std::size_t reduce_scatter_block(const Communicator& comm, std::span<const T> in
   return block;
 }
 
-// Buffers that are not host memory: the direct path when the registry
-// chooses the ring (a device work copy of the input, reduced where it
-// lives), else staged.
+// Runs the algorithm `chosen` over `ex` (an exchange, or a network_exchange
+// on the direct path) on the work copy, its reductions where `steps` says.
+template <class X, class A, class Op, class Steps = host_steps>
+void reduce_scatter_by(X& ex, std::span<A> work, std::size_t block, const Op& op, algorithm chosen,
+                       const Steps& steps = {}) {
+  if (chosen == algorithm::ring) reduce_scatter_ring(ex, work, block, op, {}, steps);
+  else reduce_scatter_halving(ex, work, block, op, steps);
+}
+
+// Buffers that are not host memory: the direct path where the router takes
+// them (a device work copy of the input, reduced where it lives by the
+// registry's algorithm), else staged.
 template <class Communicator, element T, class Op>
 algorithm reduce_scatter_through(memory_router& router, Communicator& comm, std::span<const T> input,
                                  std::span<T> output, const Op& op, algorithm forced) {
   const auto n = static_cast<std::size_t>(comm.size());
   const choice made = choose(comm, "reduce_scatter", {comm.size(), input.size_bytes()}, forced);
-  if (made.chosen == algorithm::ring && std::is_same_v<accumulator_t<T>, T>) {
+  if constexpr (std::is_same_v<accumulator_t<T>, T>) {
     const std::size_t block = reduce_scatter_block(comm, input, output);
     const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
     const routed_buffer out{output.data(), block * sizeof(T), buffer_use::write};
@@ -65,16 +74,15 @@ algorithm reduce_scatter_through(memory_router& router, Communicator& comm, std:
                                      const std::span<T> work = steps.template work<T>(input.size());
                                      steps.copy(input, work);
                                      steps.settle();
-                                     reduce_scatter_ring(on_network, work, block, op, {}, steps);
+                                     reduce_scatter_by(on_network, work, block, op, made.chosen, steps);
                                      const std::span<T> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
                                      steps.finalize(mine, op, n);
                                      steps.copy(std::span<const T>(mine), output.first(block));
-                                     steps.settle();
                                    });
     if (direct) return made.chosen;
   } else {
     report_path(comm, "reduce_scatter", input.size_bytes(),
-                staged_because(std::string(to_string(made.chosen)) + " over " + std::string(element_traits<T>::name)));
+                staged_because("reductions over " + std::string(element_traits<T>::name)));
   }
   return through_host(
       router, comm,
@@ -98,8 +106,7 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
   collective::exchange ex(comm, "reduce_scatter");
   using A = accumulator_t<T>;
   const std::span<A> work = collective::widened_copy(input);
-  if (made.chosen == algorithm::ring) collective::reduce_scatter_ring(ex, work, block, op);
-  else collective::reduce_scatter_halving(ex, work, block, op);
+  collective::reduce_scatter_by(ex, work, block, op, made.chosen);
   const std::span<A> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
   collective::finalize_all(mine, op, n);
   collective::narrow_into(std::span<const A>(mine), output);

@@ -7,9 +7,8 @@
 // 2 alpha + S beta + block beta on folded ranks. Chosen for small messages.
 #pragma once
 
-#include <chorus/collective/scratch.hpp>
-
 #include <chorus/collective/fold.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/recursive_halving.hpp>
 
 #include <span>
@@ -19,21 +18,21 @@ namespace chorus::collective {
 
 // `data` holds n blocks of `block` elements and is the work buffer; on return
 // block `rank` holds the reduction over all ranks.
-template <class X, class A, class Op>
-void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const Op& op) {
+template <class X, class A, class Op, class Steps = host_steps>
+void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const Op& op, const Steps& steps = {}) {
   const int n = ex.size(), rank = ex.rank();
   if (n == 1) return;
   const folding shape(n, rank);
-  const std::span<A> scratch = collective::scratch<A>(data.size());
+  const std::span<A> scratch = steps.template window<A>(data.size());
   // Both fold phases first: the ranks that sit out reserve nothing else.
   const auto in = ex.phase(1, "fold in"), back = ex.phase(1, "hand back");
-  fold_in(ex, shape, data, scratch, op, in(0));
+  fold_in(ex, shape, data, scratch, op, in(0), steps);
   if (!shape.sits_out()) {
     std::vector<std::size_t> bounds(static_cast<std::size_t>(shape.participants) + 1);
     for (int i = 0; i < shape.participants; ++i)  // first block of participant i's ranks
       bounds[static_cast<std::size_t>(i)] = static_cast<std::size_t>(i < shape.remainder ? 2 * i : i + shape.remainder) * block;
     bounds.back() = data.size();
-    halving_reduce_scatter(ex, shape, data, scratch, bounds, op);
+    halving_reduce_scatter(ex, shape, data, scratch, bounds, op, steps);
   }
   const std::span<A> even_block = data.subspan(static_cast<std::size_t>(rank - rank % 2) * block, block);
   if (rank < 2 * shape.remainder) {

@@ -167,6 +167,7 @@ class router final : public memory_router {
     detail::device_steps steps(on_, compute_, held, current_stream(), wait);
     steps.settle();
     body(steps);
+    steps.settle();  // the scratch goes back with the lease: no kernel may still read it
   }
 
   void copy(void* to, const void* from, std::size_t bytes, waiter wait) override {

@@ -11,6 +11,8 @@
 
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/collective/reduce.hpp>
+#include <chorus/compressed/allgather.hpp>
+#include <chorus/compressed/allreduce.hpp>
 #include <chorus/cuda/path.hpp>
 #include <chorus/cuda/router.hpp>
 
@@ -56,9 +58,53 @@ class fake_compute final : public chorus::cuda::device_compute {
     });
   }
 
-  std::atomic<int> launches{0};
+  void multiply(const float* in, float* out, std::size_t n, float factor, chorus::cuda::stream_handle stream) override {
+    const float* from = floats(in);
+    float* to = floats(out);
+    fake_.launch(stream, [=] { chorus::compressed::scale_into(std::span(from, n), std::span(to, n), factor); });
+  }
+  void divide(float* values, std::size_t n, float divisor, chorus::cuda::stream_handle stream) override {
+    float* v = floats(values);
+    fake_.launch(stream, [=] {
+      for (float& value : std::span(v, n)) value /= divisor;
+    });
+  }
+  void zero(float* values, std::size_t n, chorus::cuda::stream_handle stream) override {
+    float* v = floats(values);
+    fake_.launch(stream, [=] { std::fill_n(v, n, 0.0f); });
+  }
+  void encode(const chorus::codec_spec& spec, const float* in, void* out, std::size_t n,
+              chorus::cuda::stream_handle stream) override {
+    ++codec_launches;
+    const float* from = floats(in);
+    std::byte* to = fake_.alias_of(static_cast<std::byte*>(out));
+    const std::string name(spec.name);  // the spec's view outlives no call
+    fake_.launch(stream, [=] {
+      chorus::codec::visit_spec({name, spec.block, spec.saturate}, [&](const auto& c) {
+        c.encode(std::span(from, n), std::span(to, c.encoded_bytes(n)));
+      });
+    });
+  }
+  void decode(const chorus::codec_spec& spec, const void* in, float* out, std::size_t n, bool accumulate,
+              chorus::cuda::stream_handle stream) override {
+    ++codec_launches;
+    const std::byte* from = fake_.alias_of(static_cast<const std::byte*>(in));
+    float* to = floats(out);
+    const std::string name(spec.name);
+    fake_.launch(stream, [=] {
+      chorus::codec::visit_spec({name, spec.block, spec.saturate}, [&](const auto& c) {
+        const std::span<const std::byte> bytes(from, c.encoded_bytes(n));
+        if (accumulate) c.decode_add(bytes, std::span(to, n));
+        else c.decode(bytes, std::span(to, n));
+      });
+    });
+  }
+
+  std::atomic<int> launches{0}, codec_launches{0};
 
  private:
+  float* floats(const float* device) const { return fake_.alias_of(const_cast<float*>(device)); }
+
   fake_device& fake_;
 };
 
@@ -456,4 +502,157 @@ TEST_CASE("direct path: send and recv move device buffers unstaged, without kern
       CHECK(differ.load() == 0);
     }
   CHECK(fake.pinned_allocations() == 0);
+}
+
+namespace {
+
+// One compressed allreduce to run: its options, and whether it averages.
+struct compressed_call {
+  chorus::compression_options options;
+  bool average = false;
+};
+
+// Every rank allreduces its inputs compressed with `coder`, each call of
+// `calls` twice (error feedback carries its residual over), on the fake
+// device through `router` (the rank `host_rank`, if any, from host memory)
+// and on the host; returns how many (rank, call) results differ in any bit.
+// Coders with state are copied, one per rank and path.
+template <class Coder>
+int differing_compressed(fake_device& fake, chorus::cuda::router& router, int ranks, std::size_t count, Coder coder,
+                         const std::vector<compressed_call>& calls, int host_rank = -1) {
+  std::atomic<int> differ{0};
+  const chorus::cuda::route_front_doors routing(router);
+  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+    auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+    for (const compressed_call& call : calls) {
+      Coder on_device = coder, on_host = coder;
+      std::vector<float> host = inputs<float>(comm.rank(), count), mixed = host;
+      fake.write(device, std::span<const float>(host));
+      const auto allreduce = [&](std::span<float> data, Coder& c) {
+        if (call.average) chorus::allreduce(comm, data, chorus::op::avg{}, c, call.options);
+        else chorus::allreduce(comm, data, chorus::op::sum{}, c, call.options);
+      };
+      for (int step = 0; step < 2; ++step) {
+        allreduce(comm.rank() == host_rank ? std::span(mixed) : std::span(device, count), on_device);
+        allreduce(std::span(host), on_host);
+      }
+      const std::vector<float> result = comm.rank() == host_rank ? mixed : fake.read(device, count);
+      if (count > 0 && std::memcmp(result.data(), host.data(), count * sizeof(float)) != 0) ++differ;
+    }
+    fake.free_device(device);
+  }, chorus_test::quick());
+  return differ.load();
+}
+
+template <class Codec>
+void check_compressed_direct(fake_device& fake, chorus::cuda::router& router, const Codec& coder) {
+  CAPTURE(Codec::name);
+  compressed_call ring, once, chunked, odd_prescale;
+  ring.options.scheme = chorus::compression_scheme::ring;
+  once.options.scheme = chunked.options.scheme = odd_prescale.options.scheme = chorus::compression_scheme::encode_once;
+  once.average = odd_prescale.average = true;
+  chunked.options.chunk_bytes = 512;      // several pipelined chunks
+  odd_prescale.options.prescale = 3.0f;  // undone by division, not by multiplying
+  compressed_call ring_average = ring;
+  ring_average.average = true;
+  for (const int ranks : {1, 2, 3, 5})
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{20011}}) {
+      CAPTURE(ranks);
+      CAPTURE(count);
+      CHECK(differing_compressed(fake, router, ranks, count, coder, {ring, ring_average, once, chunked, odd_prescale}) == 0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("direct path: compressed allreduce, both schemes, every device codec, equals the host's, unstaged") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  check_compressed_direct(fake, router, chorus::codec::fp16{});
+  check_compressed_direct(fake, router, chorus::codec::bf16{chorus::codec::overflow::infinity});
+  check_compressed_direct(fake, router, chorus::codec::int8{64});
+  check_compressed_direct(fake, router, chorus::codec::onebit{72});
+  CHECK(fake.pinned_allocations() == 0);  // nothing went through pinned memory
+  CHECK(kernels.codec_launches.load() > 0);
+}
+
+TEST_CASE("direct path: a compressed ring with ranks on the device and on the host") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::direct);
+  chorus::compression_options ring, once;
+  ring.scheme = chorus::compression_scheme::ring;
+  once.scheme = chorus::compression_scheme::encode_once;
+  CHECK(differing_compressed(fake, router, 3, 30011, chorus::codec::fp16{}, {{ring, false}}, 1) == 0);
+  CHECK(differing_compressed(fake, router, 3, 30011, chorus::codec::int8{}, {{once, true}}, 2) == 0);
+  CHECK(fake.pinned_allocations() == 0);
+}
+
+TEST_CASE("direct path: error feedback and codecs without device kernels are staged, with the host's bits") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::direct);
+  chorus::compression_options once;
+  once.scheme = chorus::compression_scheme::encode_once;
+  CHECK(differing_compressed(fake, router, 3, 5003, chorus::codec::error_feedback{chorus::codec::onebit{}},
+                             {{once, true}}) == 0);
+  CHECK(fake.pinned_allocations() > 0);
+  const std::size_t before = fake.copies();
+  CHECK(differing_compressed(fake, router, 2, 999, chorus::codec::identity{}, {{once, false}}) == 0);
+  CHECK(fake.copies() > before);
+}
+
+namespace {
+
+// Compressed allgather and broadcast (root: the last rank) on the fake
+// device through `router` and on the host; ranks whose results differ.
+template <class Codec>
+int differing_compressed_moves(fake_device& fake, chorus::cuda::router& router, int ranks, std::size_t count,
+                               const Codec& coder) {
+  std::atomic<int> differ{0};
+  const chorus::cuda::route_front_doors routing(router);
+  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+    const std::size_t all = count * static_cast<std::size_t>(ranks);
+    const std::vector<float> mine = inputs<float>(comm.rank(), count);
+    std::vector<float> gathered(all), broadcast = mine;
+    chorus::allgather(comm, std::span<const float>(mine), std::span(gathered), coder);
+    chorus::broadcast(comm, std::span(broadcast), ranks - 1, coder);
+
+    auto* d_mine = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+    auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+    auto* d_broadcast = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+    fake.write(d_mine, std::span<const float>(mine));
+    fake.write(d_broadcast, std::span<const float>(mine));
+    chorus::allgather(comm, std::span<const float>(d_mine, count), std::span(d_gathered, all), coder);
+    chorus::broadcast(comm, std::span(d_broadcast, count), ranks - 1, coder);
+    const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    };
+    if (!same(fake.read(d_gathered, all), gathered) || !same(fake.read(d_broadcast, count), broadcast)) ++differ;
+    for (float* p : {d_mine, d_gathered, d_broadcast}) fake.free_device(p);
+  }, chorus_test::quick());
+  return differ.load();
+}
+
+}  // namespace
+
+TEST_CASE("direct path: compressed allgather and broadcast on device buffers equal the host's, unstaged") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  for (const int ranks : {1, 2, 3, 5})
+    for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
+      CAPTURE(ranks);
+      CAPTURE(count);
+      CHECK(differing_compressed_moves(fake, router, ranks, count, chorus::codec::bf16{}) == 0);
+      CHECK(differing_compressed_moves(fake, router, ranks, count, chorus::codec::int8{}) == 0);
+      CHECK(differing_compressed_moves(fake, router, ranks, count, chorus::codec::onebit{}) == 0);
+    }
+  CHECK(fake.pinned_allocations() == 0);
+  CHECK(kernels.codec_launches.load() > 0);
 }

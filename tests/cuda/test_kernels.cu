@@ -10,6 +10,7 @@
 // payloads may differ (the GPU's arithmetic returns a canonical NaN).
 #include <chorus/codec/error_feedback.hpp>
 #include <chorus/collective/reduce_local.hpp>
+#include <chorus/compressed/scaling.hpp>
 #include <chorus/cuda/kernels.cuh>
 
 #include <cmath>
@@ -201,6 +202,28 @@ void reduction_matches_cpu(const Op& op, const std::string& name, std::size_t n)
   }
 }
 
+// The compressed collectives' prescale, its undoing and the average
+// (compressed/scaling.hpp and the schemes' division), and the zeroed sum.
+template <class Side>
+void scaling_matches_cpu(std::size_t n) {
+  const std::string where = "scaling n=" + std::to_string(n);
+  const std::vector<float> in = inputs(n, 3 * n + 1, true);
+  for (const float factor : {0.25f, 3.0f, 1.0f / 3.0f}) {
+    std::vector<float> expected(n);
+    chorus::compressed::scale_into(in, expected, factor);
+    typename Side::template buffer<float> d_in(in), d_out(n);
+    chorus::cuda::kernels::multiply(d_in.get(), d_out.get(), n, factor, Side::where());
+    expect(same(d_out.download(), expected), where + ": multiply by " + std::to_string(factor));
+    std::vector<float> divided = in;
+    for (float& value : divided) value /= factor;
+    chorus::cuda::kernels::divide(d_in.get(), n, factor, Side::where());
+    expect(same(d_in.download(), divided), where + ": divide by " + std::to_string(factor));
+  }
+  typename Side::template buffer<float> d_zero(in);
+  chorus::cuda::kernels::zero(d_zero.get(), n, Side::where());
+  expect(same(d_zero.download(), std::vector<float>(n, 0.0f)), where + ": zero");
+}
+
 template <class Side, class T>
 void every_op(const std::string& type, std::size_t n) {
   reduction_matches_cpu<Side, T>(chorus::op::sum{}, type + " sum", n);
@@ -225,6 +248,7 @@ void every_kernel() {
     codec_matches_cpu<Side>(onebit{}, "onebit", n);
     codec_matches_cpu<Side>(onebit{8}, "onebit block 8", n);
     codec_matches_cpu<Side>(onebit{72}, "onebit block 72", n);
+    scaling_matches_cpu<Side>(n);
     every_op<Side, float>("float", n);
     every_op<Side, double>("double", n);
     every_op<Side, chorus::half>("half", n);

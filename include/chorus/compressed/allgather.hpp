@@ -8,18 +8,27 @@
 //
 // Cost: the plain collective's on the encoded size, plus one encode and n
 // decodes (allgather) or one decode (broadcast) per rank.
+//
+// Device buffers: on the direct path (a UCX that moves CUDA memory, and
+// device kernels given to the router) the encoding and decoding run on the
+// device and the encoded bytes go through the plain collective's own direct
+// path; otherwise staged.
 #pragma once
 
 #include <chorus/codec/codec.hpp>
 #include <chorus/collective/allgather.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/broadcast.hpp>
+#include <chorus/compressed/codec_steps.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/memory_router.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
-#include <vector>
+#include <string>
+#include <string_view>
 
 namespace chorus {
 
@@ -29,36 +38,80 @@ inline std::span<std::uint8_t> as_octets(std::span<std::byte> bytes) {
   return {reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size()};
 }
 
+// The two collectives, their local steps given (codec_steps.hpp). The
+// encoded bytes go through the plain front door, which routes them again
+// when they are device scratch.
+template <class Communicator, class Steps>
+void allgather_with(Communicator& comm, std::span<const float> mine, std::span<float> all, const Steps& steps) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  collective::check_output(mine, all, mine.size() * n, comm.transport().rank(), "compressed allgather");
+  const std::size_t each = steps.codec().encoded_bytes(mine.size());
+  const std::span<std::byte> encoded = steps.bytes(scratch_for::gathered, each * n);
+  steps.encode(mine, encoded.subspan(each * static_cast<std::size_t>(comm.rank()), each), 0, 0, mine.size());
+  steps.settle();
+  allgather(comm, as_octets(encoded));
+  for (std::size_t r = 0; r < n; ++r)
+    steps.decode(encoded.subspan(each * r, each), all.subspan(r * mine.size(), mine.size()));
+}
+
+template <class Communicator, class Steps>
+void broadcast_with(Communicator& comm, std::span<float> data, int root, const Steps& steps) {
+  collective::check_root(root, comm.size(), comm.transport().rank(), "compressed broadcast");
+  const std::span<std::byte> encoded = steps.bytes(scratch_for::gathered, steps.codec().encoded_bytes(data.size()));
+  if (comm.rank() == root) steps.encode(data, encoded, 0, 0, data.size());
+  steps.settle();
+  broadcast(comm, as_octets(encoded), root);
+  steps.decode(encoded, data);
+}
+
+// Runs body(steps) on the direct path where the router takes `views` with
+// this codec; false where the call is to be staged.
+template <class Communicator, class Codec, class Body>
+bool codec_direct(memory_router& router, Communicator& comm, std::string_view collective,
+                  std::initializer_list<routed_buffer> views, const Codec& c, Body&& body) {
+  if constexpr (codec::describable<Codec>) {
+    return run_direct(router, comm, collective, views, codec::spec_of(c),
+                      [&](local_arithmetic& where) { body(routed_codec_steps<Codec>(c, where)); });
+  } else {
+    std::size_t bytes = 0;
+    for (const routed_buffer& view : views) bytes += view.bytes;
+    report_path(comm, collective, bytes, staged_because(std::string(Codec::name) + ", which has no device kernels"));
+    return false;
+  }
+}
+
 }  // namespace compressed
 
 // all[r * mine.size() + i] = decode(encode(rank r's mine))[i].
 template <class Communicator, codec::codec Codec>
 void allgather(Communicator& comm, std::span<const float> mine, std::span<float> all, const Codec& c) {
   const auto n = static_cast<std::size_t>(comm.size());
-  if (memory_router* router = routed(mine, all))
+  if (memory_router* router = routed(mine, all)) {
+    const std::span<float> output = all.first(std::min(all.size(), mine.size() * n));
+    if (compressed::codec_direct(*router, comm, "compressed allgather",
+                                 {{mine.data(), mine.size_bytes(), buffer_use::read},
+                                  {output.data(), output.size_bytes(), buffer_use::write}},
+                                 c, [&](const auto& steps) { compressed::allgather_with(comm, mine, all, steps); }))
+      return;
     return through_host(
         *router, comm, [&](std::span<const float> in, std::span<float> out) { allgather(comm, in, out, c); },
-        staged(mine, buffer_use::read), staged(all.first(std::min(all.size(), mine.size() * n)), buffer_use::write));
-  collective::check_output(mine, all, mine.size() * n, comm.transport().rank(), "compressed allgather");
-  const std::size_t each = c.encoded_bytes(mine.size());
-  std::vector<std::byte> encoded(each * n);
-  c.encode(mine, std::span(encoded).subspan(each * static_cast<std::size_t>(comm.rank()), each));
-  allgather(comm, compressed::as_octets(encoded));
-  for (std::size_t r = 0; r < n; ++r)
-    c.decode(std::span<const std::byte>(encoded).subspan(each * r, each), all.subspan(r * mine.size(), mine.size()));
+        staged(mine, buffer_use::read), staged(output, buffer_use::write));
+  }
+  compressed::allgather_with(comm, mine, all, compressed::host_codec_steps<const Codec>(c));
 }
 
 // data = decode(encode(root's data)) on every rank, the root included.
 template <class Communicator, codec::codec Codec>
 void broadcast(Communicator& comm, std::span<float> data, int root, const Codec& c) {
-  if (memory_router* router = routed(data))
+  if (memory_router* router = routed(data)) {
+    if (compressed::codec_direct(*router, comm, "compressed broadcast",
+                                 {{data.data(), data.size_bytes(), buffer_use::read_write}}, c,
+                                 [&](const auto& steps) { compressed::broadcast_with(comm, data, root, steps); }))
+      return;
     return through_host(*router, comm, [&](std::span<float> host) { broadcast(comm, host, root, c); },
                         staged(data, buffer_use::read_write));  // the root's data is decoded too
-  collective::check_root(root, comm.size(), comm.transport().rank(), "compressed broadcast");
-  std::vector<std::byte> encoded(c.encoded_bytes(data.size()));
-  if (comm.rank() == root) c.encode(data, encoded);
-  broadcast(comm, compressed::as_octets(encoded), root);
-  c.decode(encoded, data);
+  }
+  compressed::broadcast_with(comm, data, root, compressed::host_codec_steps<const Codec>(c));
 }
 
 }  // namespace chorus

@@ -17,6 +17,11 @@
 //
 // Overflow: contributions are multiplied by `prescale` before encoding and
 // the result divided by it after decoding (see options.hpp).
+//
+// Device buffers (core/memory_router.hpp): on the direct path the scheme
+// runs on device memory as it is, encoding and decoding with the device
+// kernels (codec_steps.hpp), with the same bytes on the wire as the host;
+// error feedback keeps its residual in host memory, so it is staged.
 #pragma once
 
 #include <chorus/codec/codec.hpp>
@@ -24,7 +29,9 @@
 #include <chorus/collective/check.hpp>
 #include <chorus/compressed/allreduce_once.hpp>
 #include <chorus/compressed/allreduce_ring.hpp>
+#include <chorus/compressed/codec_steps.hpp>
 #include <chorus/compressed/options.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
 #include <chorus/core/memory_router.hpp>
@@ -32,6 +39,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace chorus {
 
@@ -49,28 +57,62 @@ std::string signature_op(compression_scheme scheme) {
 
 }  // namespace compressed
 
+namespace compressed {
+
+// The allreduce itself, its local steps given (codec_steps.hpp).
+template <class Op, class Communicator, class Steps>
+algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps& steps, compression_options options) {
+  using plain = typename Steps::codec_type;
+  const plain& c = steps.codec();
+  const int n = comm.size();
+  const choice made = choose_scheme(comm, c, data.size(), options);
+  report(comm, "compressed_allreduce", c.encoded_bytes(data.size()), dtype::float32, made);
+  const compression_scheme scheme = as_scheme(made.chosen);
+  if (collective::check_enabled(comm))  // the signature string only when it is checked
+    collective::check_agreement(comm, {"allreduce", data.size(), dtype::float32, signature_op<Op, plain>(scheme), -1});
+  const float scale = prescale_for<plain>(n, options);
+  constexpr bool average = std::is_same_v<Op, op::avg>;
+  if (scheme == compression_scheme::ring && n > 1) allreduce_ring_with(comm, data, steps, average, scale);
+  else allreduce_encode_once_with(comm, data, steps, average, scale, options.chunk_bytes);
+  return made.chosen;
+}
+
+// The direct path for a plain codec with device kernels; false where the
+// call is to be staged (said in the debug report).
+template <class Op, class Communicator, class Codec>
+bool allreduce_direct(memory_router& router, Communicator& comm, std::span<float> data, const Codec& coder,
+                      const compression_options& options, algorithm& ran) {
+  if constexpr (codec::describable<Codec>) {
+    return run_direct(router, comm, "compressed_allreduce", {{data.data(), data.size_bytes(), buffer_use::read_write}},
+                      codec::spec_of(coder), [&](local_arithmetic& where) {
+                        ran = allreduce_with<Op>(comm, data, routed_codec_steps<Codec>(coder, where), options);
+                      });
+  } else if constexpr (codec::codec<Codec>) {
+    report_path(comm, "compressed_allreduce", data.size_bytes(),
+                staged_because(std::string(Codec::name) + ", which has no device kernels"));
+    return false;
+  } else {
+    report_path(comm, "compressed_allreduce", data.size_bytes(),
+                staged_because("error feedback: its residual is in host memory"));
+    return false;
+  }
+}
+
+}  // namespace compressed
+
 // Returns the scheme that ran: algorithm::ring or algorithm::encode_once.
 template <class Communicator, class Op, codec::codec_or_feedback Codec>
 algorithm allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, compression_options options = {}) {
   static_assert(compressed::supported_op<Op>, "a compressed allreduce sums (op::sum) or averages (op::avg)");
-  if (memory_router* router = routed(data))
+  if (memory_router* router = routed(data)) {
+    algorithm ran = algorithm::automatic;
+    if (compressed::allreduce_direct<Op>(*router, comm, data, std::as_const(coder), options, ran)) return ran;
     return through_host(
         *router, comm, [&](std::span<float> host) { return allreduce(comm, host, Op{}, coder, options); },
         staged(data, buffer_use::read_write));
-  using access = codec::codec_of<std::remove_cvref_t<Codec>>;
-  using plain = typename access::type;
-  const plain& c = access::get(coder);
-  const int n = comm.size();
-  const choice made = compressed::choose_scheme(comm, c, data.size(), options);
-  report(comm, "compressed_allreduce", c.encoded_bytes(data.size()), dtype::float32, made);
-  const compression_scheme scheme = compressed::as_scheme(made.chosen);
-  if (collective::check_enabled(comm))  // the signature string only when it is checked
-    collective::check_agreement(comm, {"allreduce", data.size(), dtype::float32, compressed::signature_op<Op, plain>(scheme), -1});
-  const float scale = compressed::prescale_for<plain>(n, options);
-  constexpr bool average = std::is_same_v<Op, op::avg>;
-  if (scheme == compression_scheme::ring && n > 1) compressed::allreduce_ring(comm, data, coder, average, scale);
-  else compressed::allreduce_encode_once(comm, data, coder, average, scale, options.chunk_bytes);
-  return made.chosen;
+  }
+  return compressed::allreduce_with<Op>(comm, data, compressed::host_codec_steps<std::remove_reference_t<Codec>>(coder),
+                                        options);
 }
 
 }  // namespace chorus

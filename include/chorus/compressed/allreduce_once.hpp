@@ -23,9 +23,9 @@
 // gathered and while the slowest of an alltoall's flows finish.
 #pragma once
 
-#include <chorus/codec/error_feedback.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
+#include <chorus/compressed/codec_steps.hpp>
 #include <chorus/compressed/partition.hpp>
 #include <chorus/compressed/scaling.hpp>
 
@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace chorus::compressed {
@@ -65,16 +66,18 @@ namespace detail {
 // One chunk of an encode-once allreduce: [chunk.offset, +chunk.count) of the
 // tensor, with its own exchange (wire sequence) and its slices of the
 // call's buffers. Phases, in order: post_receives, send_contribution,
-// reduce_my_part, start_allgather, allgather, finish.
-template <class Communicator, class Coder>
+// reduce_my_part, start_allgather, allgather, finish. Steps: codec_steps.hpp;
+// every encoded part is settled before it is sent.
+template <class Communicator, class Steps>
 class once_chunk {
+  using network_type = decltype(std::declval<const Steps&>().network(std::declval<collective::exchange<Communicator>&>()));
+
  public:
-  using access = codec::codec_of<std::remove_cvref_t<Coder>>;
-  using codec_type = typename access::type;
+  using codec_type = typename Steps::codec_type;
   using request = typename Communicator::request;
 
   struct call {  // what every chunk of one call shares
-    Coder& coder;
+    const Steps& steps;
     std::span<float> data;
     bool average;
     float scale;
@@ -84,12 +87,13 @@ class once_chunk {
   };
 
   once_chunk(Communicator& comm, const call& shared, range chunk)
-      : ex_(comm, "compressed allreduce"),
+      : own_(comm, "compressed allreduce"),
+        ex_(shared.steps.network(own_)),
         shared_(shared),
-        c_(access::get(shared.coder)),
+        c_(shared.steps.codec()),
         chunk_(chunk),
-        geometry_(c_, chunk.count, comm.size(), shared.segment_elements, ex_.steps_left()),
-        ring_steps_(ex_.phase(geometry_.steps(), "direct exchange, then ring hops x segments")),
+        geometry_(c_, chunk.count, comm.size(), shared.segment_elements, own_.steps_left()),
+        ring_steps_(own_.phase(geometry_.steps(), "direct exchange, then ring hops x segments")),
         ring_(ex_, geometry_, ring_steps_, 1),
         arriving_(static_cast<std::size_t>(comm.size())) {}
 
@@ -112,6 +116,7 @@ class once_chunk {
     for (int k = 1; k < n; ++k) {
       const int peer = (me + k) % n;
       encode_part(peer);
+      steps().settle();
       sends_.push_back(ex_.isend(std::span<const std::byte>(encoded(mine(), geometry_.whole(peer))), peer, ring_steps_(geometry_.step(0, 0))));
     }
     encode_part(me);
@@ -123,14 +128,14 @@ class once_chunk {
   void reduce_my_part(std::span<float> sum, std::size_t sum_offset, std::size_t sum_total) {
     const int n = ex_.size(), me = ex_.rank();
     const std::size_t part_bytes = geometry_.blocks().bytes(me);
-    std::fill(sum.begin(), sum.end(), 0.0f);
+    steps().zero(sum);
     for (int r = 0; r < n; ++r) {
       if (r != me) ex_.finish_receive(arriving_[static_cast<std::size_t>(r)], part_bytes);
-      c_.decode_add(r == me ? encoded(mine(), geometry_.whole(me)) : from(r), sum);
+      steps().decode_add(r == me ? encoded(mine(), geometry_.whole(me)) : from(r), sum);
     }
-    if (shared_.average)
-      for (float& value : sum) value /= static_cast<float>(n);
-    access::encode(shared_.coder, sum, encoded(gathered(), geometry_.whole(me)), 1, sum_offset, sum_total);
+    if (shared_.average) steps().divide(sum, static_cast<float>(n));
+    steps().encode(sum, encoded(gathered(), geometry_.whole(me)), 1, sum_offset, sum_total);
+    steps().settle();
   }
 
   // Around the ring, from hop 1 (hop 0's step is the direct exchange's);
@@ -152,6 +157,7 @@ class once_chunk {
   }
 
  private:
+  const Steps& steps() const { return shared_.steps; }
   std::span<float> data() const { return shared_.data.subspan(chunk_.offset, chunk_.count); }
   std::span<std::byte> in_chunk(std::span<std::byte> whole) const {
     return whole.subspan(c_.encoded_bytes(chunk_.offset), c_.encoded_bytes(chunk_.count));
@@ -169,53 +175,56 @@ class once_chunk {
     std::span<const float> values = data().subspan(whole.offset, whole.count);
     if (shared_.scale != 1.0f) {
       const std::span<float> scaled = shared_.scaled.subspan(chunk_.offset + whole.offset, whole.count);
-      scale_into(values, scaled, shared_.scale);
+      steps().scale(values, scaled, shared_.scale);
       values = scaled;
     }
-    access::encode(shared_.coder, values, encoded(mine(), whole), 0, chunk_.offset + whole.offset, shared_.data.size());
+    steps().encode(values, encoded(mine(), whole), 0, chunk_.offset + whole.offset, shared_.data.size());
   }
 
   void take_result(range r) {
-    c_.decode(encoded(gathered(), r), data().subspan(r.offset, r.count));
-    unscale(data().subspan(r.offset, r.count), shared_.scale);
+    steps().decode(encoded(gathered(), r), data().subspan(r.offset, r.count));
+    steps().unscale(data().subspan(r.offset, r.count), shared_.scale);
   }
 
-  collective::exchange<Communicator> ex_;
+  collective::exchange<Communicator> own_;
+  network_type ex_;
   const call& shared_;
   const codec_type& c_;
   range chunk_;
   segmented_partition<codec_type> geometry_;
   tag::phase ring_steps_;
-  collective::ring_pipeline<collective::exchange<Communicator>> ring_;
+  collective::ring_pipeline<std::remove_reference_t<network_type>> ring_;
   std::span<std::byte> received_;
   std::vector<request> arriving_, sends_;
 };
 
 }  // namespace detail
 
-template <class Communicator, class Coder>
-void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& coder, bool average, float scale,
-                           std::size_t chunk_bytes, std::size_t segment_elements = once_segment_elements) {
-  using chunk_type = detail::once_chunk<Communicator, std::remove_reference_t<Coder>>;
-  const auto& c = codec::codec_of<std::remove_cvref_t<Coder>>::get(coder);
-  workspace& space = workspace::local();
+template <class Communicator, class Steps>
+void allreduce_encode_once_with(Communicator& comm, std::span<float> data, const Steps& steps, bool average,
+                                float scale, std::size_t chunk_bytes,
+                                std::size_t segment_elements = once_segment_elements) {
+  using chunk_type = detail::once_chunk<Communicator, Steps>;
+  const auto& c = steps.codec();
   const std::size_t bytes = c.encoded_bytes(data.size());
-  const typename chunk_type::call shared{coder, data, average, scale, segment_elements, sized(space.mine, bytes),
-                                         sized(space.gathered, bytes),
-                                         sized(space.contribution, scale != 1.0f ? data.size() : 0)};
+  const typename chunk_type::call shared{steps, data, average, scale, segment_elements,
+                                         steps.bytes(scratch_for::mine, bytes), steps.bytes(scratch_for::gathered, bytes),
+                                         steps.floats(scratch_for::contribution, scale != 1.0f ? data.size() : 0)};
 
   // Every rank builds the chunks in the same order, so their wire sequences agree.
   const std::size_t count = once_chunks(c, data.size(), comm.size(), chunk_bytes);
   const encoded_partition<typename chunk_type::codec_type> cuts(c, data.size(), static_cast<int>(count));
   std::vector<chunk_type> chunks;
   chunks.reserve(count);  // never moved: a chunk's ring refers to the chunk's own exchange
-  std::size_t received_bytes = 0, sum_total = 0;
+  std::size_t received_bytes = 0, sum_total = 0, largest_part = 0;
   for (std::size_t k = 0; k < count; ++k) {
     chunks.emplace_back(comm, shared, range{cuts.offset(k), cuts.size(k)});
     received_bytes += chunks.back().received_bytes();
     sum_total += chunks.back().my_part_size();
+    largest_part = std::max(largest_part, chunks.back().my_part_size());
   }
-  const std::span<std::byte> received = sized(space.received, received_bytes);
+  const std::span<std::byte> received = steps.bytes(scratch_for::received, received_bytes);
+  const std::span<float> sums = steps.floats(scratch_for::sum, largest_part);
   for (std::size_t offset = 0; auto& chunk : chunks) {
     chunk.post_receives(received.subspan(offset, chunk.received_bytes()));
     offset += chunk.received_bytes();
@@ -223,7 +232,7 @@ void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& co
 
   for (std::size_t k = 0; k < std::min(once_in_flight, count); ++k) chunks[k].send_contribution();
   for (std::size_t k = 0, sum_offset = 0; k < count; ++k) {
-    const std::span<float> sum = sized(space.sum, chunks[k].my_part_size());
+    const std::span<float> sum = sums.first(chunks[k].my_part_size());
     chunks[k].reduce_my_part(sum, sum_offset, sum_total);
     sum_offset += sum.size();
     chunks[k].start_allgather();
@@ -231,6 +240,13 @@ void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& co
     chunks[k].allgather();
   }
   for (auto& chunk : chunks) chunk.finish();
+}
+
+template <class Communicator, class Coder>
+void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& coder, bool average, float scale,
+                           std::size_t chunk_bytes, std::size_t segment_elements = once_segment_elements) {
+  allreduce_encode_once_with(comm, data, host_codec_steps<std::remove_reference_t<Coder>>(coder), average, scale,
+                             chunk_bytes, segment_elements);
 }
 
 }  // namespace chorus::compressed

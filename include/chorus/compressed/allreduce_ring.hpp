@@ -19,39 +19,40 @@
 // with codecs that re-encode well (compressed/options.hpp).
 #pragma once
 
-#include <chorus/codec/error_feedback.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
+#include <chorus/compressed/codec_steps.hpp>
 #include <chorus/compressed/partition.hpp>
 #include <chorus/compressed/scaling.hpp>
 
-#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <type_traits>
-#include <vector>
+#include <utility>
 
 namespace chorus::compressed {
 
 using collective::ring_settings;
 
-template <class Communicator, class Coder>
+// Steps: codec_steps.hpp (host, or routed for the direct path). Every
+// encoded piece is settled before it is sent, and every piece of the
+// window before the window takes the next one.
+template <class Communicator, class Steps>
 class compressed_ring {
-  using access = codec::codec_of<std::remove_cvref_t<Coder>>;
-  using plain = typename access::type;
+  using codec_type = typename Steps::codec_type;
+  using network_type = decltype(std::declval<const Steps&>().network(std::declval<collective::exchange<Communicator>&>()));
 
  public:
-  compressed_ring(Communicator& comm, std::span<float> data, Coder& coder, bool average, float scale,
+  compressed_ring(Communicator& comm, std::span<float> data, const Steps& steps, bool average, float scale,
                   ring_settings settings = {})
-      : ex_(comm, "compressed allreduce"), data_(data), coder_(coder), codec_(access::get(coder)),
-        n_(comm.size()), rank_(comm.rank()), average_(average), scale_(scale),
-        geometry_(codec_, data.size(), n_, settings.segment_bytes / sizeof(float), ex_.steps_left()),
-        ring_(ex_, geometry_, ex_.phase(geometry_.steps(), "ring hops x segments"), settings.depth) {
-    workspace& space = workspace::local();
-    outgoing_ = sized(space.mine, geometry_.blocks().total_bytes());
-    gathered_ = sized(space.gathered, geometry_.blocks().total_bytes());
-    window_ = sized(space.received, ring_.depth() * slot_bytes());
-    partial_ = sized(space.sum, geometry_.segment());
+      : own_(comm, "compressed allreduce"), ex_(steps.network(own_)), steps_(steps), data_(data),
+        codec_(steps.codec()), n_(comm.size()), rank_(comm.rank()), average_(average), scale_(scale),
+        geometry_(codec_, data.size(), n_, settings.segment_bytes / sizeof(float), own_.steps_left()),
+        ring_(ex_, geometry_, own_.phase(geometry_.steps(), "ring hops x segments"), settings.depth) {
+    outgoing_ = steps_.bytes(scratch_for::mine, geometry_.blocks().total_bytes());
+    gathered_ = steps_.bytes(scratch_for::gathered, geometry_.blocks().total_bytes());
+    window_ = steps_.bytes(scratch_for::received, ring_.depth() * slot_bytes());
+    partial_ = steps_.floats(scratch_for::sum, geometry_.segment());
   }
 
   void run() {
@@ -72,13 +73,14 @@ class compressed_ring {
   std::size_t slot_bytes() const { return codec_.encoded_bytes(geometry_.segment()); }
 
   void encode(std::span<const float> values, std::span<std::byte> out, range r) {
-    access::encode(coder_, values, out, 0, r.offset, data_.size());
+    steps_.encode(values, out, 0, r.offset, data_.size());
   }
 
   std::span<std::byte> encode_own(range r) {
     const std::span<float> scaled = partial_.first(r.count);
-    scale_into(values(r), scaled, scale_);
+    steps_.scale(values(r), scaled, scale_);
     encode(scaled, geometry_.encoded(outgoing_, r), r);
+    steps_.settle();
     return geometry_.encoded(outgoing_, r);
   }
 
@@ -86,44 +88,45 @@ class compressed_ring {
   // neighbour; at the last hop the sum is final and encoded once, for all.
   std::span<std::byte> add(range r, std::span<const std::byte> arrived, bool final_sum) {
     const std::span<float> sum = partial_.first(r.count);
-    scale_into(values(r), sum, scale_);
-    codec_.decode_add(arrived, sum);
-    if (final_sum) {
-      finish_block_piece(sum, r);
-      return geometry_.encoded(gathered_, r);
-    }
-    encode(sum, geometry_.encoded(outgoing_, r), r);
-    return geometry_.encoded(outgoing_, r);
+    steps_.scale(values(r), sum, scale_);
+    steps_.decode_add(arrived, sum);
+    const std::span<std::byte> out = geometry_.encoded(final_sum ? gathered_ : outgoing_, r);
+    if (final_sum && average_) steps_.divide(sum, static_cast<float>(n_));
+    encode(sum, out, r);
+    if (final_sum) take_result(r);
+    steps_.settle();
+    return out;
   }
 
-  void finish_block_piece(std::span<float> sum, range r) {
-    if (average_)
-      for (float& value : sum) value /= static_cast<float>(n_);
-    encode(sum, geometry_.encoded(gathered_, r), r);
-    take_result(r);
-  }
   void take_result(range r) {
-    codec_.decode(geometry_.encoded(gathered_, r), values(r));
-    unscale(values(r), scale_);
+    steps_.decode(geometry_.encoded(gathered_, r), values(r));
+    steps_.unscale(values(r), scale_);
   }
 
-  collective::exchange<Communicator> ex_;
+  collective::exchange<Communicator> own_;
+  network_type ex_;
+  const Steps& steps_;
   std::span<float> data_;
-  Coder& coder_;
-  const plain& codec_;
+  const codec_type& codec_;
   int n_, rank_;
   bool average_;
   float scale_;
-  segmented_partition<plain> geometry_;
-  collective::ring_pipeline<collective::exchange<Communicator>> ring_;
+  segmented_partition<codec_type> geometry_;
+  collective::ring_pipeline<std::remove_reference_t<network_type>> ring_;
   std::span<std::byte> outgoing_, gathered_, window_;
   std::span<float> partial_;
 };
 
+template <class Communicator, class Steps>
+void allreduce_ring_with(Communicator& comm, std::span<float> data, const Steps& steps, bool average, float scale,
+                         ring_settings settings = {}) {
+  compressed_ring<Communicator, Steps>(comm, data, steps, average, scale, settings).run();
+}
+
 template <class Communicator, class Coder>
 void allreduce_ring(Communicator& comm, std::span<float> data, Coder&& coder, bool average, float scale,
                     ring_settings settings = {}) {
-  compressed_ring<Communicator, std::remove_reference_t<Coder>>(comm, data, coder, average, scale, settings).run();
+  allreduce_ring_with(comm, data, host_codec_steps<std::remove_reference_t<Coder>>(coder), average, scale, settings);
 }
 
 }  // namespace chorus::compressed

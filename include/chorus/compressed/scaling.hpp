@@ -24,17 +24,31 @@ inline void scale_into(std::span<const float> in, std::span<float> out, float fa
 
 // Undoing the prescale: multiplying by 1/s equals dividing by s exactly when
 // s is a power of two (the default); otherwise divide.
+inline bool unscales_by_multiplying(float prescale) {
+  int exponent = 0;
+  return std::frexp(prescale, &exponent) == 0.5f;
+}
 inline void unscale(std::span<float> data, float prescale) {
   if (prescale == 1.0f) return;
-  int exponent = 0;
-  if (std::frexp(prescale, &exponent) == 0.5f) {
+  if (unscales_by_multiplying(prescale)) {
     scale_into(data, data, 1.0f / prescale);
     return;
   }
   for (float& value : data) value /= prescale;
 }
 
-// Per-thread buffers, grown as needed and kept for the next call.
+template <class T>
+std::span<T> sized(std::vector<T>& storage, std::size_t count) {
+  if (storage.size() < count) storage.resize(count);
+  return std::span<T>(storage).first(count);
+}
+
+// A compressed collective's buffers: encoded bytes (my contribution, what
+// arrives, what is gathered) and floats (a partial sum, my prescaled
+// contribution). Each is asked for once per call.
+enum class scratch_for : std::size_t { mine, received, gathered, sum, contribution };
+
+// The host's buffers, per thread, grown as needed and kept for the next call.
 struct workspace {
   std::vector<float> contribution, sum;
   std::vector<std::byte> mine, received, gathered;
@@ -43,12 +57,12 @@ struct workspace {
     thread_local workspace buffers;
     return buffers;
   }
+  std::span<std::byte> bytes(scratch_for use, std::size_t count) {
+    return sized(use == scratch_for::mine ? mine : use == scratch_for::received ? received : gathered, count);
+  }
+  std::span<float> floats(scratch_for use, std::size_t count) {
+    return sized(use == scratch_for::sum ? sum : contribution, count);
+  }
 };
-
-template <class T>
-std::span<T> sized(std::vector<T>& storage, std::size_t count) {
-  if (storage.size() < count) storage.resize(count);
-  return std::span<T>(storage).first(count);
-}
 
 }  // namespace chorus::compressed

@@ -48,13 +48,12 @@ inline std::string staged_because(std::string_view what) {
   return "staged (the direct path does not run " + std::string(what) + ")";
 }
 
-// Runs body(arithmetic) on the direct path if the router takes it for every
-// buffer of `views` (op: the reduction's name; empty for a collective that
-// only moves bytes), after reporting the path; false, having done nothing,
-// where the call is to be staged.
-template <class Communicator, class Body>
-bool run_direct(memory_router& router, Communicator& comm, std::string_view collective,
-                std::initializer_list<routed_buffer> views, dtype type, std::string_view op, Body&& body) {
+namespace detail {
+
+// run_direct's loop: ask(view) says whether the router takes each buffer.
+template <class Communicator, class Ask, class Body>
+bool run_direct_if(memory_router& router, Communicator& comm, std::string_view collective,
+                   std::initializer_list<routed_buffer> views, Ask&& ask, Body&& body) {
   path_report path;
   std::size_t bytes = 0;
   const routed_buffer* first = nullptr;
@@ -62,13 +61,39 @@ bool run_direct(memory_router& router, Communicator& comm, std::string_view coll
     if (view.bytes == 0) continue;  // nothing of it moves (a non-root's output)
     bytes += view.bytes;
     if (first == nullptr) first = &view;
-    if (path.reason.empty() || path.direct) path = router.direct_path(view, type, op, comm.transport().memory_kinds());
+    if (path.reason.empty() || path.direct) path = ask(view);
   }
   if (first == nullptr) return false;
   report_path(comm, collective, bytes, path.reason);
   if (!path.direct) return false;
-  router.through_direct(*first, body, detail::waiting_on(comm));
+  router.through_direct(*first, body, waiting_on(comm));
   return true;
+}
+
+}  // namespace detail
+
+// Runs body(arithmetic) on the direct path if the router takes it for every
+// buffer of `views` (op: the reduction's name; empty for a collective that
+// only moves bytes), after reporting the path; false, having done nothing,
+// where the call is to be staged.
+template <class Communicator, class Body>
+bool run_direct(memory_router& router, Communicator& comm, std::string_view collective,
+                std::initializer_list<routed_buffer> views, dtype type, std::string_view op, Body&& body) {
+  const memory_kinds moved = comm.transport().memory_kinds();
+  return detail::run_direct_if(
+      router, comm, collective, views, [&](const routed_buffer& view) { return router.direct_path(view, type, op, moved); },
+      body);
+}
+
+// The same for a compressed collective, whose float buffers are encoded
+// with `codec`.
+template <class Communicator, class Body>
+bool run_direct(memory_router& router, Communicator& comm, std::string_view collective,
+                std::initializer_list<routed_buffer> views, const codec_spec& codec, Body&& body) {
+  const memory_kinds moved = comm.transport().memory_kinds();
+  return detail::run_direct_if(
+      router, comm, collective, views, [&](const routed_buffer& view) { return router.direct_path(view, codec, moved); },
+      body);
 }
 
 }  // namespace chorus

@@ -84,14 +84,25 @@ class staging_hooks {
   ~staging_hooks() = default;
 };
 
+// A codec as the direct path's arithmetic is told it (codec/spec.hpp makes
+// one from a codec): its name (fp16, bf16, int8, onebit), its block size
+// (int8, onebit) and whether a two-byte float saturates on overflow.
+struct codec_spec {
+  std::string_view name;
+  std::size_t block = 0;
+  bool saturate = true;
+};
+
 // The direct path: the buffer goes to the transport as it is (a UCX that
 // moves CUDA memory), and an algorithm's local steps run where the memory
 // lives (cuda/router.hpp: kernels on the caller's stream). Ops are named as
 // op::name_of names them (sum, prod, min, max, avg).
 class local_arithmetic {
  public:
+  static constexpr std::size_t scratch_slots = 6;
   // Scratch of at least `bytes` in the buffer's kind of memory, held for the
-  // call; slot 0 for the algorithm's window, 1 for a work copy (as scratch.hpp).
+  // call, one per slot below scratch_slots: 0 for the algorithm's window, 1
+  // for a work copy (as scratch.hpp); a compressed collective uses them all.
   virtual void* scratch(std::size_t bytes, std::size_t slot) = 0;
   // Copies `bytes` between two buffers of this memory, in order with the steps.
   virtual void copy(void* to, const void* from, std::size_t bytes) = 0;
@@ -100,6 +111,15 @@ class local_arithmetic {
                            bool incoming_is_lower) = 0;
   // The op's final step (avg divides by the contributions); nothing for the others.
   virtual void finalize(void* values, std::size_t n, dtype type, std::string_view op, std::size_t contributions) = 0;
+  // The compressed collectives' steps over float: out[i] = in[i] * factor;
+  // values[i] /= divisor; values[i] = +0.
+  virtual void multiply(const float* in, float* out, std::size_t n, float factor) = 0;
+  virtual void divide(float* values, std::size_t n, float divisor) = 0;
+  virtual void zero(float* values, std::size_t n) = 0;
+  // The codec's encode, and its decode (accumulate: decode_add), with the
+  // CPU codec's bits (codec/elements.hpp).
+  virtual void encode(const codec_spec& codec, const float* in, void* out, std::size_t n) = 0;
+  virtual void decode(const codec_spec& codec, const void* in, float* out, std::size_t n, bool accumulate) = 0;
   // Returns once every step above is done, so the transport may read what they wrote.
   virtual void settle() = 0;
   // The address the transport moves for `data`.
@@ -147,6 +167,12 @@ class memory_router {
   virtual path_report direct_path(const routed_buffer& buffer, dtype type, std::string_view op,
                                   const memory_kinds& moved) const {
     (void)buffer, (void)type, (void)op, (void)moved;
+    return {false, "staged: this router has no direct path"};
+  }
+  // The same for a compressed collective over float with `codec`.
+  virtual path_report direct_path(const routed_buffer& buffer, const codec_spec& codec,
+                                  const memory_kinds& moved) const {
+    (void)buffer, (void)codec, (void)moved;
     return {false, "staged: this router has no direct path"};
   }
   virtual void through_direct(const routed_buffer& buffer, function_ref<void(local_arithmetic&)> body, waiter wait) {

@@ -14,6 +14,7 @@
 
 #include <chorus/core/error.hpp>
 #include <chorus/core/memory_kind.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <array>
@@ -80,7 +81,8 @@ struct staging_options {
 // One call's pinned buffer, streams and events.
 struct staging_set {
   std::span<std::byte> pinned;
-  std::array<std::span<std::byte>, 2> device_scratch;  // the direct path's, in device memory
+  // The direct path's, in device memory, one per slot of local_arithmetic::scratch.
+  std::array<std::span<std::byte>, local_arithmetic::scratch_slots> device_scratch;
   std::vector<stream_handle> streams;
   std::vector<event_handle> events;  // events[k]: the last copy on streams[k]
 };

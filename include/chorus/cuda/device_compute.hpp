@@ -1,4 +1,5 @@
-// The arithmetic the direct path runs on the device, as an interface that
+// The arithmetic the direct path runs on the device (reductions, and the
+// compressed collectives' scaling and codecs), as an interface that
 // g++ code can hold: chorus::cuda::kernels::compute (cuda/kernels.cuh,
 // compiled by the user's nvcc) implements it with the device kernels, the
 // tests with work on the fake device's streams. A trainer compiled with g++
@@ -8,6 +9,7 @@
 //   chorus::cuda::router gpu(chorus::cuda::runtime(), {}, &kernels);
 #pragma once
 
+#include <chorus/codec/spec.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
 #include <chorus/cuda/device.hpp>
@@ -48,6 +50,18 @@ class device_compute {
   // Enqueued on `stream`: the op's final step (avg's division); nothing for the others.
   virtual void finalize(void* values, std::size_t n, dtype type, std::string_view op, std::size_t contributions,
                         stream_handle stream) = 0;
+
+  // The compressed collectives' steps (core/memory_router.hpp: local_arithmetic), enqueued on `stream`.
+  // Whether encode and decode take this codec; by default what codec::visit_spec names.
+  virtual bool encodes(const codec_spec& codec) const {
+    return codec::visit_spec(codec, [](const auto&) {});
+  }
+  virtual void multiply(const float* in, float* out, std::size_t n, float factor, stream_handle stream) = 0;
+  virtual void divide(float* values, std::size_t n, float divisor, stream_handle stream) = 0;
+  virtual void zero(float* values, std::size_t n, stream_handle stream) = 0;
+  virtual void encode(const codec_spec& codec, const float* in, void* out, std::size_t n, stream_handle stream) = 0;
+  virtual void decode(const codec_spec& codec, const void* in, float* out, std::size_t n, bool accumulate,
+                      stream_handle stream) = 0;
 };
 
 }  // namespace chorus::cuda

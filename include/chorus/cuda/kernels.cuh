@@ -166,6 +166,26 @@ struct convert_step {
   CHORUS_HD void operator()(std::size_t i) const { to[i] = static_cast<To>(from[i]); }
 };
 
+// --- the compressed collectives' scaling -----------------------------------------
+
+struct multiply_step {
+  const float* in;
+  float* out;
+  float factor;
+  CHORUS_HD void operator()(std::size_t i) const { out[i] = hd::multiply(in[i], factor); }
+};
+
+struct divide_step {
+  float* values;
+  float divisor;
+  CHORUS_HD void operator()(std::size_t i) const { values[i] = hd::divide(values[i], divisor); }
+};
+
+struct zero_step {
+  float* values;
+  CHORUS_HD void operator()(std::size_t i) const { values[i] = 0.0f; }
+};
+
 // --- fp16 and bf16 -------------------------------------------------------------
 
 template <class Codec>
@@ -395,6 +415,23 @@ void narrow(T* to, const accumulator_t<T>* from, std::size_t n, const Where& whe
   detail::launcher_for(where).elements(n, detail::convert_step<T, accumulator_t<T>>{to, from}, "chorus narrow kernel");
 }
 
+// --- the compressed collectives' scaling (compressed/scaling.hpp) ---------------------
+
+// out[i] = in[i] * factor (in == out allowed).
+template <class Where = cudaStream_t>
+void multiply(const float* in, float* out, std::size_t n, float factor, const Where& where = nullptr) {
+  detail::launcher_for(where).elements(n, detail::multiply_step{in, out, factor}, "chorus multiply kernel");
+}
+// values[i] /= divisor.
+template <class Where = cudaStream_t>
+void divide(float* values, std::size_t n, float divisor, const Where& where = nullptr) {
+  detail::launcher_for(where).elements(n, detail::divide_step{values, divisor}, "chorus divide kernel");
+}
+template <class Where = cudaStream_t>
+void zero(float* values, std::size_t n, const Where& where = nullptr) {
+  detail::launcher_for(where).elements(n, detail::zero_step{values}, "chorus zero kernel");
+}
+
 // --- codecs: the device twins of encode, decode and decode_add ------------------
 
 // `out` holds c.encoded_bytes(n) bytes, laid out as the CPU codec lays them.
@@ -440,7 +477,7 @@ void error_feedback_encode(const Codec& c, const float* values, float* residual,
 // --- the direct path's arithmetic ---------------------------------------------------
 
 // The device kernels behind cuda/device_compute.hpp, for the router's direct
-// path: every element type, the built-in ops.
+// path: every element type, the built-in ops, and the codecs.
 //
 //   static chorus::cuda::kernels::compute kernels;
 //   chorus::cuda::router gpu(chorus::cuda::runtime(), {}, &kernels);
@@ -460,7 +497,35 @@ class compute final : public device_compute {
     });
   }
 
+  void multiply(const float* in, float* out, std::size_t n, float factor, stream_handle stream) override {
+    kernels::multiply(in, out, n, factor, static_cast<cudaStream_t>(stream));
+  }
+  void divide(float* values, std::size_t n, float divisor, stream_handle stream) override {
+    kernels::divide(values, n, divisor, static_cast<cudaStream_t>(stream));
+  }
+  void zero(float* values, std::size_t n, stream_handle stream) override {
+    kernels::zero(values, n, static_cast<cudaStream_t>(stream));
+  }
+  void encode(const codec_spec& spec, const float* in, void* out, std::size_t n, stream_handle stream) override {
+    with_codec(spec, [&](const auto& c) {
+      kernels::encode(c, in, static_cast<std::byte*>(out), n, static_cast<cudaStream_t>(stream));
+    });
+  }
+  void decode(const codec_spec& spec, const void* in, float* out, std::size_t n, bool accumulate,
+              stream_handle stream) override {
+    with_codec(spec, [&](const auto& c) {
+      const auto* bytes = static_cast<const std::byte*>(in);
+      if (accumulate) kernels::decode_add(c, bytes, out, n, static_cast<cudaStream_t>(stream));
+      else kernels::decode(c, bytes, out, n, static_cast<cudaStream_t>(stream));
+    });
+  }
+
  private:
+  template <class Visit>
+  static void with_codec(const codec_spec& spec, Visit&& visit) {
+    if (!codec::visit_spec(spec, visit))
+      throw error(errc::invalid_argument, "device kernels: no codec '" + std::string(spec.name) + "' (fp16, bf16, int8, onebit)");
+  }
   template <class Visit>
   static void with_reduction(dtype type, std::string_view op, Visit&& visit) {
     if (!visit_reduction(type, op, visit))

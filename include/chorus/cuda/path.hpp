@@ -37,7 +37,7 @@ inline path_setting path_from_environment() {
 struct path_facts {
   bool network_reaches_device = false;  // the transport moves CUDA memory
   bool have_kernels = false;            // a device_compute was given
-  bool kernels_take_call = false;       // ... and it takes this element type and op
+  bool kernels_take_call = false;       // ... and it takes this element type and op, or this codec
 };
 
 // Whether a call goes direct, and why; throws `unavailable` when direct is
@@ -54,7 +54,7 @@ inline path_report choose_path(path_setting setting, const path_facts& facts) {
     if (forced) throw error(errc::unavailable, std::string("CHORUS_CUDA_PATH=direct, but ") + missing);
     return {false, std::string("staged: ") + missing};
   }
-  if (!facts.kernels_take_call) return {false, "staged: the device kernels do not take this element type and op"};
+  if (!facts.kernels_take_call) return {false, "staged: the device kernels do not take this call's element type and op, or its codec"};
   return {true, std::string("direct (") + (forced ? "CHORUS_CUDA_PATH=direct" : "auto") +
                     ": device memory goes to the transport as it is)"};
 }

@@ -20,12 +20,12 @@
 // copy bandwidth; the copies of different chunks overlap each other.
 //
 // Direct path (cuda/path.hpp: a UCX that moves CUDA memory, and device
-// kernels given as `compute`): an allreduce that runs the ring hands the
-// device buffer to the transport as it is and reduces each segment on the
-// device, on the caller's stream; no copies. Its cost is the host ring's
-// with the reductions at device bandwidth, plus one stream synchronisation
-// per segment (the transport must not read a segment before its reduction
-// has landed).
+// kernels given as `compute`): a collective hands the device buffers to the
+// transport as they are and runs its local steps (reductions, a compressed
+// collective's scaling and codecs) on the device, on the caller's stream;
+// no copies. Its cost is the host algorithm's with those steps at device
+// bandwidth, plus one stream synchronisation per piece sent (the transport
+// must not read a piece before the step that wrote it has landed).
 #pragma once
 
 #include <chorus/core/memory_router.hpp>
@@ -67,6 +67,17 @@ class device_steps final : public local_arithmetic {
   void finalize(void* values, std::size_t n, dtype type, std::string_view op, std::size_t contributions) override {
     kernels().finalize(values, n, type, op, contributions, stream_);
   }
+  void multiply(const float* in, float* out, std::size_t n, float factor) override {
+    kernels().multiply(in, out, n, factor, stream_);
+  }
+  void divide(float* values, std::size_t n, float divisor) override { kernels().divide(values, n, divisor, stream_); }
+  void zero(float* values, std::size_t n) override { kernels().zero(values, n, stream_); }
+  void encode(const codec_spec& codec, const float* in, void* out, std::size_t n) override {
+    kernels().encode(codec, in, out, n, stream_);
+  }
+  void decode(const codec_spec& codec, const void* in, float* out, std::size_t n, bool accumulate) override {
+    kernels().decode(codec, in, out, n, accumulate, stream_);
+  }
   void settle() override {
     device_operations& ops = on_.operations();
     const event_handle done = held_.set().events.front();
@@ -77,7 +88,7 @@ class device_steps final : public local_arithmetic {
 
  private:
   device_compute& kernels() const {
-    if (compute_ == nullptr) throw error(errc::invalid_argument, "direct path: a reduction without device kernels");
+    if (compute_ == nullptr) throw error(errc::invalid_argument, "direct path: arithmetic without device kernels");
     return *compute_;
   }
 
@@ -157,6 +168,14 @@ class router final : public memory_router {
     const bool reduces = !op.empty();  // a collective that only moves bytes needs no kernels
     return choose_path(path_, {on_.operations().network_reaches_device(moved), !reduces || compute_ != nullptr,
                                !reduces || (compute_ != nullptr && compute_->reduces(type, op))});
+  }
+
+  path_report direct_path(const routed_buffer& buffer, const codec_spec& codec,
+                          const memory_kinds& moved) const override {
+    if (buffer.bytes == 0 || on_.kind_of(buffer.data) != memory_kind::cuda_device)
+      return {false, "staged: not device memory"};
+    return choose_path(path_, {on_.operations().network_reaches_device(moved), compute_ != nullptr,
+                               compute_ != nullptr && compute_->encodes(codec)});
   }
 
   // The caller's pending work on its stream is done before the transport

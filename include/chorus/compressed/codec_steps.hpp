@@ -1,0 +1,122 @@
+// Where a compressed collective's local steps run: its buffers, prescaling,
+// encoding and decoding. host_codec_steps runs them on the host with the
+// CPU codec (or its error feedback); routed_codec_steps runs them through a
+// router's local_arithmetic, where the memory lives (the direct path: device
+// kernels with the CPU codec's bits, core/memory_router.hpp), and hands the
+// transport the addresses it moves. The compressed allreduce's schemes
+// (allreduce_ring.hpp, allreduce_once.hpp) are the same code over either,
+// so ranks on different paths send the same bytes and meet in one call;
+// collective/local_steps.hpp is the same idea for the plain collectives.
+//
+// Every span a step returns or writes is in the policy's memory: the host
+// reads none of routed_codec_steps'. settle() returns once every step so
+// far is done, so the transport may read what they wrote and reuse a
+// buffer they read.
+#pragma once
+
+#include <chorus/codec/error_feedback.hpp>
+#include <chorus/codec/spec.hpp>
+#include <chorus/collective/local_steps.hpp>
+#include <chorus/compressed/scaling.hpp>
+#include <chorus/core/memory_router.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+
+namespace chorus::compressed {
+
+template <class Coder>
+class host_codec_steps {
+  using access = codec::codec_of<std::remove_cvref_t<Coder>>;
+
+ public:
+  using codec_type = typename access::type;
+
+  explicit host_codec_steps(Coder& coder) noexcept : coder_(coder) {}
+
+  const codec_type& codec() const noexcept { return access::get(coder_); }
+  template <class X>
+  X& network(X& ex) const noexcept {
+    return ex;
+  }
+
+  std::span<std::byte> bytes(scratch_for use, std::size_t count) const { return workspace::local().bytes(use, count); }
+  std::span<float> floats(scratch_for use, std::size_t count) const { return workspace::local().floats(use, count); }
+
+  void scale(std::span<const float> in, std::span<float> out, float factor) const { scale_into(in, out, factor); }
+  void unscale(std::span<float> values, float prescale) const { compressed::unscale(values, prescale); }
+  void divide(std::span<float> values, float divisor) const {
+    for (float& value : values) value /= divisor;
+  }
+  void zero(std::span<float> values) const { std::fill(values.begin(), values.end(), 0.0f); }
+  // Elements [offset, +in.size()) of a `total`-element tensor; `slot`: error feedback's residual.
+  void encode(std::span<const float> in, std::span<std::byte> out, std::size_t slot, std::size_t offset,
+              std::size_t total) const {
+    access::encode(coder_, in, out, slot, offset, total);
+  }
+  void decode(std::span<const std::byte> in, std::span<float> out) const { codec().decode(in, out); }
+  void decode_add(std::span<const std::byte> in, std::span<float> sum) const { codec().decode_add(in, sum); }
+  void settle() const noexcept {}
+
+ private:
+  Coder& coder_;
+};
+
+// A plain codec with device kernels (codec/spec.hpp: describable); error
+// feedback keeps its residual in host memory and is staged.
+template <class Codec>
+class routed_codec_steps {
+ public:
+  using codec_type = Codec;
+
+  routed_codec_steps(const Codec& c, local_arithmetic& where) : codec_(c), spec_(codec::spec_of(c)), where_(where) {}
+
+  const Codec& codec() const noexcept { return codec_; }
+  template <class X>
+  collective::network_exchange<X> network(X& ex) const noexcept {
+    return {ex, where_};
+  }
+
+  std::span<std::byte> bytes(scratch_for use, std::size_t count) const {
+    return {static_cast<std::byte*>(where_.scratch(count, slot(use))), count};
+  }
+  std::span<float> floats(scratch_for use, std::size_t count) const {
+    return {static_cast<float*>(where_.scratch(count * sizeof(float), slot(use))), count};
+  }
+
+  void scale(std::span<const float> in, std::span<float> out, float factor) const {
+    if (!in.empty()) where_.multiply(in.data(), out.data(), in.size(), factor);
+  }
+  void unscale(std::span<float> values, float prescale) const {
+    if (prescale == 1.0f || values.empty()) return;
+    if (unscales_by_multiplying(prescale)) where_.multiply(values.data(), values.data(), values.size(), 1.0f / prescale);
+    else where_.divide(values.data(), values.size(), prescale);
+  }
+  void divide(std::span<float> values, float divisor) const {
+    if (!values.empty()) where_.divide(values.data(), values.size(), divisor);
+  }
+  void zero(std::span<float> values) const {
+    if (!values.empty()) where_.zero(values.data(), values.size());
+  }
+  void encode(std::span<const float> in, std::span<std::byte> out, std::size_t, std::size_t, std::size_t) const {
+    if (!in.empty()) where_.encode(spec_, in.data(), out.data(), in.size());
+  }
+  void decode(std::span<const std::byte> in, std::span<float> out) const {
+    if (!out.empty()) where_.decode(spec_, in.data(), out.data(), out.size(), false);
+  }
+  void decode_add(std::span<const std::byte> in, std::span<float> sum) const {
+    if (!sum.empty()) where_.decode(spec_, in.data(), sum.data(), sum.size(), true);
+  }
+  void settle() const { where_.settle(); }
+
+ private:
+  static std::size_t slot(scratch_for use) noexcept { return static_cast<std::size_t>(use); }
+
+  const Codec& codec_;
+  codec_spec spec_;
+  local_arithmetic& where_;
+};
+
+}  // namespace chorus::compressed

@@ -100,7 +100,28 @@ class fake_compute final : public chorus::cuda::device_compute {
     });
   }
 
-  std::atomic<int> launches{0}, codec_launches{0};
+  // codec/error_feedback.hpp's step, on the aliases.
+  void feedback_encode(const chorus::codec_spec& spec, const float* in, float* residual, float* work, void* out,
+                       std::size_t n, chorus::cuda::stream_handle stream) override {
+    ++feedback_launches;
+    const float* values = floats(in);
+    float* kept = floats(residual);
+    float* scratch = floats(work);
+    std::byte* to = fake_.alias_of(static_cast<std::byte*>(out));
+    const std::string name(spec.name);
+    fake_.launch(stream, [=] {
+      chorus::codec::visit_spec({name, spec.block, spec.saturate}, [&](const auto& c) {
+        namespace element = chorus::codec::element;
+        for (std::size_t i = 0; i < n; ++i) scratch[i] = element::with_residual(values[i], kept[i]);
+        const std::span<std::byte> bytes(to, c.encoded_bytes(n));
+        c.encode(std::span<const float>(scratch, n), bytes);
+        c.decode(bytes, std::span(kept, n));
+        for (std::size_t i = 0; i < n; ++i) kept[i] = element::lost(scratch[i], kept[i]);
+      });
+    });
+  }
+
+  std::atomic<int> launches{0}, codec_launches{0}, feedback_launches{0};
 
  private:
   float* floats(const float* device) const { return fake_.alias_of(const_cast<float*>(device)); }
@@ -591,19 +612,54 @@ TEST_CASE("direct path: a compressed ring with ranks on the device and on the ho
   CHECK(fake.pinned_allocations() == 0);
 }
 
-TEST_CASE("direct path: error feedback and codecs without device kernels are staged, with the host's bits") {
+TEST_CASE("direct path: error feedback keeps a device tensor's residual on the device, with the host's bits") {
   fake_device fake;
   chorus::cuda::device gpu(fake);
   fake_compute kernels(fake);
   chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::direct);
-  chorus::compression_options once;
-  once.scheme = chorus::compression_scheme::encode_once;
-  CHECK(differing_compressed(fake, router, 3, 5003, chorus::codec::error_feedback{chorus::codec::onebit{}},
-                             {{once, true}}) == 0);
-  CHECK(fake.pinned_allocations() > 0);
-  const std::size_t before = fake.copies();
-  CHECK(differing_compressed(fake, router, 2, 999, chorus::codec::identity{}, {{once, false}}) == 0);
-  CHECK(fake.copies() > before);
+  compressed_call ring, once, chunked;
+  ring.options.scheme = chorus::compression_scheme::ring;
+  once.options.scheme = chunked.options.scheme = chorus::compression_scheme::encode_once;
+  once.average = true;
+  chunked.options.chunk_bytes = 512;
+  for (const int ranks : {1, 2, 3, 5})
+    for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{5003}}) {
+      CAPTURE(ranks);
+      CAPTURE(count);
+      const std::vector<compressed_call> calls{ring, once, chunked};
+      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::onebit{}}, calls) == 0);
+      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::fp16{}}, calls) == 0);
+      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::int8{64}}, calls) == 0);
+    }
+  CHECK(fake.pinned_allocations() == 0);
+  CHECK(kernels.feedback_launches.load() > 0);
+
+  // One object serves one kind of memory: a clear error, not a mixed-up residual.
+  const chorus::cuda::route_front_doors routing(router);
+  chorus::run_threads(1, [&](chorus::communicator& comm) {
+    chorus::codec::error_feedback feedback{chorus::codec::int8{}};
+    std::vector<float> host(100, 1.5f);
+    auto* device = static_cast<float*>(fake.allocate_device(host.size() * sizeof(float)));
+    fake.write(device, std::span<const float>(host));
+    chorus::allreduce(comm, std::span(device, host.size()), chorus::op::sum{}, feedback);
+    CHECK(feedback.residual(0).empty());  // the residual is on the device
+    chorus_test::expect_error([&] { chorus::allreduce(comm, std::span(host), chorus::op::sum{}, feedback); },
+                              chorus::errc::invalid_argument, "residual in device memory");
+    chorus_test::expect_error([&] { [[maybe_unused]] const auto copy = feedback; }, chorus::errc::invalid_argument,
+                              "cannot be copied");
+    fake.free_device(device);
+  }, chorus_test::quick());
+}
+
+TEST_CASE("direct path: a codec without device kernels is staged, with the host's bits") {
+  fake_device fake;
+  chorus::cuda::device gpu(fake);
+  fake_compute kernels(fake);
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::direct);
+  compressed_call once;
+  once.options.scheme = chorus::compression_scheme::encode_once;
+  CHECK(differing_compressed(fake, router, 2, 999, chorus::codec::identity{}, {once}) == 0);
+  CHECK(fake.copies() > 0);
 }
 
 namespace {

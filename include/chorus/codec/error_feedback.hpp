@@ -13,6 +13,11 @@
 // the sum it encodes; the ring uses slot 0 for everything it encodes (each
 // element exactly once per call: a partial sum or, for its own block, the
 // final sum).
+//
+// A device tensor on the direct path (compressed/codec_steps.hpp) keeps its
+// residual in device memory, made on first use through residual_elsewhere;
+// residual() then reads nothing, and the object must go before the device
+// runtime that made that memory. One object serves one kind of memory.
 #pragma once
 
 #include <chorus/codec/codec.hpp>
@@ -21,8 +26,11 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace chorus::codec {
@@ -60,22 +68,74 @@ class error_feedback {
   std::span<const float> residual(std::size_t slot = 0) const { return residuals_.at(slot); }
   void reset() {
     for (auto& residual : residuals_) residual.clear();
+    for (auto& residual : elsewhere_) residual = {};
+  }
+
+  // Memory of `bytes` that holds zeros when first used and is freed with its
+  // last owner (the direct path: device memory).
+  using make_memory = std::function<std::shared_ptr<void>(std::size_t bytes)>;
+
+  // The residual of `slot` for a `tensor_size`-element tensor held in other
+  // memory than the host's, made by `make` on first use.
+  float* residual_elsewhere(std::size_t slot, std::size_t tensor_size, const make_memory& make) {
+    check_slot(slot);
+    if (!residuals_[slot].empty())
+      throw error(errc::invalid_argument, "error_feedback holds its residual in host memory; this call's tensor is "
+                                          "elsewhere (device memory): use one error_feedback per tensor");
+    kept_residual& residual = elsewhere_[slot];
+    if (!residual.memory) residual = {make(tensor_size * sizeof(float)), tensor_size};
+    check_size(residual.elements, tensor_size);
+    return static_cast<float*>(residual.memory.get());
   }
 
  private:
-  std::vector<float>& residual_for(std::size_t slot, std::size_t elements) {
+  // A residual in other memory: moved with the object; copying it would
+  // share it, so a copy is an error.
+  struct kept_residual {
+    std::shared_ptr<void> memory;
+    std::size_t elements = 0;
+
+    kept_residual() = default;
+    kept_residual(std::shared_ptr<void> m, std::size_t n) noexcept : memory(std::move(m)), elements(n) {}
+    kept_residual(kept_residual&&) noexcept = default;
+    kept_residual& operator=(kept_residual&&) noexcept = default;
+    kept_residual(const kept_residual& other) { refuse_copy(other); }
+    kept_residual& operator=(const kept_residual& other) {
+      refuse_copy(other);
+      memory.reset();
+      elements = 0;
+      return *this;
+    }
+    static void refuse_copy(const kept_residual& other) {
+      if (other.memory)
+        throw error(errc::invalid_argument, "error_feedback: a residual held in device memory cannot be copied");
+    }
+  };
+
+  static void check_slot(std::size_t slot) {
     if (slot >= slots) throw error(errc::invalid_argument, "error_feedback: slot " + std::to_string(slot) + " is not 0 or 1");
-    std::vector<float>& residual = residuals_[slot];
-    if (residual.empty()) residual.assign(elements, 0.0f);
-    if (residual.size() != elements)
-      throw error(errc::invalid_argument, "error_feedback holds the residual of a " + std::to_string(residual.size()) +
+  }
+  static void check_size(std::size_t held, std::size_t elements) {
+    if (held != elements)
+      throw error(errc::invalid_argument, "error_feedback holds the residual of a " + std::to_string(held) +
                                               "-element tensor; this call passes " + std::to_string(elements) +
                                               ": use one error_feedback per tensor");
+  }
+
+  std::vector<float>& residual_for(std::size_t slot, std::size_t elements) {
+    check_slot(slot);
+    if (elsewhere_[slot].memory)
+      throw error(errc::invalid_argument, "error_feedback holds its residual in device memory; this call's tensor is "
+                                          "in host memory: use one error_feedback per tensor");
+    std::vector<float>& residual = residuals_[slot];
+    if (residual.empty()) residual.assign(elements, 0.0f);
+    check_size(residual.size(), elements);
     return residual;
   }
 
   Codec codec_;
   std::array<std::vector<float>, slots> residuals_;
+  std::array<kept_residual, slots> elsewhere_;
   std::vector<float> work_;
 };
 

@@ -71,7 +71,7 @@ bool codec_direct(memory_router& router, Communicator& comm, std::string_view co
                   std::initializer_list<routed_buffer> views, const Codec& c, Body&& body) {
   if constexpr (codec::describable<Codec>) {
     return run_direct(router, comm, collective, views, codec::spec_of(c),
-                      [&](local_arithmetic& where) { body(routed_codec_steps<Codec>(c, where)); });
+                      [&](local_arithmetic& where) { body(routed_codec_steps<const Codec>(c, where)); });
   } else {
     std::size_t bytes = 0;
     for (const routed_buffer& view : views) bytes += view.bytes;

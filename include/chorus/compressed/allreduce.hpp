@@ -21,7 +21,7 @@
 // Device buffers (core/memory_router.hpp): on the direct path the scheme
 // runs on device memory as it is, encoding and decoding with the device
 // kernels (codec_steps.hpp), with the same bytes on the wire as the host;
-// error feedback keeps its residual in host memory, so it is staged.
+// error feedback keeps a device tensor's residual in device memory.
 #pragma once
 
 #include <chorus/codec/codec.hpp>
@@ -39,7 +39,6 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <utility>
 
 namespace chorus {
 
@@ -77,23 +76,21 @@ algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps&
   return made.chosen;
 }
 
-// The direct path for a plain codec with device kernels; false where the
-// call is to be staged (said in the debug report).
-template <class Op, class Communicator, class Codec>
-bool allreduce_direct(memory_router& router, Communicator& comm, std::span<float> data, const Codec& coder,
+// The direct path for a codec with device kernels, or error feedback around
+// one; false where the call is to be staged (said in the debug report).
+template <class Op, class Communicator, class Coder>
+bool allreduce_direct(memory_router& router, Communicator& comm, std::span<float> data, Coder& coder,
                       const compression_options& options, algorithm& ran) {
-  if constexpr (codec::describable<Codec>) {
+  using plain = typename codec::codec_of<std::remove_cvref_t<Coder>>::type;
+  if constexpr (codec::describable<plain>) {
     return run_direct(router, comm, "compressed_allreduce", {{data.data(), data.size_bytes(), buffer_use::read_write}},
-                      codec::spec_of(coder), [&](local_arithmetic& where) {
-                        ran = allreduce_with<Op>(comm, data, routed_codec_steps<Codec>(coder, where), options);
+                      codec::spec_of(codec::codec_of<std::remove_cvref_t<Coder>>::get(coder)),
+                      [&](local_arithmetic& where) {
+                        ran = allreduce_with<Op>(comm, data, routed_codec_steps<Coder>(coder, where), options);
                       });
-  } else if constexpr (codec::codec<Codec>) {
-    report_path(comm, "compressed_allreduce", data.size_bytes(),
-                staged_because(std::string(Codec::name) + ", which has no device kernels"));
-    return false;
   } else {
     report_path(comm, "compressed_allreduce", data.size_bytes(),
-                staged_because("error feedback: its residual is in host memory"));
+                staged_because(std::string(plain::name) + ", which has no device kernels"));
     return false;
   }
 }
@@ -106,7 +103,7 @@ algorithm allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder
   static_assert(compressed::supported_op<Op>, "a compressed allreduce sums (op::sum) or averages (op::avg)");
   if (memory_router* router = routed(data)) {
     algorithm ran = algorithm::automatic;
-    if (compressed::allreduce_direct<Op>(*router, comm, data, std::as_const(coder), options, ran)) return ran;
+    if (compressed::allreduce_direct<Op>(*router, comm, data, coder, options, ran)) return ran;
     return through_host(
         *router, comm, [&](std::span<float> host) { return allreduce(comm, host, Op{}, coder, options); },
         staged(data, buffer_use::read_write));

@@ -2,8 +2,9 @@
 // encoding and decoding. host_codec_steps runs them on the host with the
 // CPU codec (or its error feedback); routed_codec_steps runs them through a
 // router's local_arithmetic, where the memory lives (the direct path: device
-// kernels with the CPU codec's bits, core/memory_router.hpp), and hands the
-// transport the addresses it moves. The compressed allreduce's schemes
+// kernels with the CPU codec's bits, error feedback's residual in device
+// memory, core/memory_router.hpp), and hands the transport the addresses
+// it moves. The compressed allreduce's schemes
 // (allreduce_ring.hpp, allreduce_once.hpp) are the same code over either,
 // so ranks on different paths send the same bytes and meet in one call;
 // collective/local_steps.hpp is the same idea for the plain collectives.
@@ -64,16 +65,21 @@ class host_codec_steps {
   Coder& coder_;
 };
 
-// A plain codec with device kernels (codec/spec.hpp: describable); error
-// feedback keeps its residual in host memory and is staged.
-template <class Codec>
+// A codec with device kernels (codec/spec.hpp: describable), or error
+// feedback around one, whose residual then lives in device memory (made
+// through the router's local arithmetic on the first call).
+template <class Coder>
 class routed_codec_steps {
+  using access = codec::codec_of<std::remove_cvref_t<Coder>>;
+  static constexpr bool feedback = !std::is_same_v<std::remove_cvref_t<Coder>, typename access::type>;
+
  public:
-  using codec_type = Codec;
+  using codec_type = typename access::type;
 
-  routed_codec_steps(const Codec& c, local_arithmetic& where) : codec_(c), spec_(codec::spec_of(c)), where_(where) {}
+  routed_codec_steps(Coder& coder, local_arithmetic& where)
+      : coder_(coder), spec_(codec::spec_of(access::get(coder))), where_(where) {}
 
-  const Codec& codec() const noexcept { return codec_; }
+  const codec_type& codec() const noexcept { return access::get(coder_); }
   template <class X>
   collective::network_exchange<X> network(X& ex) const noexcept {
     return {ex, where_};
@@ -100,8 +106,17 @@ class routed_codec_steps {
   void zero(std::span<float> values) const {
     if (!values.empty()) where_.zero(values.data(), values.size());
   }
-  void encode(std::span<const float> in, std::span<std::byte> out, std::size_t, std::size_t, std::size_t) const {
-    if (!in.empty()) where_.encode(spec_, in.data(), out.data(), in.size());
+  void encode(std::span<const float> in, std::span<std::byte> out, std::size_t slot, std::size_t offset,
+              std::size_t total) const {
+    if (in.empty()) return;
+    if constexpr (feedback) {
+      float* residual = coder_.residual_elsewhere(slot, total, [&](std::size_t bytes) { return where_.kept(bytes); });
+      // Sized for the whole tensor, so the pieces of one call share one allocation.
+      float* work = floats(scratch_for::feedback, total).data();
+      where_.feedback_encode(spec_, in.data(), residual + offset, work, out.data(), in.size());
+    } else {
+      where_.encode(spec_, in.data(), out.data(), in.size());
+    }
   }
   void decode(std::span<const std::byte> in, std::span<float> out) const {
     if (!out.empty()) where_.decode(spec_, in.data(), out.data(), out.size(), false);
@@ -114,7 +129,7 @@ class routed_codec_steps {
  private:
   static std::size_t slot(scratch_for use) noexcept { return static_cast<std::size_t>(use); }
 
-  const Codec& codec_;
+  Coder& coder_;
   codec_spec spec_;
   local_arithmetic& where_;
 };

@@ -45,12 +45,13 @@ std::span<T> sized(std::vector<T>& storage, std::size_t count) {
 
 // A compressed collective's buffers: encoded bytes (my contribution, what
 // arrives, what is gathered) and floats (a partial sum, my prescaled
-// contribution). Each is asked for once per call.
-enum class scratch_for : std::size_t { mine, received, gathered, sum, contribution };
+// contribution, error feedback's work on the direct path). Each is asked
+// for once per call (the last: at one size per call).
+enum class scratch_for : std::size_t { mine, received, gathered, sum, contribution, feedback };
 
 // The host's buffers, per thread, grown as needed and kept for the next call.
 struct workspace {
-  std::vector<float> contribution, sum;
+  std::vector<float> contribution, sum, feedback;
   std::vector<std::byte> mine, received, gathered;
 
   static workspace& local() {
@@ -61,7 +62,7 @@ struct workspace {
     return sized(use == scratch_for::mine ? mine : use == scratch_for::received ? received : gathered, count);
   }
   std::span<float> floats(scratch_for use, std::size_t count) {
-    return sized(use == scratch_for::sum ? sum : contribution, count);
+    return sized(use == scratch_for::sum ? sum : use == scratch_for::contribution ? contribution : feedback, count);
   }
 };
 

@@ -120,6 +120,14 @@ class local_arithmetic {
   // CPU codec's bits (codec/elements.hpp).
   virtual void encode(const codec_spec& codec, const float* in, void* out, std::size_t n) = 0;
   virtual void decode(const codec_spec& codec, const void* in, float* out, std::size_t n, bool accumulate) = 0;
+  // One error-feedback step (codec/error_feedback.hpp): encodes in + residual
+  // into `out` and keeps what decoding lost in `residual`; `work`: n floats.
+  virtual void feedback_encode(const codec_spec& codec, const float* in, float* residual, float* work, void* out,
+                               std::size_t n) = 0;
+  // Memory of `bytes` in the buffer's kind that outlives the call (error
+  // feedback's residual), zeroed in order with the steps; freed with its
+  // last owner.
+  virtual std::shared_ptr<void> kept(std::size_t bytes) = 0;
   // Returns once every step above is done, so the transport may read what they wrote.
   virtual void settle() = 0;
   // The address the transport moves for `data`.

@@ -118,6 +118,10 @@ class device {
 
   // At least `bytes` of device scratch in slot 0 or 1 of a leased set (the
   // direct path's receive window and work copy), kept for later calls.
+  std::size_t device_scratch_bytes(const lease& held, std::size_t slot) {
+    std::lock_guard lock(mutex_);
+    return held.set().device_scratch.at(slot).size();
+  }
   std::span<std::byte> device_scratch(const lease& held, std::size_t bytes, std::size_t slot) {
     std::lock_guard lock(mutex_);
     std::span<std::byte>& scratch = held.set().device_scratch.at(slot);

@@ -62,6 +62,8 @@ class device_compute {
   virtual void encode(const codec_spec& codec, const float* in, void* out, std::size_t n, stream_handle stream) = 0;
   virtual void decode(const codec_spec& codec, const void* in, float* out, std::size_t n, bool accumulate,
                       stream_handle stream) = 0;
+  virtual void feedback_encode(const codec_spec& codec, const float* in, float* residual, float* work, void* out,
+                               std::size_t n, stream_handle stream) = 0;
 };
 
 }  // namespace chorus::cuda

@@ -519,6 +519,13 @@ class compute final : public device_compute {
       else kernels::decode(c, bytes, out, n, static_cast<cudaStream_t>(stream));
     });
   }
+  void feedback_encode(const codec_spec& spec, const float* in, float* residual, float* work, void* out, std::size_t n,
+                       stream_handle stream) override {
+    with_codec(spec, [&](const auto& c) {
+      kernels::error_feedback_encode(c, in, residual, work, static_cast<std::byte*>(out), n,
+                                     static_cast<cudaStream_t>(stream));
+    });
+  }
 
  private:
   template <class Visit>

@@ -34,7 +34,9 @@
 #include <chorus/cuda/path.hpp>
 #include <chorus/cuda/staging.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 namespace chorus::cuda {
@@ -56,7 +58,10 @@ class device_steps final : public local_arithmetic {
                memory_router::waiter wait)
       : on_(on), compute_(compute), held_(held), stream_(stream), wait_(wait) {}
 
-  void* scratch(std::size_t bytes, std::size_t slot) override { return on_.device_scratch(held_, bytes, slot).data(); }
+  void* scratch(std::size_t bytes, std::size_t slot) override {
+    if (on_.device_scratch_bytes(held_, slot) < bytes) settle();  // growing frees memory a kernel may still use
+    return on_.device_scratch(held_, bytes, slot).data();
+  }
   void copy(void* to, const void* from, std::size_t bytes) override {
     on_.operations().copy_async(to, from, bytes, stream_);
   }
@@ -77,6 +82,17 @@ class device_steps final : public local_arithmetic {
   }
   void decode(const codec_spec& codec, const void* in, float* out, std::size_t n, bool accumulate) override {
     kernels().decode(codec, in, out, n, accumulate, stream_);
+  }
+  void feedback_encode(const codec_spec& codec, const float* in, float* residual, float* work, void* out,
+                       std::size_t n) override {
+    kernels().feedback_encode(codec, in, residual, work, out, n, stream_);
+  }
+  std::shared_ptr<void> kept(std::size_t bytes) override {
+    device_operations& ops = on_.operations();
+    auto* memory = static_cast<float*>(ops.allocate_device(std::max<std::size_t>(bytes, sizeof(float))));
+    std::shared_ptr<void> owned(memory, [&ops](void* p) { ops.free_device(p); });
+    kernels().zero(memory, bytes / sizeof(float), stream_);
+    return owned;
   }
   void settle() override {
     device_operations& ops = on_.operations();

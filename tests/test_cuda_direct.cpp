@@ -18,6 +18,7 @@
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -493,7 +494,7 @@ TEST_CASE("direct path: reduce on device buffers equals the host's, in and out o
   CHECK(fake.pinned_allocations() > 0);
 }
 
-TEST_CASE("direct path: send and recv move device buffers unstaged, without kernels") {
+TEST_CASE("direct path: send and recv, blocking and not, move device buffers unstaged, without kernels") {
   fake_device fake;
   chorus::cuda::device gpu(fake);
   chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
@@ -518,6 +519,11 @@ TEST_CASE("direct path: send and recv move device buffers unstaged, without kern
           comm.send(std::span<const double>(d_mine, count), right, 3);
         }
         if (fake.read(d_theirs, count) != inputs<double>(left, count)) ++differ;
+        // Non-blocking: the same ring the other way round, all at once.
+        std::array<chorus::communicator::request, 2> both{comm.irecv(std::span(d_theirs, count), right, 4),
+                                                          comm.isend(std::span<const double>(d_mine, count), left, 4)};
+        comm.wait_all(both);
+        if (fake.read(d_theirs, count) != inputs<double>(right, count)) ++differ;
         for (double* p : {d_mine, d_theirs}) fake.free_device(p);
       }, chorus_test::quick());
       CHECK(differ.load() == 0);

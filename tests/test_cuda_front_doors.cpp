@@ -3,7 +3,8 @@
 // non-blocking allreduce, and blocking send/recv, called on fake-device
 // buffers (the host faults on any touch of them), gives the same bits as
 // the same call on host copies, at 1, 3 and 5 ranks (threads over UCX) and
-// odd sizes including 0 and 1. Non-blocking point-to-point refuses device
+// odd sizes including 0 and 1, all on the staged path (the fake transport
+// reaches host memory only). Non-blocking point-to-point refuses device
 // memory that the transport cannot move.
 #include <chorus/chorus.hpp>
 #include <chorus/cuda/router.hpp>
@@ -65,6 +66,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 template <class Body>
 int differing_ranks(Body&& body) {
   fake_device fake;
+  fake.set_network_reaches(false);  // the staged path for every call (test_cuda_direct covers the direct one)
   chorus::cuda::device gpu(fake);
   chorus::cuda::router router(gpu, {4096, 3});  // small chunks: several per buffer
   const chorus::cuda::route_front_doors routing(router);

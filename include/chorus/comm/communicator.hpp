@@ -153,18 +153,23 @@ class basic_communicator {
 
   // Typed point-to-point; `user_tag` in [0, 65535] separates streams.
   // Non-blocking calls take memory the transport moves (host and pinned;
-  // device memory only with a CUDA-built UCX); send and recv take any.
+  // device memory only with a CUDA-built UCX, after the caller's pending
+  // work on its stream); send and recv take any.
   template <class U, std::size_t E>
   request isend(std::span<U, E> data, int peer, int user_tag = 0) {
     static_assert(std::is_trivially_copyable_v<U>);
-    check_movable(std::as_bytes(data), "isend");
-    return isend_bytes(std::as_bytes(data), peer, user_wire_tag(user_tag, "send"));
+    const std::span<const std::byte> bytes = std::as_bytes(data);
+    return start_moving(bytes, buffer_use::read, "isend", [&](std::span<const std::byte> moved) {
+      return isend_bytes(moved, peer, user_wire_tag(user_tag, "send"));
+    });
   }
   template <class U, std::size_t E>
   request irecv(std::span<U, E> data, int peer, int user_tag = 0) {
     static_assert(std::is_trivially_copyable_v<U> && !std::is_const_v<U>);
-    check_movable(std::as_bytes(data), "irecv");
-    return irecv_bytes(std::as_writable_bytes(data), peer, user_wire_tag(user_tag, "recv"));
+    const std::span<std::byte> bytes = std::as_writable_bytes(data);
+    return start_moving(bytes, buffer_use::write, "irecv", [&](std::span<std::byte> moved) {
+      return irecv_bytes(moved, peer, user_wire_tag(user_tag, "recv"));
+    });
   }
 
   // Device memory goes to the transport as it is on the direct path (a UCX
@@ -273,9 +278,25 @@ class basic_communicator {
   }
 
   // A device pointer must not reach a transport that moves host memory only.
-  void check_movable(std::span<const std::byte> data, std::string_view operation) const {
-    memory_router* router = routed(data);  // none for empty buffers: nothing is moved
-    if (router == nullptr || router->kind_of(data.data()) != memory_kind::cuda_device) return;
+  // Starts a non-blocking transfer of `data`. Device memory goes on the
+  // direct path, once the caller's stream has done its pending work (a
+  // kernel still writing or reading the buffer), at the address the
+  // transport moves; where the router does not take it, only a transport
+  // that moves device memory may have it.
+  template <class B, class Start>
+  request start_moving(std::span<B> data, buffer_use use, std::string_view operation, Start&& start) {
+    if (memory_router* router = routed(data)) {  // none for empty buffers: nothing is moved
+      request handle;
+      if (run_direct(*router, *this, operation, {{data.data(), data.size_bytes(), use}}, dtype::uint8, "",
+                     [&](local_arithmetic& where) { handle = start(on_network(where, data)); }))
+        return handle;
+      check_movable(*router, data.data(), operation);
+    }
+    return start(data);
+  }
+
+  void check_movable(const memory_router& router, const void* data, std::string_view operation) const {
+    if (router.kind_of(data) != memory_kind::cuda_device) return;
     if (world_->transport->memory_kinds().contains(memory_kind::cuda_device)) return;
     throw error(errc::invalid_argument,
                 "device memory: this transport moves host memory only (UCX without CUDA); use send/recv, which "

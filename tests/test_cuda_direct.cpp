@@ -130,6 +130,20 @@ class fake_compute final : public chorus::cuda::device_compute {
   fake_device& fake_;
 };
 
+// What each case starts from: a fake device, its kernels, and a router over
+// it (small staging chunks: several per buffer).
+inline constexpr bool without_kernels = false;
+
+struct fake_gpu {
+  explicit fake_gpu(path_setting path, bool with_kernels = true)
+      : router(gpu, {4096, 3}, with_kernels ? &kernels : nullptr, path) {}
+
+  fake_device fake;
+  chorus::cuda::device gpu{fake};
+  fake_compute kernels{fake};
+  chorus::cuda::router router;
+};
+
 template <class T>
 std::vector<T> inputs(int rank, std::size_t count) {
   std::vector<T> values(count);
@@ -197,10 +211,8 @@ TEST_CASE("cuda path: CHORUS_CUDA_PATH is read, and a bad value is refused") {
 }
 
 TEST_CASE("direct path: every allreduce algorithm on device buffers equals the host's, with no staging copies") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic);
+  auto& [fake, gpu, kernels, router] = setup;
   for (const int ranks : {1, 2, 3, 5})
     for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{99991}}) {
       CAPTURE(ranks);
@@ -219,10 +231,8 @@ TEST_CASE("direct path: every allreduce algorithm on device buffers equals the h
 }
 
 TEST_CASE("direct path: the registry's choice runs direct; half, bfloat16 and user ops are staged") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic);
+  auto& [fake, gpu, kernels, router] = setup;
   // 64 MiB of float is above every ring threshold of the registry: direct.
   CHECK(differing<float>(fake, router, 3, (64u << 20) / 4 + 5, chorus::op::sum{}) == 0);
   CHECK(fake.copies() == 0);
@@ -329,10 +339,8 @@ int differing_scatter_gather(fake_device& fake, chorus::cuda::router& router, in
 }  // namespace
 
 TEST_CASE("direct path: reduce_scatter and allgather, ring and recursive, on device buffers equal the host's, unstaged") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic);
+  auto& [fake, gpu, kernels, router] = setup;
   for (const int ranks : {1, 2, 3, 5})
     for (const std::size_t block : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
       CAPTURE(ranks);
@@ -345,9 +353,8 @@ TEST_CASE("direct path: reduce_scatter and allgather, ring and recursive, on dev
 }
 
 TEST_CASE("direct path: without device kernels, allgather still goes direct and reduce_scatter is staged") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic, without_kernels);
+  auto& [fake, gpu, kernels, router] = setup;
   const chorus::cuda::route_front_doors routing(router);
   std::atomic<int> differ{0};
   std::size_t after_gather = 0;
@@ -375,9 +382,8 @@ TEST_CASE("direct path: without device kernels, allgather still goes direct and 
 }
 
 TEST_CASE("direct path: broadcast by tree and chain on device buffers equals the host's, unstaged, without kernels") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic, without_kernels);
+  auto& [fake, gpu, kernels, router] = setup;
   const chorus::cuda::route_front_doors routing(router);
   for (const int ranks : {1, 2, 3, 5})
     for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{99991}})
@@ -401,9 +407,8 @@ TEST_CASE("direct path: broadcast by tree and chain on device buffers equals the
 }
 
 TEST_CASE("direct path: gather, scatter and alltoall on device buffers equal the host's, unstaged, without kernels") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic, without_kernels);
+  auto& [fake, gpu, kernels, router] = setup;
   const chorus::cuda::route_front_doors routing(router);
   for (const int ranks : {1, 2, 3, 5})
     for (const std::size_t block : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
@@ -474,10 +479,8 @@ int differing_reduce(fake_device& fake, chorus::cuda::router& router, int ranks,
 }  // namespace
 
 TEST_CASE("direct path: reduce on device buffers equals the host's, in and out of place, unstaged") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic);
+  auto& [fake, gpu, kernels, router] = setup;
   for (const int ranks : {1, 2, 3, 5})
     for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{30011}}) {
       CAPTURE(ranks);
@@ -495,9 +498,8 @@ TEST_CASE("direct path: reduce on device buffers equals the host's, in and out o
 }
 
 TEST_CASE("direct path: send and recv, blocking and not, move device buffers unstaged, without kernels") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, nullptr, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic, without_kernels);
+  auto& [fake, gpu, kernels, router] = setup;
   const chorus::cuda::route_front_doors routing(router);
   for (const int ranks : {2, 3, 5})
     for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{100003}}) {
@@ -593,10 +595,8 @@ void check_compressed_direct(fake_device& fake, chorus::cuda::router& router, co
 }  // namespace
 
 TEST_CASE("direct path: compressed allreduce, both schemes, every device codec, equals the host's, unstaged") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic);
+  auto& [fake, gpu, kernels, router] = setup;
   check_compressed_direct(fake, router, chorus::codec::fp16{});
   check_compressed_direct(fake, router, chorus::codec::bf16{chorus::codec::overflow::infinity});
   check_compressed_direct(fake, router, chorus::codec::int8{64});
@@ -606,10 +606,8 @@ TEST_CASE("direct path: compressed allreduce, both schemes, every device codec, 
 }
 
 TEST_CASE("direct path: a compressed ring with ranks on the device and on the host") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::direct);
+  fake_gpu setup(path_setting::direct);
+  auto& [fake, gpu, kernels, router] = setup;
   chorus::compression_options ring, once;
   ring.scheme = chorus::compression_scheme::ring;
   once.scheme = chorus::compression_scheme::encode_once;
@@ -619,10 +617,8 @@ TEST_CASE("direct path: a compressed ring with ranks on the device and on the ho
 }
 
 TEST_CASE("direct path: error feedback keeps a device tensor's residual on the device, with the host's bits") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::direct);
+  fake_gpu setup(path_setting::direct);
+  auto& [fake, gpu, kernels, router] = setup;
   compressed_call ring, once, chunked;
   ring.options.scheme = chorus::compression_scheme::ring;
   once.options.scheme = chunked.options.scheme = chorus::compression_scheme::encode_once;
@@ -658,10 +654,8 @@ TEST_CASE("direct path: error feedback keeps a device tensor's residual on the d
 }
 
 TEST_CASE("direct path: a codec without device kernels is staged, with the host's bits") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::direct);
+  fake_gpu setup(path_setting::direct);
+  auto& [fake, gpu, kernels, router] = setup;
   compressed_call once;
   once.options.scheme = chorus::compression_scheme::encode_once;
   CHECK(differing_compressed(fake, router, 2, 999, chorus::codec::identity{}, {once}) == 0);
@@ -703,10 +697,8 @@ int differing_compressed_moves(fake_device& fake, chorus::cuda::router& router, 
 }  // namespace
 
 TEST_CASE("direct path: compressed allgather and broadcast on device buffers equal the host's, unstaged") {
-  fake_device fake;
-  chorus::cuda::device gpu(fake);
-  fake_compute kernels(fake);
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, path_setting::automatic);
+  fake_gpu setup(path_setting::automatic);
+  auto& [fake, gpu, kernels, router] = setup;
   for (const int ranks : {1, 2, 3, 5})
     for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
       CAPTURE(ranks);

@@ -34,9 +34,19 @@
 
 namespace {
 
+#if CHORUS_PERF_KERNELS
+}  // namespace
+namespace perf {
+chorus::cuda::device_compute& device_kernels();  // perf/device_kernels.cu, compiled by nvcc
+}  // namespace perf
+namespace {
+#endif
+
 #if CHORUS_PERF_CUDA
 // --device cuda: buffers from cudaMalloc on this rank's GPU (local rank
-// modulo the device count), routed through every front door.
+// modulo the device count), routed through every front door: staged, or
+// direct where UCX moves CUDA memory (CHORUS_CUDA_PATH; the reductions and
+// codecs run on the GPU where nvcc built the kernels in).
 class cuda_memory final : public perf::device_memory {
  public:
   explicit cuda_memory(int local_rank) {
@@ -46,7 +56,8 @@ class cuda_memory final : public perf::device_memory {
     device_ = local_rank % devices;
   }
   std::string name() const override {
-    return "CUDA device " + std::to_string(device_) + " memory (staged through pinned host memory)";
+    return "CUDA device " + std::to_string(device_) +
+           " memory (staged through pinned host memory, or direct where UCX moves it: CHORUS_CUDA_PATH)";
   }
   void* allocate(std::size_t bytes) override {
     void* data = nullptr;
@@ -76,8 +87,12 @@ int run_on_device(const perf::collective& chosen, chorus::communicator& comm, pe
 #if CHORUS_PERF_CUDA
   chorus::cuda::device& gpu = chorus::cuda::runtime();  // unavailable without a GPU: a clear error
   cuda_memory memory(static_cast<int>(chorus::env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX).value_or(comm.rank())));
-  chorus::cuda::router staging(gpu);
-  const chorus::cuda::route_front_doors routing(staging);
+  chorus::cuda::device_compute* kernels = nullptr;  // without nvcc: reductions staged
+#if CHORUS_PERF_KERNELS
+  kernels = &perf::device_kernels();
+#endif
+  chorus::cuda::router router(gpu, {}, kernels);
+  const chorus::cuda::route_front_doors routing(router);
   config.memory = &memory;
   return chosen.run(comm, config);
 #else

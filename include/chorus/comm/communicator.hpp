@@ -176,15 +176,11 @@ class basic_communicator {
   // that moves CUDA memory, core/direct_path.hpp), else through pinned memory.
   template <class U, std::size_t E>
   void send(std::span<U, E> data, int peer, int user_tag = 0) {
-    if (memory_router* router = routed(std::span<U>(data))) {
-      const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read};
-      if (!run_direct(*router, *this, "send", {view}, dtype::uint8, "", [&](local_arithmetic& where) {
-            send_now(on_network(where, std::span<U>(data)), peer, user_tag);
-          }))
-        through_host(*router, *this, [&](std::span<U> host) { send_now(host, peer, user_tag); }, staged(std::span<U>(data), buffer_use::read));
-      return;
-    }
-    send_now(data, peer, user_tag);
+    move_blocking(std::span<const std::byte>(std::as_bytes(data)), buffer_use::read, "send",
+                  [&](std::span<const std::byte> moved) {
+                    request handle = isend_bytes(moved, peer, user_wire_tag(user_tag, "send"));
+                    wait(handle, "send");
+                  });
   }
 
   // Receives exactly data.size() elements; a message of another size is a
@@ -192,15 +188,13 @@ class basic_communicator {
   // as send.
   template <class U, std::size_t E>
   void recv(std::span<U, E> data, int peer, int user_tag = 0) {
-    if (memory_router* router = routed(std::span<U>(data))) {
-      const routed_buffer view{data.data(), data.size_bytes(), buffer_use::write};
-      if (!run_direct(*router, *this, "recv", {view}, dtype::uint8, "", [&](local_arithmetic& where) {
-            recv_now(on_network(where, std::span<U>(data)), peer, user_tag);
-          }))
-        through_host(*router, *this, [&](std::span<U> host) { recv_now(host, peer, user_tag); }, staged(std::span<U>(data), buffer_use::write));
-      return;
-    }
-    recv_now(data, peer, user_tag);
+    static_assert(!std::is_const_v<U>);
+    move_blocking(std::span<std::byte>(std::as_writable_bytes(data)), buffer_use::write, "recv",
+                  [&](std::span<std::byte> moved) {
+                    request handle = irecv_bytes(moved, peer, user_wire_tag(user_tag, "recv"));
+                    wait(handle, "recv");
+                    expect_bytes(handle, moved.size(), "recv");
+                  });
   }
 
   void wait(request& handle, std::string_view operation = "wait") {
@@ -265,16 +259,16 @@ class basic_communicator {
   }
 
  private:
-  template <class U, std::size_t E>
-  void send_now(std::span<U, E> data, int peer, int user_tag) {
-    request handle = isend(data, peer, user_tag);
-    wait(handle, "send");
-  }
-  template <class U, std::size_t E>
-  void recv_now(std::span<U, E> data, int peer, int user_tag) {
-    request handle = irecv(data, peer, user_tag);
-    wait(handle, "recv");
-    expect_bytes(handle, data.size_bytes(), "recv");
+  // Runs move(bytes) on `data` where it is (host memory, or device memory on
+  // the direct path, at the address the transport moves), else on a pinned
+  // copy (staged).
+  template <class B, class Move>
+  void move_blocking(std::span<B> data, buffer_use use, std::string_view operation, Move&& move) {
+    memory_router* router = routed(data);
+    if (router == nullptr) return move(data);
+    if (!run_direct(*router, *this, operation, {{data.data(), data.size_bytes(), use}}, dtype::uint8, "",
+                    [&](local_arithmetic& where) { move(on_network(where, data)); }))
+      through_host(*router, *this, [&](std::span<B> host) { move(host); }, staged(data, use));
   }
 
   // A device pointer must not reach a transport that moves host memory only.

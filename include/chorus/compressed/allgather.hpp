@@ -64,22 +64,6 @@ void broadcast_with(Communicator& comm, std::span<float> data, int root, const S
   steps.decode(encoded, data);
 }
 
-// Runs body(steps) on the direct path where the router takes `views` with
-// this codec; false where the call is to be staged.
-template <class Communicator, class Codec, class Body>
-bool codec_direct(memory_router& router, Communicator& comm, std::string_view collective,
-                  std::initializer_list<routed_buffer> views, const Codec& c, Body&& body) {
-  if constexpr (codec::describable<Codec>) {
-    return run_direct(router, comm, collective, views, codec::spec_of(c),
-                      [&](local_arithmetic& where) { body(routed_codec_steps<const Codec>(c, where)); });
-  } else {
-    std::size_t bytes = 0;
-    for (const routed_buffer& view : views) bytes += view.bytes;
-    report_path(comm, collective, bytes, staged_because(std::string(Codec::name) + ", which has no device kernels"));
-    return false;
-  }
-}
-
 }  // namespace compressed
 
 // all[r * mine.size() + i] = decode(encode(rank r's mine))[i].
@@ -88,7 +72,7 @@ void allgather(Communicator& comm, std::span<const float> mine, std::span<float>
   const auto n = static_cast<std::size_t>(comm.size());
   if (memory_router* router = routed(mine, all)) {
     const std::span<float> output = all.first(std::min(all.size(), mine.size() * n));
-    if (compressed::codec_direct(*router, comm, "compressed allgather",
+    if (compressed::run_codec_direct(*router, comm, "compressed allgather",
                                  {{mine.data(), mine.size_bytes(), buffer_use::read},
                                   {output.data(), output.size_bytes(), buffer_use::write}},
                                  c, [&](const auto& steps) { compressed::allgather_with(comm, mine, all, steps); }))
@@ -104,7 +88,7 @@ void allgather(Communicator& comm, std::span<const float> mine, std::span<float>
 template <class Communicator, codec::codec Codec>
 void broadcast(Communicator& comm, std::span<float> data, int root, const Codec& c) {
   if (memory_router* router = routed(data)) {
-    if (compressed::codec_direct(*router, comm, "compressed broadcast",
+    if (compressed::run_codec_direct(*router, comm, "compressed broadcast",
                                  {{data.data(), data.size_bytes(), buffer_use::read_write}}, c,
                                  [&](const auto& steps) { compressed::broadcast_with(comm, data, root, steps); }))
       return;

@@ -76,25 +76,6 @@ algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps&
   return made.chosen;
 }
 
-// The direct path for a codec with device kernels, or error feedback around
-// one; false where the call is to be staged (said in the debug report).
-template <class Op, class Communicator, class Coder>
-bool allreduce_direct(memory_router& router, Communicator& comm, std::span<float> data, Coder& coder,
-                      const compression_options& options, algorithm& ran) {
-  using plain = typename codec::codec_of<std::remove_cvref_t<Coder>>::type;
-  if constexpr (codec::describable<plain>) {
-    return run_direct(router, comm, "compressed_allreduce", {{data.data(), data.size_bytes(), buffer_use::read_write}},
-                      codec::spec_of(codec::codec_of<std::remove_cvref_t<Coder>>::get(coder)),
-                      [&](local_arithmetic& where) {
-                        ran = allreduce_with<Op>(comm, data, routed_codec_steps<Coder>(coder, where), options);
-                      });
-  } else {
-    report_path(comm, "compressed_allreduce", data.size_bytes(),
-                staged_because(std::string(plain::name) + ", which has no device kernels"));
-    return false;
-  }
-}
-
 }  // namespace compressed
 
 // Returns the scheme that ran: algorithm::ring or algorithm::encode_once.
@@ -103,7 +84,12 @@ algorithm allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder
   static_assert(compressed::supported_op<Op>, "a compressed allreduce sums (op::sum) or averages (op::avg)");
   if (memory_router* router = routed(data)) {
     algorithm ran = algorithm::automatic;
-    if (compressed::allreduce_direct<Op>(*router, comm, data, coder, options, ran)) return ran;
+    if (compressed::run_codec_direct(*router, comm, "compressed_allreduce",
+                                     {{data.data(), data.size_bytes(), buffer_use::read_write}}, coder,
+                                     [&](const auto& steps) {
+                                       ran = compressed::allreduce_with<Op>(comm, data, steps, options);
+                                     }))
+      return ran;
     return through_host(
         *router, comm, [&](std::span<float> host) { return allreduce(comm, host, Op{}, coder, options); },
         staged(data, buffer_use::read_write));

@@ -19,11 +19,15 @@
 #include <chorus/codec/spec.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/compressed/scaling.hpp>
+#include <chorus/core/direct_path.hpp>
 #include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace chorus::compressed {
@@ -133,5 +137,25 @@ class routed_codec_steps {
   codec_spec spec_;
   local_arithmetic& where_;
 };
+
+// Runs body(steps) on the direct path, with routed_codec_steps over
+// `coder`, where the router takes `views` with its codec; false, said in the
+// debug report, where the call is to be staged (a codec without device
+// kernels is, under any setting).
+template <class Communicator, class Coder, class Body>
+bool run_codec_direct(memory_router& router, Communicator& comm, std::string_view collective,
+                      std::initializer_list<routed_buffer> views, Coder& coder, Body&& body) {
+  using access = codec::codec_of<std::remove_cvref_t<Coder>>;
+  using plain = typename access::type;
+  if constexpr (codec::describable<plain>) {
+    return run_direct(router, comm, collective, views, codec::spec_of(access::get(coder)),
+                      [&](local_arithmetic& where) { body(routed_codec_steps<Coder>(coder, where)); });
+  } else {
+    std::size_t bytes = 0;
+    for (const routed_buffer& view : views) bytes += view.bytes;
+    report_path(comm, collective, bytes, staged_because(std::string(plain::name) + ", which has no device kernels"));
+    return false;
+  }
+}
 
 }  // namespace chorus::compressed

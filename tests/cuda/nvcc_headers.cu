@@ -35,3 +35,17 @@ void average_through_front_doors(chorus::communicator& comm, float* grads, int n
   const chorus::cuda::stream_scope ordered(stream);
   chorus::allreduce(comm, std::span(grads, static_cast<std::size_t>(n)), chorus::op::avg{});
 }
+
+#if __has_include(<nccl.h>)
+#include <chorus/nccl/library.hpp>
+
+// The same on an NCCL communicator: NCCL's allreduce on the stream, and the
+// compressed allreduce with the device kernels (int8 encoded once, NCCL
+// allgathering the bytes). Needs the router above for the kernels.
+void average_over_nccl(chorus::nccl::communicator& gpus, float* grads, int n, cudaStream_t stream) {
+  const chorus::cuda::stream_scope ordered(stream);
+  const std::span<float> tensor(grads, static_cast<std::size_t>(n));
+  chorus::allreduce(gpus, tensor, chorus::op::avg{});
+  chorus::allreduce(gpus, tensor, chorus::op::avg{}, chorus::codec::int8{});
+}
+#endif

@@ -36,7 +36,7 @@ void average_models(Communicator& comm, const parameters& model, const codec::an
     return;
   }
   std::vector<float> flat = model.snapshot();
-  codec::visit(wire, [&](auto coder) { chorus::allreduce(comm, std::span<float>(flat), op::avg{}, coder); });
+  codec::visit(wire, [&](auto coder) { allreduce(comm, std::span<float>(flat), op::avg{}, coder); });
   model.copy_from(flat);
 }
 

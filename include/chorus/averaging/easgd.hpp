@@ -74,7 +74,7 @@ class easgd : public scheme_base<easgd<Communicator>> {
     });
     this->metered([&] {
       if (options_.codec)
-        codec::visit(options_.codec, [&](auto coder) { chorus::allreduce(comm_, std::span<float>(difference_), op::sum{}, coder); });
+        codec::visit(options_.codec, [&](auto coder) { allreduce(comm_, std::span<float>(difference_), op::sum{}, coder); });
       else
         allreduce(comm_, std::span<float>(difference_), op::sum{});
     });

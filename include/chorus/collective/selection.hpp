@@ -181,6 +181,36 @@ inline choice choose_allreduce(int ranks, std::size_t bytes, algorithm forced = 
   return choose("allreduce", {ranks, bytes}, forced);
 }
 
+// Backends: communicators whose collectives are another library's rather
+// than an algorithm of ours. They register here so that they report like
+// the algorithms do: on device memory, the front doors of a
+// chorus::nccl::communicator return algorithm::nccl and log "nccl (backend)".
+struct backend_entry {
+  std::string_view name;
+  algorithm id;
+  std::string_view cost;
+  std::string_view when;
+};
+
+inline constexpr std::array<backend_entry, 1> backends{{
+    {"nccl", algorithm::nccl, "NCCL's own (ring, tree, NVLS, CollNet, chosen by NCCL's tuning model)",
+     "buffers NCCL moves (device memory) on a chorus::nccl::communicator"},
+}};
+
+// A backend's choice: its own. Forcing one of chorus's algorithms on it is
+// an error that says so, not a silent fallback.
+inline choice choose_backend(std::string_view backend, std::string_view collective, algorithm forced) {
+  for (const backend_entry& entry : backends) {
+    if (entry.name != backend) continue;
+    if (forced != algorithm::automatic && forced != entry.id)
+      throw error(errc::invalid_argument, std::string(collective) + " on a " + std::string(backend) +
+                                              " communicator runs " + std::string(backend) + "'s own algorithms; " +
+                                              std::string(to_string(forced)) + " is one of chorus's (for UCX communicators)");
+    return {entry.id, "backend"};
+  }
+  throw error(errc::invalid_argument, "'" + std::string(backend) + "' is not a registered backend");
+}
+
 // The CHORUS_DEBUG=1 line about one call's choice.
 template <class Communicator>
 void report(const Communicator& comm, std::string_view collective, std::size_t bytes, dtype type, const choice& made) {

@@ -92,6 +92,8 @@ class basic_communicator {
   int world_rank(int rank) const { return members_.at(static_cast<std::size_t>(rank)); }
   T& transport() const noexcept { return *world_->transport; }
   const settings& config() const noexcept { return world_->config; }
+  // The job's rendezvous store; null in a job of one rank without one.
+  store::connection* store() const noexcept { return world_->store.get(); }
   std::chrono::milliseconds timeout() const noexcept { return world_->config.timeout; }
   transport::clock::time_point deadline() const { return transport::clock::now() + timeout(); }
 

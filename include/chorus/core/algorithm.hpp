@@ -22,6 +22,7 @@ enum class algorithm {
   chain,               // broadcast (pipelined)
   encode_once,         // compressed allreduce: each contribution encoded once
   pairwise,            // alltoall
+  nccl,                // every collective on a chorus::nccl::communicator: NCCL's own
 };
 
 namespace algo {
@@ -35,9 +36,10 @@ inline constexpr algorithm recursive_halving = algorithm::recursive_halving;
 inline constexpr algorithm chain = algorithm::chain;
 inline constexpr algorithm encode_once = algorithm::encode_once;
 inline constexpr algorithm pairwise = algorithm::pairwise;
+inline constexpr algorithm nccl = algorithm::nccl;
 }  // namespace algo
 
-inline constexpr std::array<std::pair<algorithm, std::string_view>, 11> algorithm_names{{
+inline constexpr std::array<std::pair<algorithm, std::string_view>, 12> algorithm_names{{
     {algorithm::automatic, "auto"},
     {algorithm::ring, "ring"},
     {algorithm::recursive_doubling, "recursive_doubling"},
@@ -49,6 +51,7 @@ inline constexpr std::array<std::pair<algorithm, std::string_view>, 11> algorith
     {algorithm::encode_once, "encode_once"},
     {algorithm::encode_once, "once"},
     {algorithm::pairwise, "pairwise"},
+    {algorithm::nccl, "nccl"},
 }};
 
 constexpr std::string_view to_string(algorithm choice) noexcept {

@@ -449,9 +449,15 @@ TEST_CASE("schemes run unchanged on an NCCL communicator: the same models as on 
   const auto elastic = [](auto& c, std::span<float> w, std::span<float>) {
     return chorus::averaging::easgd(c, chorus::averaging::parameters(w), {.alpha = 0.25, .tau = 2});
   };
+  // D-PSGD: each round's sends and receives are one NCCL group.
+  const auto decentralised = [](auto& c, std::span<float> w, std::span<float>) {
+    return chorus::averaging::dpsgd(c, chorus::averaging::parameters(w),
+                                    {.topology = chorus::averaging::topology::ring(c.size())});
+  };
   std::atomic<std::size_t> wrong{0};
   chorus::run_threads(3, [&](communicator& comm) {
     nccl::communicator gpus(comm, host_nccl());
+    wrong += count_different(train(decentralised, gpus, comm.rank()), train(decentralised, comm, comm.rank()));
     wrong += count_different(train(local, gpus, comm.rank()), train(local, comm, comm.rank()));
     wrong += count_different(train(sgd, gpus, comm.rank()), train(sgd, comm, comm.rank()));
     wrong += count_different(train(elastic, gpus, comm.rank()), train(elastic, comm, comm.rank()));
@@ -596,4 +602,65 @@ TEST_CASE("nccl compressed allreduce: encoded once, allgathered, decoded in rank
       CHECK(kernels.codec_launches.load() > launches_before);  // the device path ran its kernels
     }
   }
+}
+
+TEST_CASE("nccl point-to-point: queued sends and receives go as one group at the wait; host memory through UCX") {
+  for (int n : {2, 3, 5}) {
+    CAPTURE(n);
+    std::atomic<std::size_t> wrong{0};
+    chorus::run_threads(n, [&](communicator& comm) {
+      std::vector<std::uint32_t> device_out, device_in;  // what the adapter moves
+      const auto adapter = std::make_shared<nccl::host_adapter>(nccl::host_adapter_options{
+          .moves = [&](const void* p) { return p == device_out.data() || p == device_in.data(); }});
+      nccl::communicator gpus(comm, adapter);
+      const int me = gpus.rank(), right = (me + 1) % n, left = (me + n - 1) % n;
+      for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{40009}}) {
+        // Everyone sends right and receives from the left, all posted before
+        // any wait: as plain (ungrouped) NCCL calls this would deadlock.
+        device_out = patterned(me, right, 5, count);
+        device_in.assign(count, 0);
+        const std::vector<std::uint32_t> host_out = patterned(me, left, 6, count);
+        std::vector<std::uint32_t> host_in(count);
+        std::vector<nccl::communicator::request> requests;
+        requests.push_back(gpus.isend(std::span<const std::uint32_t>(device_out), right, 3));
+        requests.push_back(gpus.irecv(std::span(device_in), left, 3));
+        requests.push_back(gpus.isend(std::span<const std::uint32_t>(host_out), left, 4));  // UCX
+        requests.push_back(gpus.irecv(std::span(host_in), right, 4));
+        gpus.wait_all(std::span(requests));
+        gpus.expect_bytes(requests[1], count * 4, "recv");
+        gpus.expect_bytes(requests[3], count * 4, "recv");
+        wrong += count_wrong(device_in, left, me, 5);
+        wrong += count_wrong(host_in, right, me, 6);
+      }
+    }, quick());
+    CHECK(wrong.load() == 0);
+  }
+}
+
+TEST_CASE("asynchronous schemes on an NCCL communicator keep their messages on its chorus communicator") {
+  std::atomic<std::size_t> wrong{0};
+  chorus::run_threads(3, [&](communicator& comm) {
+    nccl::communicator gpus(comm, host_nccl());
+    std::vector<float> gossiped(101, static_cast<float>(comm.rank())), elastic(101, static_cast<float>(comm.rank()));
+    chorus::averaging::gosgd gossip(gpus, chorus::averaging::parameters(std::span(gossiped)), {.push_probability = 1.0});
+    static_assert(std::is_same_v<decltype(gossip), chorus::averaging::gosgd<communicator>>);
+    chorus::averaging::easgd_async centre(gpus, chorus::averaging::parameters(std::span(elastic)), {.alpha = 0.5, .tau = 1});
+    static_assert(std::is_same_v<decltype(centre), chorus::averaging::easgd_async<communicator>>);
+    for (int step = 0; step < 5; ++step) {
+      gossip.step([] {}, [] {});
+      centre.step([] {}, [] {});
+    }
+    gossip.finish();
+    centre.finish();
+    // No gradients: gossip's consensus is the mean of the starting models
+    // (0, 1, 2), and every rank ends with the same model either way.
+    std::vector<float> gossip_all(303), elastic_all(303);
+    chorus::allgather(comm, std::span<const float>(gossiped), std::span(gossip_all));
+    chorus::allgather(comm, std::span<const float>(elastic), std::span(elastic_all));
+    for (std::size_t k = 0; k < 303; ++k) {
+      wrong += std::abs(gossip_all[k] - 1.0f) > 1e-5f;
+      wrong += elastic_all[k] != elastic_all[k % 101];
+    }
+  }, quick());
+  CHECK(wrong.load() == 0);
 }

@@ -7,10 +7,13 @@
 #include "support.hpp"
 
 #include <chorus/cuda/router.hpp>
+#include <chorus/nccl/host_adapter.hpp>
 
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <memory>
+#include <optional>
 #include <string>
 
 namespace {
@@ -48,9 +51,13 @@ class fake_memory final : public perf::device_memory {
 
 // Runs `entry` on `ranks` threads over fake device buffers; returns the
 // largest exit status (0: no wrong element anywhere).
-int sweep_on_device(const perf::collective& entry, int ranks, fake_memory& memory, const std::string& codec = {}) {
+// With `nccl`, the sweep runs on an NCCL communicator over it (--backend nccl).
+int sweep_on_device(const perf::collective& entry, int ranks, fake_memory& memory, const std::string& codec = {},
+                    std::shared_ptr<chorus::nccl::adapter> nccl = {}) {
   std::atomic<int> worst{0};
   chorus::run_threads(ranks, [&](chorus::communicator& comm) {
+    std::optional<chorus::nccl::communicator> gpus;
+    if (nccl) gpus.emplace(comm, nccl);
     perf::options config;
     config.collective = std::string(entry.name);
     config.codec = codec;
@@ -60,6 +67,10 @@ int sweep_on_device(const perf::collective& entry, int ranks, fake_memory& memor
     config.iterations = 1;
     config.warmup = 0;
     config.memory = &memory;
+    if (gpus) {
+      config.backend = "nccl";
+      config.nccl = &*gpus;
+    }
     const int status = entry.run(comm, config);
     int seen = worst.load();
     while (status > seen && !worst.compare_exchange_weak(seen, status)) {}
@@ -97,4 +108,29 @@ TEST_CASE("chorus-perf --device: a wrong result on the device is counted") {
   routed_fake device;
   device.memory.corrupt = true;
   CHECK(sweep_on_device(perf::allreduce_entry, 2, device.memory) != 0);
+}
+
+TEST_CASE("chorus-perf --backend nccl: every collective on an NCCL communicator over device buffers") {
+  // NCCL here is the host adapter over the fake device's memory: it reads
+  // and writes the memory's host alias after the stream's work, as NCCL's
+  // kernels do; the host never touches a device pointer.
+  routed_fake device;
+  chorus::nccl::host_adapter_options on_fake;
+  fake_device& fake = device.fake;
+  on_fake.moves = [&](const void* p) { return fake.kind_of(p) == chorus::memory_kind::cuda_device; };
+  on_fake.address = [&](const void* p) {
+    return static_cast<void*>(fake.alias_of(const_cast<std::byte*>(static_cast<const std::byte*>(p))));
+  };
+  on_fake.after_stream = [&](chorus::nccl::stream_handle s) { fake.synchronize(s); };
+  const auto nccl = std::make_shared<chorus::nccl::host_adapter>(on_fake);
+  for (const perf::collective* entry : {&perf::allreduce_entry, &perf::broadcast_entry, &perf::reduce_entry,
+                                        &perf::allgather_entry, &perf::reduce_scatter_entry, &perf::alltoall_entry,
+                                        &perf::gather_entry, &perf::scatter_entry})
+    for (const int ranks : {1, 3}) {
+      CAPTURE(entry->name);
+      CAPTURE(ranks);
+      CHECK(sweep_on_device(*entry, ranks, device.memory, {}, nccl) == 0);
+    }
+  device.memory.corrupt = true;
+  CHECK(sweep_on_device(perf::allreduce_entry, 2, device.memory, {}, nccl) != 0);
 }

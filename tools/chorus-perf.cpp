@@ -8,6 +8,8 @@
 //       [--scheme ring|once]   (with --codec: force the compressed scheme; default automatic)
 //       [--device host|cuda]   (cuda: the buffers are CUDA device memory, one GPU per rank
 //                               by local rank, staged through pinned host memory)
+//       [--backend ucx|nccl|both]  (with --device cuda: chorus over UCX, over an NCCL
+//                               communicator, or both tables in one run, UCX's first)
 //
 // Sizes are nccl-tests' "size": the bytes of the largest buffer a rank
 // touches (allgather/gather: the gathered output; reduce_scatter/scatter: the
@@ -23,6 +25,9 @@
 #if CHORUS_PERF_CUDA
 #include <chorus/cuda/router.hpp>
 #include <chorus/cuda/runtime.hpp>
+#endif
+#if CHORUS_PERF_NCCL
+#include <chorus/nccl/library.hpp>
 #endif
 
 #include <algorithm>
@@ -74,12 +79,33 @@ class cuda_memory final : public perf::device_memory {
   void copy(void* to, const void* from, std::size_t bytes) override {
     check(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
   }
+  int device() const noexcept { return device_; }
 
  private:
   static void check(cudaError_t status, const char* call) { chorus::cuda::detail::check(status, call); }
   int device_ = 0;
 };
 #endif
+
+// --backend: chorus over UCX, NCCL, or both in one run (UCX's table first,
+// then NCCL's, on the same GPU's buffers): the worst exit status.
+int run_backends(const perf::collective& chosen, chorus::communicator& comm, perf::options& config, int device) {
+  int status = 0;
+  if (config.backend != "nccl") status = chosen.run(comm, config);
+  if (config.backend == "ucx") return status;
+#if CHORUS_PERF_NCCL
+  chorus::nccl::options on_device;
+  on_device.device = device;
+  chorus::nccl::communicator gpus = chorus::nccl::connect(comm, on_device);
+  config.nccl = &gpus;
+  status = std::max(status, chosen.run(comm, config));
+  config.nccl = nullptr;
+  return status;
+#else
+  (void)device;
+  throw chorus::error(chorus::errc::unavailable, "--backend nccl: this chorus-perf was built without NCCL");
+#endif
+}
 
 // Runs `chosen` with the buffers where --device puts them.
 int run_on_device(const perf::collective& chosen, chorus::communicator& comm, perf::options& config) {
@@ -94,7 +120,7 @@ int run_on_device(const perf::collective& chosen, chorus::communicator& comm, pe
   chorus::cuda::router router(gpu, {}, kernels);
   const chorus::cuda::route_front_doors routing(router);
   config.memory = &memory;
-  return chosen.run(comm, config);
+  return run_backends(chosen, comm, config, memory.device());
 #else
   throw chorus::error(chorus::errc::unavailable, "--device cuda: this chorus-perf was built without the CUDA toolkit");
 #endif
@@ -108,7 +134,7 @@ const std::array<const perf::collective*, 8> collectives{
 [[noreturn]] void usage(const std::string& problem) {
   std::FILE* out = problem.empty() ? stdout : stderr;
   if (!problem.empty()) std::fprintf(out, "chorus-perf: %s\n", problem.c_str());
-  std::fprintf(out, "usage: chorus-perf COLLECTIVE %s [--algo A] [--dtype T] [--op OP] [--root R] [--codec C] [--scheme ring|once] [--device host|cuda]\n",
+  std::fprintf(out, "usage: chorus-perf COLLECTIVE %s [--algo A] [--dtype T] [--op OP] [--root R] [--codec C] [--scheme ring|once] [--device host|cuda] [--backend ucx|nccl|both]\n",
                std::string(perf::sweep_usage).c_str());
   std::fprintf(out, "collectives:");
   for (const perf::collective* c : collectives) std::fprintf(out, " %s", std::string(c->name).c_str());
@@ -137,6 +163,11 @@ void take_flag(perf::options& parsed, std::string_view flag, std::string_view va
   else if (flag == "--root") parsed.root = perf::count_argument(value);
   else if (flag == "--codec") parsed.codec = value;
   else if (flag == "--scheme") parsed.scheme = parse_scheme(value);
+  else if (flag == "--backend") {
+    if (value != "ucx" && value != "nccl" && value != "both")
+      throw perf::usage_error("unknown --backend '" + std::string(value) + "' (ucx, nccl, both)");
+    parsed.backend = value;
+  }
   else if (flag == "--device") {
     if (value != "host" && value != "cuda") throw perf::usage_error("unknown --device '" + std::string(value) + "' (host, cuda)");
     parsed.device = value;
@@ -155,6 +186,11 @@ void check_choices(const perf::options& parsed) {
   }
   if (parsed.scheme != chorus::compression_scheme::automatic && parsed.codec.empty())
     throw perf::usage_error("--scheme needs --codec");
+  if (parsed.backend != "ucx") {
+    if (parsed.device != "cuda") throw perf::usage_error("--backend " + parsed.backend + " needs --device cuda: NCCL moves device memory");
+    if (parsed.algorithm != chorus::algorithm::automatic || parsed.scheme != chorus::compression_scheme::automatic)
+      throw perf::usage_error("--backend " + parsed.backend + ": NCCL chooses its own algorithms (no --algo or --scheme)");
+  }
   if (parsed.algorithm == chorus::algorithm::automatic) return;
   const chorus::collective_algorithms* offered = chorus::find_collective(parsed.collective);
   if (offered == nullptr || !offered->offers(parsed.algorithm))

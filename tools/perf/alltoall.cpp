@@ -19,7 +19,7 @@ struct alltoall {
 
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form, Op) const {
-    return chorus::alltoall(c.comm, b.in(), b.out());
+    return c.on([&](auto& comm) { return chorus::alltoall(comm, b.in(), b.out()); });
   }
 
   template <class T, class Op>

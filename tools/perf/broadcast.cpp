@@ -18,9 +18,9 @@ struct broadcast {
   // itself takes one buffer).
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form f, Op) const {
-    if (f == form::in_place) return chorus::broadcast(c.comm, b.in_place(b.shape.count), c.config.root, c.config.algorithm);
+    if (f == form::in_place) return c.on([&](auto& comm) { return chorus::broadcast(comm, b.in_place(b.shape.count), c.config.root, c.config.algorithm); });
     if (c.rank == c.config.root) b.copy_input_to_output();
-    return chorus::broadcast(c.comm, b.out(), c.config.root, c.config.algorithm);
+    return c.on([&](auto& comm) { return chorus::broadcast(comm, b.out(), c.config.root, c.config.algorithm); });
   }
 
   template <class T, class Op>

@@ -26,6 +26,7 @@
 #include <chorus/core/bfloat16.hpp>
 #include <chorus/core/half.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/nccl/compressed_allreduce.hpp>
 
 #include <cstring>
 #include <functional>
@@ -62,6 +63,8 @@ struct options : sweep_settings {
   chorus::compression_scheme scheme = chorus::compression_scheme::automatic;  // --scheme
   std::string device = "host";                                  // --device host|cuda
   device_memory* memory = nullptr;                              // set for --device cuda
+  std::string backend = "ucx";                                  // --backend ucx|nccl|both
+  chorus::nccl::communicator* nccl = nullptr;                   // set while the NCCL sweep runs
 };
 
 // The ranks of a chorus communicator; defined in perf/world.cpp so that
@@ -84,6 +87,14 @@ struct context {
   chorus::communicator& comm;
   const options& config;
   int rank, ranks;
+  chorus::nccl::communicator* nccl = nullptr;  // --backend nccl: the calls go to it
+
+  // call(communicator) on the communicator this sweep measures.
+  template <class Call>
+  decltype(auto) on(Call&& call) const {
+    if (nccl != nullptr) return call(*nccl);
+    return call(comm);
+  }
 };
 
 // nccl-tests' count, and the lengths of the input and output buffers, in elements.
@@ -278,7 +289,9 @@ inline constexpr std::string_view codec_names[] = {"fp16", "bf16", "int8", "oneb
 
 inline std::string title_of(const options& config, int ranks) {
   char text[256];
-  const std::string memory = config.memory ? config.memory->name() : "host memory";
+  std::string memory = config.memory ? config.memory->name() : "host memory";
+  if (config.nccl != nullptr) memory += ", over NCCL (" + config.nccl->through().name() + ")";
+  else if (config.backend != "ucx") memory += ", over UCX";
   std::snprintf(text, sizeof text, "chorus-perf %s: %d ranks, dtype %s, op %s, root %d, %d iterations after %d warm-up, check %s%s%s, %s",
                 config.collective.c_str(), ranks, config.dtype.c_str(), config.op.c_str(), config.root, config.iterations,
                 config.warmup, config.check ? "on" : "off", config.codec.empty() ? "" : ", codec ", config.codec.c_str(),
@@ -297,7 +310,7 @@ inline int sweep_collective(chorus::communicator& comm, const options& config, b
 // Sweeps `d` over the sizes of `config` for element type T and operator Op.
 template <class Descriptor, class T, class Op>
 int sweep_with(chorus::communicator& comm, const options& config, const Descriptor& d, Op op) {
-  collective_case<Descriptor, T, Op> bench(d, context{comm, config, comm.rank(), comm.size()}, op);
+  collective_case<Descriptor, T, Op> bench(d, context{comm, config, comm.rank(), comm.size(), config.nccl}, op);
   return sweep_collective(comm, config, Descriptor::reduces, d.bus_factor(comm.size()), bench);
 }
 

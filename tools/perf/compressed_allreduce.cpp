@@ -31,12 +31,13 @@ struct compressed_allreduce {
 
   template <class Op>
   chorus::algorithm call(const context& c, buffers<float>& b, form f, Op op) const {
-    if (f == form::in_place) return chorus::allreduce(c.comm, b.in_place(b.shape.count), op, codec, options);
+    if (f == form::in_place) return c.on([&](auto& comm) { return chorus::allreduce(comm, b.in_place(b.shape.count), op, codec, options); });
     b.copy_input_to_output();
-    return chorus::allreduce(c.comm, b.out(), op, codec, options);
+    return c.on([&](auto& comm) { return chorus::allreduce(comm, b.out(), op, codec, options); });
   }
 
   static std::string label(chorus::algorithm used) {
+    if (used == chorus::algorithm::nccl) return std::string(Codec::name) + "/nccl";
     return std::string(Codec::name) + "/" + std::string(chorus::compressed::scheme_name(chorus::compressed::as_scheme(used)));
   }
 
@@ -48,7 +49,10 @@ struct compressed_allreduce {
     const double divisor = average ? c.ranks : 1;
     const std::size_t total = b.shape.count;
     chorus::compression_options resolved = options;
-    resolved.scheme = chorus::compressed::scheme_for(codec, c.ranks, total, options);
+    // Over NCCL each contribution is encoded once and the sum never: within
+    // the encode-once bound, which also counts the sum's encoding.
+    resolved.scheme = c.nccl != nullptr ? chorus::compression_scheme::encode_once
+                                        : chorus::compressed::scheme_for(codec, c.ranks, total, options);
     const std::size_t chunk = codec.granule() * std::max<std::size_t>(1, (1u << 16) / codec.granule());
     const std::vector<float>& result = b.result(f);
     std::vector<std::vector<float>> contributions(static_cast<std::size_t>(c.ranks));

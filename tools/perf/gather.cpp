@@ -16,7 +16,7 @@ struct gather {
 
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form, Op) const {
-    chorus::gather(c.comm, b.in(), b.out(), c.config.root);
+    c.on([&](auto& comm) { chorus::gather(comm, b.in(), b.out(), c.config.root); });
     return chorus::algorithm::automatic;  // one algorithm: nothing to report
   }
 

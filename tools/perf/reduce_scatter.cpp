@@ -16,7 +16,7 @@ struct reduce_scatter {
 
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form, Op op) const {
-    return chorus::reduce_scatter(c.comm, b.in(), b.out(), op, c.config.algorithm);
+    return c.on([&](auto& comm) { return chorus::reduce_scatter(comm, b.in(), b.out(), op, c.config.algorithm); });
   }
 
   template <class T, class Op>

@@ -16,7 +16,7 @@ struct scatter {
 
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form, Op) const {
-    chorus::scatter(c.comm, b.in(), b.out(), c.config.root);
+    c.on([&](auto& comm) { chorus::scatter(comm, b.in(), b.out(), c.config.root); });
     return chorus::algorithm::automatic;  // one algorithm: nothing to report
   }
 

@@ -30,6 +30,7 @@
 
 #include <array>
 #include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <mutex>
 #include <span>
@@ -51,6 +52,12 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
 
   // Collective: every rank starts from the server's model, the centre's
   // first value.
+  // On an NCCL communicator: its host side (scheme.hpp, host_side).
+  template <class Other>
+    requires(!std::same_as<Other, Communicator> && std::same_as<host_side_t<Other>, Communicator>)
+  easgd_async(Other& comm, parameters model, easgd_async_options options = {})
+      : easgd_async(host_side<Other>::of(comm), std::move(model), std::move(options)) {}
+
   easgd_async(Communicator& comm, parameters model, easgd_async_options options = {})
       : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(options),
         elements_(model_.size()), bytes_(elements_ * sizeof(float)), message_(bytes_), reply_(bytes_) {
@@ -238,5 +245,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   std::atomic<std::uint64_t> served_messages_{0};
   progress_thread::registration serving_;
 };
+
+template <class C>
+easgd_async(C&, parameters, easgd_async_options = {}) -> easgd_async<host_side_t<C>>;
 
 }  // namespace chorus::averaging

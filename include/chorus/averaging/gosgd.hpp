@@ -32,6 +32,7 @@
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <deque>
 #include <random>
@@ -52,6 +53,12 @@ template <class Communicator>
 class gosgd : public scheme_base<gosgd<Communicator>> {
  public:
   using request = typename Communicator::request;
+
+  // On an NCCL communicator: its host side (scheme.hpp, host_side).
+  template <class Other>
+    requires(!std::same_as<Other, Communicator> && std::same_as<host_side_t<Other>, Communicator>)
+  gosgd(Other& comm, parameters model, gosgd_options options = {})
+      : gosgd(host_side<Other>::of(comm), std::move(model), std::move(options)) {}
 
   gosgd(Communicator& comm, parameters model, gosgd_options options = {})
       : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(std::move(options)),
@@ -248,5 +255,8 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   std::vector<float> flat_;
   progress_thread::registration progress_;
 };
+
+template <class C>
+gosgd(C&, parameters, gosgd_options = {}) -> gosgd<host_side_t<C>>;
 
 }  // namespace chorus::averaging

@@ -27,6 +27,26 @@
 
 namespace chorus::averaging {
 
+// The communicator an asynchronous scheme's messages go through (GoSGD,
+// async EASGD: they poll, test and serve on a progress thread): the one it
+// is given, or, for a communicator whose collectives are another library's
+// (chorus::nccl::communicator names its host_communicator), the chorus
+// communicator it was made from; models in device memory then move on the
+// staged or direct path of cuda/router.hpp.
+template <class C>
+struct host_side {
+  using type = C;
+  static C& of(C& comm) noexcept { return comm; }
+};
+template <class C>
+  requires requires { typename C::host_communicator; }
+struct host_side<C> {
+  using type = typename C::host_communicator;
+  static type& of(C& comm) noexcept { return comm.host(); }
+};
+template <class C>
+using host_side_t = typename host_side<C>::type;
+
 struct averaging_stats {
   std::uint64_t steps = 0;              // local steps taken
   std::uint64_t exchanges = 0;          // averaging events: allreduces, mixing rounds, pulls, pushes

@@ -32,6 +32,7 @@
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/env.hpp>
+#include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/memory_router.hpp>
 #include <chorus/nccl/adapter.hpp>
 
@@ -44,6 +45,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace chorus::nccl {
 
@@ -77,6 +79,9 @@ inline unique_id from_hex(std::string_view text) {
 
 class communicator {
  public:
+  // Asynchronous schemes run on this (averaging/scheme.hpp, host_side).
+  using host_communicator = chorus::communicator;
+
   communicator() = default;  // empty: valid() is false (a split's negative color)
 
   // Collective over `from`.
@@ -94,6 +99,7 @@ class communicator {
     device_ = other.device_;
     timeout_ = other.timeout_;
     failure_ = std::move(other.failure_);
+    group_ = std::move(other.group_);
     return *this;
   }
   communicator(const communicator&) = delete;
@@ -160,6 +166,47 @@ class communicator {
     await([&] { return endpoint_->stream_idle(stream); }, operation);
   }
 
+  // Point-to-point in the shape of chorus::communicator's, so that
+  // neighbour_exchange, and with it D-PSGD, runs on an NCCL communicator.
+  // Memory the adapter moves is queued and posted as one NCCL group (sends
+  // and receives started together cannot deadlock) at the next wait, which
+  // is bounded like every wait here; host memory goes through the chorus
+  // communicator at once. NCCL has no tags: messages between two ranks
+  // match in the order they were posted, and a receive takes exactly its
+  // buffer's size.
+  class request {
+   public:
+    std::size_t received_bytes() const noexcept { return on_host_ ? on_host_->received_bytes() : received_; }
+    int peer() const noexcept { return on_host_ ? on_host_->peer() : peer_; }
+
+   private:
+    friend class communicator;
+    std::optional<chorus::communicator::request> on_host_;
+    std::size_t received_ = 0;
+    int peer_ = -1;
+  };
+
+  template <class U, std::size_t E>
+  request isend(std::span<U, E> data, int peer, int user_tag = 0) {
+    return post(std::as_bytes(data).data(), data.size_bytes(), peer, true,
+                [&] { return host_.isend(data, peer, user_tag); });
+  }
+  template <class U, std::size_t E>
+  request irecv(std::span<U, E> data, int peer, int user_tag = 0) {
+    return post(std::as_writable_bytes(data).data(), data.size_bytes(), peer, false,
+                [&] { return host_.irecv(data, peer, user_tag); });
+  }
+  void wait_all(std::span<request> requests, std::string_view operation = "wait_all") {
+    post_group(operation);
+    for (request& r : requests)
+      if (r.on_host_) host_.wait(*r.on_host_, operation);
+  }
+  void wait(request& r, std::string_view operation = "wait") { wait_all(std::span<request>(&r, 1), operation); }
+  void expect_bytes(const request& r, std::size_t expected, std::string_view operation) const {
+    if (r.on_host_) host_.expect_bytes(*r.on_host_, expected, operation);
+  }
+  chorus::progress_thread& progress_thread() { return host_.progress_thread(); }
+
   // Stops everything this communicator has in flight; it is unusable after.
   void abort(std::string reason = "aborted by the caller") noexcept {
     if (!endpoint_ || failure_) return;
@@ -178,6 +225,44 @@ class communicator {
     const unique_id id = agree_on_id();
     endpoint_ = through_->connect(host_, id, device_);
     await([] { return true; }, "nccl connect");
+  }
+
+  struct queued {
+    const std::byte* data;
+    std::size_t bytes;
+    int peer;
+    bool sending;
+  };
+
+  template <class OnHost>
+  request post(const std::byte* data, std::size_t bytes, int peer, bool sending, OnHost&& on_host) {
+    request made;
+    if (bytes > 0 && !through_->moves(data)) {
+      made.on_host_ = on_host();
+      return made;
+    }
+    if (peer < 0 || peer >= size())
+      throw error(errc::invalid_argument, "peer " + std::to_string(peer) + " is not in [0, " + std::to_string(size()) + ")",
+                  {host_.transport().rank(), -1, sending ? "send" : "recv"});
+    group_.push_back({data, bytes, peer, sending});
+    made.peer_ = peer;
+    made.received_ = sending ? 0 : bytes;
+    return made;
+  }
+
+  // The queued sends and receives, as one group of byte transfers.
+  void post_group(std::string_view operation) {
+    if (group_.empty()) return;
+    std::vector<queued> posting;
+    posting.swap(group_);
+    run(operation, [&](endpoint& nccl, stream_handle stream) {
+      nccl.group_start();
+      for (const queued& q : posting) {
+        if (q.sending) nccl.send(q.data, q.bytes, dtype::uint8, q.peer, stream);
+        else nccl.recv(const_cast<std::byte*>(q.data), q.bytes, dtype::uint8, q.peer, stream);
+      }
+      nccl.group_end();
+    });
   }
 
   int choose_device() {
@@ -268,6 +353,7 @@ class communicator {
   int device_ = -1;
   std::chrono::milliseconds timeout_{0};
   std::optional<std::string> failure_;
+  std::vector<queued> group_;  // sends and receives waiting for the next wait
 };
 
 }  // namespace chorus::nccl

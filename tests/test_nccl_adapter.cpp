@@ -7,6 +7,7 @@
 #include "collective_cases.hpp"
 #include "expect_error.hpp"
 #include "fake_compute.hpp"
+#include "fake_nccl.hpp"
 #include "support.hpp"
 
 #include <chorus/averaging.hpp>
@@ -347,12 +348,12 @@ TEST_CASE("nccl bootstrap: rank 0's unique id reaches every rank through the sto
 
 TEST_CASE("nccl waits are bounded: a hang or an asynchronous error aborts and becomes a chorus::error") {
   std::vector<float> data(4);
+  nccl::options quickly;
+  quickly.timeout = 300ms;
   SUBCASE("a communicator whose ranks never all join") {
     script s;
     s.stall_connect = true;
     chorus::run_threads(2, [&](communicator& comm) {
-      nccl::options quickly;
-      quickly.timeout = 300ms;
       expect_error([&] { nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s), quickly); },
                    chorus::errc::timeout, "300 ms");
     }, quick());
@@ -362,8 +363,6 @@ TEST_CASE("nccl waits are bounded: a hang or an asynchronous error aborts and be
     script s;
     s.stream_never_idle = true;
     chorus::run_threads(2, [&](communicator& comm) {
-      nccl::options quickly;
-      quickly.timeout = 300ms;
       nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s), quickly);
       const auto start = std::chrono::steady_clock::now();
       expect_error([&] { chorus::allreduce(gpus, std::span(data)); }, chorus::errc::timeout, "was aborted");
@@ -558,10 +557,7 @@ TEST_CASE("nccl compressed allreduce: encoded once, allgathered, decoded in rank
   fake_compute kernels{fake};
   chorus::cuda::router router(gpu, {4096, 3}, &kernels, chorus::cuda::path_setting::automatic);
   const chorus::cuda::route_front_doors routing(router);
-  nccl::host_adapter_options on_fake;
-  on_fake.moves = [&](const void* p) { return fake.kind_of(p) == chorus::memory_kind::cuda_device; };
-  on_fake.address = [&](const void* p) { return static_cast<void*>(fake.alias_of(const_cast<std::byte*>(static_cast<const std::byte*>(p)))); };
-  on_fake.after_stream = [&](nccl::stream_handle s) { fake.synchronize(s); };
+  const auto nccl_on_fake = chorus_test::nccl_on(fake);
 
   for (int n : {1, 2, 3, 5}) {
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{5003}}) {
@@ -587,7 +583,7 @@ TEST_CASE("nccl compressed allreduce: encoded once, allgathered, decoded in rank
         wrong += compressed_case(host_side, feedback{chorus::codec::int8{64}}, count, 2, on_host, host_feedback_refs, serial);
         // Device memory on the fake device, which the host cannot touch:
         // the device kernels encode and decode, the adapter moves bytes.
-        nccl::communicator device_side(comm, std::make_shared<nccl::host_adapter>(on_fake));
+        nccl::communicator device_side(comm, nccl_on_fake);
         device_buffers on_device{fake, expected};
         wrong += compressed_case(device_side, chorus::codec::int8{64}, count, 1, on_device, int8_refs, serial);
         wrong += compressed_case(device_side, chorus::codec::fp16{}, count, 1, on_device, fp16_refs, serial);

@@ -3,11 +3,11 @@
 // test), routed through the staged path, and checked for #wrong by
 // downloading the results. A corrupted download must show up as wrong.
 #include "fake_device.hpp"
+#include "fake_nccl.hpp"
 #include "perf/collective.hpp"
 #include "support.hpp"
 
 #include <chorus/cuda/router.hpp>
-#include <chorus/nccl/host_adapter.hpp>
 
 #include <doctest/doctest.h>
 
@@ -78,6 +78,10 @@ int sweep_on_device(const perf::collective& entry, int ranks, fake_memory& memor
   return worst.load();
 }
 
+const perf::collective* const every_collective[] = {
+    &perf::allreduce_entry,      &perf::broadcast_entry, &perf::reduce_entry, &perf::allgather_entry,
+    &perf::reduce_scatter_entry, &perf::alltoall_entry,  &perf::gather_entry, &perf::scatter_entry};
+
 // A fake device routed through the front doors, with chorus-perf's view of its memory.
 struct routed_fake {
   fake_device fake;
@@ -92,9 +96,7 @@ struct routed_fake {
 TEST_CASE("chorus-perf --device: every collective over device buffers, no wrong element") {
   routed_fake device;
   fake_memory& memory = device.memory;
-  for (const perf::collective* entry : {&perf::allreduce_entry, &perf::broadcast_entry, &perf::reduce_entry,
-                                        &perf::allgather_entry, &perf::reduce_scatter_entry, &perf::alltoall_entry,
-                                        &perf::gather_entry, &perf::scatter_entry})
+  for (const perf::collective* entry : every_collective)
     for (const int ranks : {1, 3}) {
       CAPTURE(entry->name);
       CAPTURE(ranks);
@@ -111,21 +113,11 @@ TEST_CASE("chorus-perf --device: a wrong result on the device is counted") {
 }
 
 TEST_CASE("chorus-perf --backend nccl: every collective on an NCCL communicator over device buffers") {
-  // NCCL here is the host adapter over the fake device's memory: it reads
-  // and writes the memory's host alias after the stream's work, as NCCL's
-  // kernels do; the host never touches a device pointer.
+  // NCCL here is the host adapter over the fake device's memory
+  // (fake_nccl.hpp); the host never touches a device pointer.
   routed_fake device;
-  chorus::nccl::host_adapter_options on_fake;
-  fake_device& fake = device.fake;
-  on_fake.moves = [&](const void* p) { return fake.kind_of(p) == chorus::memory_kind::cuda_device; };
-  on_fake.address = [&](const void* p) {
-    return static_cast<void*>(fake.alias_of(const_cast<std::byte*>(static_cast<const std::byte*>(p))));
-  };
-  on_fake.after_stream = [&](chorus::nccl::stream_handle s) { fake.synchronize(s); };
-  const auto nccl = std::make_shared<chorus::nccl::host_adapter>(on_fake);
-  for (const perf::collective* entry : {&perf::allreduce_entry, &perf::broadcast_entry, &perf::reduce_entry,
-                                        &perf::allgather_entry, &perf::reduce_scatter_entry, &perf::alltoall_entry,
-                                        &perf::gather_entry, &perf::scatter_entry})
+  const auto nccl = chorus_test::nccl_on(device.fake);
+  for (const perf::collective* entry : every_collective)
     for (const int ranks : {1, 3}) {
       CAPTURE(entry->name);
       CAPTURE(ranks);

@@ -660,3 +660,66 @@ TEST_CASE("asynchronous schemes on an NCCL communicator keep their messages on i
   }, quick());
   CHECK(wrong.load() == 0);
 }
+
+TEST_CASE("D-PSGD with a device model on an NCCL communicator: mixes on the device, the same bits as on the host") {
+  using chorus_test::fake_compute;
+  fake_device fake;
+  chorus::cuda::device gpu{fake};
+  fake_compute kernels{fake};
+  chorus::cuda::router router(gpu, {4096, 3}, &kernels, chorus::cuda::path_setting::automatic);
+  const chorus::cuda::route_front_doors routing(router);
+  const auto nccl_on_fake = chorus_test::nccl_on(fake);
+  constexpr std::size_t sizes[] = {5, 0, 1003};  // three tensors, one empty
+  constexpr std::size_t total = 1008;
+  const auto start_value = [](int rank, std::size_t k) {
+    return static_cast<float>((rank * 31 + static_cast<int>(k) * 7) % 23) * 0.37f - 3.0f;
+  };
+  const auto gradient = [](int rank, int step, std::size_t k) {
+    return static_cast<float>((rank * 5 + step * 11 + static_cast<int>(k) * 3) % 19) * 0.013f - 0.1f;
+  };
+  for (const char* codec : {"none", "fp16", "int8"}) {
+    for (int n : {2, 3, 5}) {
+      CAPTURE(codec);
+      CAPTURE(n);
+      std::atomic<std::size_t> wrong{0};
+      const int reductions_before = kernels.launches.load();
+      chorus::run_threads(n, [&](communicator& comm) {
+        const chorus::averaging::dpsgd_options options{chorus::averaging::topology::ring(n),
+                                                        chorus::codec::by_name(codec)};
+        // The same 4 steps on host memory over UCX, and on the fake device over "NCCL".
+        std::vector<float> host(total);
+        for (std::size_t k = 0; k < total; ++k) host[k] = start_value(comm.rank(), k);
+        auto* device = static_cast<float*>(fake.allocate_device(total * sizeof(float)));
+        fake.write(device, std::span<const float>(host));
+        const auto tensors = [&](float* base) {
+          std::vector<std::span<float>> parts;
+          std::size_t offset = 0;
+          for (std::size_t size : sizes) {
+            parts.emplace_back(base + offset, size);
+            offset += size;
+          }
+          return chorus::averaging::parameters(parts);
+        };
+        nccl::communicator gpus(comm, nccl_on_fake);
+        {
+          chorus::averaging::dpsgd on_host(comm, tensors(host.data()), options);
+          chorus::averaging::dpsgd on_device(gpus, tensors(device), options);
+          for (int step = 0; step < 4; ++step) {
+            std::vector<float> grads(total);
+            for (std::size_t k = 0; k < total; ++k) grads[k] = gradient(comm.rank(), step, k);
+            on_host.step([] {}, [&] { for (std::size_t k = 0; k < total; ++k) host[k] -= grads[k]; });
+            on_device.step([] {}, [&] {
+              std::vector<float> now = fake.read(device, total);
+              for (std::size_t k = 0; k < total; ++k) now[k] -= grads[k];
+              fake.write(device, std::span<const float>(now));
+            });
+          }
+          wrong += count_different(fake.read(device, total), host);
+        }
+        fake.free_device(device);
+      }, quick());
+      CHECK(wrong.load() == 0);
+      CHECK(kernels.launches.load() > reductions_before);  // the mixing ran on the device
+    }
+  }
+}

@@ -12,9 +12,15 @@
 // encoded model, one-peer exponential: 1) instead of an allreduce; no global
 // synchronisation, so a slow rank delays only its neighbours. Chosen for
 // many ranks or slow links; finish() averages exactly once for evaluation.
+//
+// A model in device memory on an NCCL communicator (with a cuda::router
+// given the device kernels) mixes on the device and its rounds go by NCCL
+// (device_mixing.hpp); elsewhere the round is neighbour_exchange's, on host
+// snapshots.
 #pragma once
 
 #include <chorus/averaging/consensus.hpp>
+#include <chorus/averaging/device_mixing.hpp>
 #include <chorus/averaging/neighbour_exchange.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/scheme.hpp>
@@ -46,11 +52,14 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
                                               std::to_string(topology_.size()) + " ranks, the communicator " +
                                               std::to_string(comm.size()));
     topology_.require(stochastic::doubly);
+    if (memory_router* router = device_mixing<Communicator>::router_for(comm_, model_))
+      on_device_.emplace(comm_, model_, exchange_.wire(), *router);
   }
 
   const averaging::topology& topology() const noexcept { return topology_; }
 
   void begin_step() {
+    if (on_device_) return this->metered([&] { on_device_->start(topology_.at(round_)); });
     snapshot_.resize(model_.size());
     model_.copy_to(snapshot_);
     this->metered([&] { exchange_.start(topology_.at(round_), snapshot_); });
@@ -59,6 +68,7 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
 
   void end_step() {
     this->metered([&] {
+      if (on_device_) return on_device_->finish();
       exchange_.finish([&](int, double weight, std::span<const float> neighbour) {
         mix_in(static_cast<float>(weight), neighbour);
       });
@@ -87,6 +97,7 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
   parameters model_;
   averaging::topology topology_;
   neighbour_exchange<Communicator> exchange_;
+  std::optional<device_mixing<Communicator>> on_device_;  // device models on NCCL
   std::vector<float> snapshot_;
   std::size_t round_ = 0;
 };

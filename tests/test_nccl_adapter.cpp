@@ -550,14 +550,26 @@ struct device_buffers {
 
 }  // namespace
 
-TEST_CASE("nccl compressed allreduce: encoded once, allgathered, decoded in rank order; host and device memory") {
-  using chorus_test::fake_compute;
+namespace {
+
+// A fake device with its kernels, routed through the front doors, and
+// "NCCL" over its memory (fake_nccl.hpp).
+struct fake_gpu_with_nccl {
   fake_device fake;
   chorus::cuda::device gpu{fake};
-  fake_compute kernels{fake};
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, chorus::cuda::path_setting::automatic);
-  const chorus::cuda::route_front_doors routing(router);
-  const auto nccl_on_fake = chorus_test::nccl_on(fake);
+  chorus_test::fake_compute kernels{fake};
+  chorus::cuda::router router{gpu, {4096, 3}, &kernels, chorus::cuda::path_setting::automatic};
+  chorus::cuda::route_front_doors routing{router};
+  std::shared_ptr<nccl::host_adapter> nccl = chorus_test::nccl_on(fake);
+};
+
+}  // namespace
+
+TEST_CASE("nccl compressed allreduce: encoded once, allgathered, decoded in rank order; host and device memory") {
+  fake_gpu_with_nccl gpu_setup;
+  fake_device& fake = gpu_setup.fake;
+  chorus_test::fake_compute& kernels = gpu_setup.kernels;
+  const auto& nccl_on_fake = gpu_setup.nccl;
 
   for (int n : {1, 2, 3, 5}) {
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{5003}}) {
@@ -662,13 +674,10 @@ TEST_CASE("asynchronous schemes on an NCCL communicator keep their messages on i
 }
 
 TEST_CASE("D-PSGD with a device model on an NCCL communicator: mixes on the device, the same bits as on the host") {
-  using chorus_test::fake_compute;
-  fake_device fake;
-  chorus::cuda::device gpu{fake};
-  fake_compute kernels{fake};
-  chorus::cuda::router router(gpu, {4096, 3}, &kernels, chorus::cuda::path_setting::automatic);
-  const chorus::cuda::route_front_doors routing(router);
-  const auto nccl_on_fake = chorus_test::nccl_on(fake);
+  fake_gpu_with_nccl gpu_setup;
+  fake_device& fake = gpu_setup.fake;
+  chorus_test::fake_compute& kernels = gpu_setup.kernels;
+  const auto& nccl_on_fake = gpu_setup.nccl;
   constexpr std::size_t sizes[] = {5, 0, 1003};  // three tensors, one empty
   constexpr std::size_t total = 1008;
   const auto start_value = [](int rank, std::size_t k) {

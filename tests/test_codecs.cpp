@@ -322,3 +322,16 @@ TEST_CASE("codec concept") {
   static_assert(codec::codec_or_feedback<codec::error_feedback<codec::int8>&>);
   static_assert(!codec::codec_or_feedback<chorus::algorithm>);
 }
+
+TEST_CASE("any_codec: visit hands over the codec as it was made, its block included") {
+  const codec::any_codec wire(codec::int8{64});
+  const std::size_t visited = codec::visit(wire, [](const auto& c) { return c.encoded_bytes(1000); });
+  CHECK(visited == codec::int8{64}.encoded_bytes(1000));
+  CHECK(visited == wire.encoded_bytes(1000));
+  CHECK(visited != codec::int8{}.encoded_bytes(1000));
+  CHECK(wire.as<codec::int8>() != nullptr);
+  CHECK(wire.as<codec::fp16>() == nullptr);
+  CHECK(codec::any_codec().as<codec::identity>() == nullptr);  // no codec is not identity
+  chorus_test::expect_error([] { codec::visit(codec::any_codec(), [](const auto&) { return 0; }); },
+                            chorus::errc::invalid_argument, "no codec of type 'none'");
+}

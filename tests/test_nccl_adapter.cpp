@@ -686,15 +686,16 @@ TEST_CASE("D-PSGD with a device model on an NCCL communicator: mixes on the devi
   const auto gradient = [](int rank, int step, std::size_t k) {
     return static_cast<float>((rank * 5 + step * 11 + static_cast<int>(k) * 3) % 19) * 0.013f - 0.1f;
   };
-  for (const char* codec : {"none", "fp16", "int8"}) {
+  const chorus::codec::any_codec wires[] = {chorus::codec::any_codec(), chorus::codec::by_name("fp16"),
+                                              chorus::codec::any_codec(chorus::codec::int8{64})};
+  for (const chorus::codec::any_codec& wire : wires) {
     for (int n : {2, 3, 5}) {
-      CAPTURE(codec);
+      CAPTURE(wire.name());
       CAPTURE(n);
       std::atomic<std::size_t> wrong{0};
       const int reductions_before = kernels.launches.load();
       chorus::run_threads(n, [&](communicator& comm) {
-        const chorus::averaging::dpsgd_options options{chorus::averaging::topology::ring(n),
-                                                        chorus::codec::by_name(codec)};
+        const chorus::averaging::dpsgd_options options{chorus::averaging::topology::ring(n), wire};
         // The same 4 steps on host memory over UCX, and on the fake device over "NCCL".
         std::vector<float> host(total);
         for (std::size_t k = 0; k < total; ++k) host[k] = start_value(comm.rank(), k);

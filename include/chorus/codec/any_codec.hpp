@@ -43,6 +43,13 @@ class any_codec {
   void decode(std::span<const std::byte> in, std::span<float> out) const { model_->decode(in, out); }
   void decode_add(std::span<const std::byte> in, std::span<float> acc) const { model_->decode_add(in, acc); }
 
+  // The codec held, if it is a C (with its settings: an int8's block).
+  template <codec C>
+  const C* as() const noexcept {
+    const auto* held = dynamic_cast<const holder<C>*>(model_.get());
+    return *this && held != nullptr ? &held->coder : nullptr;
+  }
+
  private:
   struct concept_ {
     virtual ~concept_() = default;
@@ -81,17 +88,17 @@ inline any_codec by_name(std::string_view name) {
               "unknown codec '" + std::string(name) + "' (none, identity, fp16, bf16, int8, onebit)");
 }
 
-// Calls f with the concrete codec behind `wire`, for code that needs the
-// codec's type (the compressed collectives); an empty any_codec is an error.
+// Calls f with the concrete codec behind `wire`, as it was made (an int8's
+// block included), for code that needs the codec's type (the compressed
+// collectives); an empty any_codec is an error.
 template <class F>
 decltype(auto) visit(const any_codec& wire, F&& f) {
-  const std::string_view name = wire.name();
-  if (name == identity::name) return f(identity{});
-  if (name == fp16::name) return f(fp16{});
-  if (name == bf16::name) return f(bf16{});
-  if (name == int8::name) return f(int8{});
-  if (name == onebit::name) return f(onebit{});
-  throw error(errc::invalid_argument, "codec::visit: no codec of type '" + std::string(name) + "'");
+  if (const auto* c = wire.as<identity>()) return f(*c);
+  if (const auto* c = wire.as<fp16>()) return f(*c);
+  if (const auto* c = wire.as<bf16>()) return f(*c);
+  if (const auto* c = wire.as<int8>()) return f(*c);
+  if (const auto* c = wire.as<onebit>()) return f(*c);
+  throw error(errc::invalid_argument, "codec::visit: no codec of type '" + std::string(wire.name()) + "'");
 }
 
 }  // namespace chorus::codec

@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace std::chrono_literals;
 using chorus::communicator;
@@ -238,4 +240,47 @@ TEST_CASE("init() rejects a bad CHORUS_* variable before the first collective") 
   chorus_test::expect_error([] { chorus::run_threads(2, [](chorus::communicator&) {}, chorus_test::quick()); },
                             chorus::errc::invalid_argument, "in init: CHORUS_ALLREDUCE_ALGO='bogus'");
   ::unsetenv("CHORUS_ALLREDUCE_ALGO");
+}
+
+// The chorus backend for torch.distributed joins this way: rank 0 hosts the
+// store on any free port and publishes where; the others look it up (here a
+// promise stands in for torch's store).
+TEST_CASE("a store rendezvous: rank 0 hosts on any port and publishes it, the others look it up") {
+  constexpr int ranks = 3;
+  std::promise<chorus::bootstrap::address> published;
+  std::shared_future<chorus::bootstrap::address> where = published.get_future().share();
+  std::atomic<int> lookups{0};
+  std::atomic<std::size_t> wrong{0};
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      chorus::bootstrap::launch_info info;
+      info.rank = rank;
+      info.size = ranks;
+      info.local_size = ranks;
+      info.token = "rendezvous-test";
+      if (rank == 0) info.store = chorus::bootstrap::address{"0.0.0.0", 0};
+      info.rendezvous = chorus::bootstrap::store_rendezvous{
+          [&](const chorus::bootstrap::address& hosted) { published.set_value(hosted); },
+          [&] {
+            ++lookups;
+            REQUIRE(where.wait_for(30s) == std::future_status::ready);  // never a hang, even if rank 0 fails
+            return where.get();
+          }};
+      communicator comm = chorus::connect(info, quick(30000ms));
+      wrong += chorus_test::all_pairs_exchange(comm);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  CHECK(where.get().port != 0);
+  CHECK(lookups == ranks - 1);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("a rank that is neither told the store nor given a rendezvous gets a clear error") {
+  chorus::bootstrap::launch_info info;
+  info.rank = 1;
+  info.size = 2;
+  chorus_test::expect_error([&] { chorus::connect(info, quick()); }, chorus::errc::invalid_argument,
+                            "no store address for a job of 2 ranks");
 }

@@ -18,6 +18,7 @@
 #include <chorus/transport/transport.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,14 +50,24 @@ inline address parse_address(std::string_view text, std::string_view source = "C
   return {std::string(host), static_cast<std::uint16_t>(*port)};
 }
 
+// Where the store is, told through a key-value store the launcher already
+// has (torch.distributed's, for the chorus backend): rank 0 hosts chorus's
+// store at launch_info::store (port 0: any free port) and publishes where it
+// listens; every other rank looks the address up, waiting as that store waits.
+struct store_rendezvous {
+  std::function<void(const address& hosted)> publish;  // rank 0
+  std::function<address()> look_up;                    // the other ranks
+};
+
 struct launch_info {
   int rank = 0;
   int size = 1;
   int local_size = 1;
-  std::optional<address> store;  // required when size > 1
+  std::optional<address> store;  // required when size > 1, unless a rendezvous tells it
   std::string token;
   bool launcher_hosts_store = false;
   std::string source = "single rank";  // which variables told us
+  std::optional<store_rendezvous> rendezvous;
 };
 
 namespace detail {

@@ -26,18 +26,26 @@ inline std::string address_key(int rank) { return "chorus/address/" + std::to_st
 
 inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
   if (info.size == 1 && !info.store) return;
+  if (!info.store && !(info.rendezvous && info.rank != 0))
+    throw error(errc::invalid_argument, "no store address for a job of " + std::to_string(info.size) + " ranks",
+                {info.rank, -1, "init"});
+  bootstrap::address where = info.store.value_or(bootstrap::address{});
   if (info.rank == 0 && !info.launcher_hosts_store) {
     store::server_options hosting;
-    hosting.bind_host = info.store->host;
-    hosting.port = info.store->port;
+    hosting.bind_host = where.host;
+    hosting.port = where.port;
     hosting.token = info.token;
     hosting.rank = info.rank;
     world.store_host = store::host_store(std::move(hosting));
+    where.port = world.store_host->port();  // the port chosen, when asked for any
     log::debug(info.rank, "hosting the store at " + world.store_host->address());
+    if (info.rendezvous) info.rendezvous->publish(where);
+  } else if (info.rendezvous) {
+    where = info.rendezvous->look_up();
   }
   store::client_options joining;
-  joining.host = info.store->host;
-  joining.port = info.store->port;
+  joining.host = where.host == "0.0.0.0" || where.host == "::" ? "127.0.0.1" : where.host;
+  joining.port = where.port;
   joining.token = info.token;
   joining.timeout = world.config.timeout;
   joining.rank = info.rank;

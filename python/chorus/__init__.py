@@ -1,0 +1,26 @@
+"""chorus: collectives, codecs and model averaging for data-parallel training.
+
+    import chorus
+    comm = chorus.init()                   # under chorus-run, mpirun or srun
+    comm.allreduce(x)                      # any DLPack array, in place
+    comm.allreduce(grads, "avg", codec=chorus.ErrorFeedback("int8"))
+
+PyTorch: ``import chorus.torch`` registers the torch.distributed backend
+"chorus" (torchrun, DDP) and brings the DDP communication hooks; the
+averaging schemes are in ``chorus.averaging``.
+"""
+
+from __future__ import annotations
+
+from . import averaging, errors
+from ._chorus import Codec, ErrorFeedback, Topology, allreduce_error_bound
+from .communicator import Communicator, Op, Request, connect, init
+from .errors import Error, InvalidArgument, Mismatch, PeerFailure, TimeoutError, TransportError, Unavailable
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Codec", "Communicator", "Error", "ErrorFeedback", "InvalidArgument", "Mismatch", "Op", "PeerFailure",
+    "Request", "TimeoutError", "Topology", "TransportError", "Unavailable", "allreduce_error_bound", "averaging",
+    "connect", "errors", "init",
+]

@@ -1,0 +1,205 @@
+"""The averaging schemes on a model's parameters, with the shape they have in C++.
+
+    scheme = chorus.averaging.DPSGD(comm, model.parameters(), topology=chorus.Topology.ring(comm.size))
+    for x, y in batches:
+        scheme.begin_step()          # before the gradient: starts what overlaps it
+        loss_fn(model(x), y).backward()
+        scheme.reduce_gradients()    # allreduce-SGD averages the gradients; the others pass
+        optimiser.step()
+        scheme.end_step()            # the scheme's model step (mix, pull, push)
+    scheme.finish()                  # collective: the parameters become the model to keep
+
+or wrap the optimiser and keep the usual loop (``zero_grad`` begins the
+step, ``step`` ends it)::
+
+    optimiser = chorus.averaging.Averaged(torch.optim.SGD(model.parameters(), lr=0.1), scheme)
+
+Parameters are float32 arrays (torch CPU tensors, NumPy arrays), read and
+written where they are: keep the model where it was when the scheme was
+made (no ``.to()`` afterwards).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, List, Optional
+
+from . import _chorus
+from .communicator import Communicator, CodecLike
+from .errors import InvalidArgument
+
+
+def _arrays(params: Iterable[Any]) -> List[Any]:
+    """The arrays behind `params`: a torch parameter's storage (detached, shared), else the array itself."""
+    arrays = [p.detach() if hasattr(p, "detach") else p for p in params]
+    if not arrays:
+        raise InvalidArgument("the scheme was given no parameters")
+    return arrays
+
+
+class Scheme:
+    """What every scheme has: begin_step, reduce_gradients, end_step, finish, stats."""
+
+    def __init__(self, impl: Any, params: List[Any]) -> None:
+        self._impl = impl
+        self.params = params  # the arrays the scheme reads and writes
+
+    def begin_step(self) -> None:
+        self._impl.begin_step()
+
+    def reduce_gradients(self) -> None:
+        self._impl.reduce_gradients()
+
+    def end_step(self) -> None:
+        self._impl.end_step()
+
+    def finish(self) -> None:
+        """Collective: the parameters become the model to keep."""
+        self._impl.finish()
+
+    def step(self, compute_gradients: Callable[[], Any], apply_update: Callable[[], Any]) -> None:
+        """One whole step: begin, gradients, reduce, update, end."""
+        self.begin_step()
+        compute_gradients()
+        self.reduce_gradients()
+        apply_update()
+        self.end_step()
+
+    @property
+    def stats(self) -> dict:
+        """steps, exchanges, merges, bytes_sent, messages_sent of this rank."""
+        return self._impl.stats
+
+    def close(self) -> None:
+        """Stops the scheme's threads without finishing (after an error)."""
+        self._impl.close()
+
+
+class AllreduceSGD(Scheme):
+    """Averages the gradients every step (synchronous data parallelism).
+
+    grads: the gradient arrays; for torch parameters leave it None: the
+    scheme keeps one gradient tensor per parameter and makes it ``p.grad``
+    (copying a fresh ``p.grad`` into it when zero_grad set it to None)."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], grads: Optional[Iterable[Any]] = None, *,
+                 codec: CodecLike = None, bucket_bytes: int = 0) -> None:
+        torch_params = list(params)
+        arrays = _arrays(torch_params)
+        self._owners = None
+        if grads is None:
+            if not all(hasattr(p, "grad") for p in torch_params):
+                raise InvalidArgument("AllreduceSGD: pass grads= for arrays that are not torch parameters")
+            import torch
+
+            self._owners = torch_params
+            grads = [torch.zeros_like(a) for a in arrays]
+        self.grads = list(grads)
+        super().__init__(_chorus.AllreduceSGD(comm._impl, arrays, self.grads, codec, bucket_bytes), arrays)
+
+    def reduce_gradients(self) -> None:
+        if self._owners is not None:
+            for owner, kept in zip(self._owners, self.grads):
+                if owner.grad is None:
+                    kept.zero_()  # no gradient this step: it contributes zero
+                elif owner.grad.data_ptr() != kept.data_ptr():
+                    kept.copy_(owner.grad)
+                owner.grad = kept
+        super().reduce_gradients()
+
+
+class LocalSGD(Scheme):
+    """Averages the models every `period` steps (every step for the first `warmup_steps`)."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], *, period: int = 8, warmup_steps: int = 0,
+                 codec: CodecLike = None, bucket_bytes: int = 0) -> None:
+        arrays = _arrays(params)
+        super().__init__(_chorus.LocalSGD(comm._impl, arrays, period, warmup_steps, codec, bucket_bytes), arrays)
+
+
+class DPSGD(Scheme):
+    """Decentralised SGD: mixes with the neighbours of `topology` (default: a ring) every step."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], *, topology: Optional[_chorus.Topology] = None,
+                 codec: CodecLike = None) -> None:
+        arrays = _arrays(params)
+        super().__init__(_chorus.DPSGD(comm._impl, arrays, topology, codec), arrays)
+
+
+class EASGD(Scheme):
+    """Synchronous elastic averaging: every `tau` steps each model and the centre pull together by `alpha`."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], *, alpha: float = 0.05, tau: int = 1,
+                 codec: CodecLike = None) -> None:
+        arrays = _arrays(params)
+        super().__init__(_chorus.EASGD(comm._impl, arrays, alpha, tau, codec), arrays)
+
+    def centre(self) -> Any:
+        """A NumPy copy of the centre."""
+        return self._impl.centre()
+
+
+class EASGDAsync(Scheme):
+    """Asynchronous elastic averaging: every `tau` steps a worker pulls with the server rank's centre."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], *, alpha: float = 0.05, tau: int = 4,
+                 server: int = 0) -> None:
+        arrays = _arrays(params)
+        super().__init__(_chorus.EASGDAsync(comm._impl, arrays, alpha, tau, server), arrays)
+
+    def centre(self) -> Any:
+        """A NumPy copy of the centre (the server's; empty on workers)."""
+        return self._impl.centre()
+
+
+class GoSGD(Scheme):
+    """Gossip SGD: after each step, with probability `push_probability`, push half the model to a random peer."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], *, push_probability: float = 0.5, seed: int = 1,
+                 codec: CodecLike = None) -> None:
+        arrays = _arrays(params)
+        super().__init__(_chorus.GoSGD(comm._impl, arrays, push_probability, seed, codec), arrays)
+
+
+SCHEMES = {
+    "allreduce": AllreduceSGD,
+    "local": LocalSGD,
+    "dpsgd": DPSGD,
+    "easgd-sync": EASGD,
+    "easgd": EASGDAsync,
+    "gosgd": GoSGD,
+}
+
+
+class Averaged:
+    """A torch optimiser with a scheme around its step: ``zero_grad()`` begins
+    the scheme's step, ``step()`` reduces the gradients, updates and ends it.
+    Everything else is the optimiser's."""
+
+    def __init__(self, optimizer: Any, scheme: Scheme) -> None:
+        self.optimizer = optimizer
+        self.scheme = scheme
+        self._begun = False
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._begin()
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        self._begin()  # a loop without zero_grad: begun late, still correct
+        self.scheme.reduce_gradients()
+        loss = self.optimizer.step(closure)
+        self.scheme.end_step()
+        self._begun = False
+        return loss
+
+    def finish(self) -> None:
+        """Collective: the parameters become the model to keep."""
+        self.scheme.finish()
+
+    def _begin(self) -> None:
+        if not self._begun:
+            self.scheme.begin_step()
+            self._begun = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)

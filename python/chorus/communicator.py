@@ -1,0 +1,277 @@
+"""chorus.Communicator: the collectives on any DLPack array.
+
+Arrays are NumPy arrays, torch CPU tensors or anything else with
+``__dlpack__``, C-contiguous and of a type chorus has (int8-64, uint8-64,
+float16, bfloat16, float32, float64, bool). They are used where they are:
+an in-place call writes the caller's array; nothing is copied or converted,
+and an array chorus cannot take raises :class:`chorus.InvalidArgument`
+before anything is written.
+
+Every blocking call releases the GIL. ``i*`` calls start the operation on
+the communicator's background thread and return a :class:`Request`; keep
+the arrays unchanged until it is done.
+"""
+
+from __future__ import annotations
+
+import atexit
+import enum
+import weakref
+from typing import Any, Callable, Optional, Union
+
+from . import _chorus
+from .errors import InvalidArgument
+
+Array = Any  # a NumPy array, a torch tensor, or another DLPack exporter
+
+
+class Op(str, enum.Enum):
+    """Reduction operators; a plain string ("sum") works as well."""
+
+    SUM = "sum"
+    PROD = "prod"
+    MIN = "min"
+    MAX = "max"
+    AVG = "avg"
+    BAND = "band"
+    BOR = "bor"
+    BXOR = "bxor"
+
+
+OpLike = Union[Op, str]
+CodecLike = Union[None, str, "_chorus.Codec", "_chorus.ErrorFeedback"]
+
+
+def _op_name(op: OpLike) -> str:
+    return op.value if isinstance(op, Op) else str(op)
+
+
+def _empty_like(array: Array, shape: tuple, role: str) -> Array:
+    """A new array of `array`'s type and framework, for an output not given."""
+    module = type(array).__module__
+    if module.startswith("torch"):
+        import torch
+
+        return torch.empty(shape, dtype=array.dtype, device=array.device)
+    if module.startswith("numpy"):
+        import numpy
+
+        return numpy.empty(shape, dtype=array.dtype)
+    raise InvalidArgument(f"pass {role}=: chorus allocates outputs only for NumPy arrays and torch tensors")
+
+
+def _count(array: Array) -> int:
+    size = getattr(array, "numel", None)
+    return int(size()) if callable(size) else int(getattr(array, "size"))
+
+
+class Request:
+    """A non-blocking operation. wait() returns its result (the output)."""
+
+    __slots__ = ("_pending", "_result")
+
+    def __init__(self, pending: _chorus.Request, result: Array = None) -> None:
+        self._pending = pending
+        self._result = result
+
+    def test(self) -> bool:
+        """True once done; raises the operation's error."""
+        return self._pending.test()
+
+    def wait(self) -> Array:
+        """Waits until done (bounded by the timeout) and returns the output."""
+        self._pending.wait()
+        return self._result
+
+
+_open: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # Before the interpreter goes: background threads finish while Python
+    # can still run their callbacks.
+    for comm in list(_open):
+        comm.close()
+
+
+class Communicator:
+    """A group of ranks. Made by :func:`chorus.init` or :func:`chorus.connect`."""
+
+    def __init__(self, impl: _chorus.Communicator) -> None:
+        self._impl = impl
+        _open.add(self)
+
+    # -- who ---------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self._impl.rank
+
+    @property
+    def size(self) -> int:
+        return self._impl.size
+
+    @property
+    def timeout(self) -> float:
+        """Seconds every wait is bounded by."""
+        return self._impl.timeout
+
+    @property
+    def last_algorithm(self) -> str:
+        """The algorithm the last blocking collective ran (ring, tree, ...)."""
+        return self._impl.last_algorithm
+
+    @property
+    def closed(self) -> bool:
+        return self._impl.closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"rank {self.rank} of {self.size}"
+        return f"<chorus.Communicator {state}>"
+
+    # -- lifetime ----------------------------------------------------------
+    def close(self) -> None:
+        """Finishes queued non-blocking work and leaves the job."""
+        self._impl.close()
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def barrier(self) -> None:
+        self._impl.barrier()
+
+    def split(self, color: int, key: Optional[int] = None) -> "Communicator":
+        """Collective: ranks with the same color form a communicator, ordered by key (default: rank)."""
+        return Communicator(self._impl.split(color, self.rank if key is None else key))
+
+    # -- reductions --------------------------------------------------------
+    def allreduce(self, tensor: Array, op: OpLike = Op.SUM, *, out: Array = None, algo: str = "auto",
+                  codec: CodecLike = None) -> Array:
+        """Reduces over all ranks, into `out` if given, else in place. Returns the result.
+
+        codec: "fp16", "bf16", "int8", "onebit", a chorus.Codec or a
+        chorus.ErrorFeedback (float32, op sum or avg).
+        """
+        self._impl.allreduce(tensor, out, _op_name(op), algo, codec)
+        return tensor if out is None else out
+
+    def iallreduce(self, tensor: Array, op: OpLike = Op.SUM, *, out: Array = None, algo: str = "auto",
+                   codec: CodecLike = None, callback: Optional[Callable[[Optional[BaseException]], None]] = None
+                   ) -> Request:
+        pending = self._impl.iallreduce(tensor, out, _op_name(op), algo, codec, callback)
+        return Request(pending, tensor if out is None else out)
+
+    def reduce(self, tensor: Array, root: int, op: OpLike = Op.SUM, *, out: Array = None) -> Array:
+        """Reduces onto `root`: into `out` (else `tensor`) there; other ranks' arrays are unchanged."""
+        self._impl.reduce(tensor, root, out, _op_name(op))
+        return tensor if out is None else out
+
+    def reduce_scatter(self, input: Array, op: OpLike = Op.SUM, *, out: Array = None, algo: str = "auto") -> Array:
+        """Reduces `input` (size blocks) over all ranks; rank r gets block r."""
+        out = self._block_of(input, out)
+        self._impl.reduce_scatter(input, out, _op_name(op), algo)
+        return out
+
+    def ireduce_scatter(self, input: Array, op: OpLike = Op.SUM, *, out: Array = None, algo: str = "auto",
+                        callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        out = self._block_of(input, out)
+        return Request(self._impl.ireduce_scatter(input, out, _op_name(op), algo, callback), out)
+
+    # -- data movement -----------------------------------------------------
+    def broadcast(self, tensor: Array, root: int, *, algo: str = "auto", codec: CodecLike = None) -> Array:
+        """Copies `root`'s tensor into every rank's, in place."""
+        self._impl.broadcast(tensor, root, algo, codec)
+        return tensor
+
+    def ibroadcast(self, tensor: Array, root: int, *, algo: str = "auto", codec: CodecLike = None,
+                   callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        return Request(self._impl.ibroadcast(tensor, root, algo, codec, callback), tensor)
+
+    def allgather(self, tensor: Array, *, out: Array = None, algo: str = "auto", codec: CodecLike = None) -> Array:
+        """Every rank's tensor in rank order; a new array of shape (size, *tensor.shape) unless `out` is given."""
+        out = self._stacked(tensor, out)
+        self._impl.allgather(tensor, out, algo, codec)
+        return out
+
+    def iallgather(self, tensor: Array, *, out: Array = None, algo: str = "auto", codec: CodecLike = None,
+                   callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        out = self._stacked(tensor, out)
+        return Request(self._impl.iallgather(tensor, out, algo, codec, callback), out)
+
+    def alltoall(self, input: Array, *, out: Array = None) -> Array:
+        """Block r of `input` goes to rank r; block r of the result came from rank r."""
+        out = _empty_like(input, tuple(input.shape), "out") if out is None else out
+        self._impl.alltoall(input, out)
+        return out
+
+    def ialltoall(self, input: Array, *, out: Array = None,
+                  callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        out = _empty_like(input, tuple(input.shape), "out") if out is None else out
+        return Request(self._impl.ialltoall(input, out, callback), out)
+
+    def gather(self, tensor: Array, root: int, *, out: Array = None) -> Optional[Array]:
+        """Every rank's tensor onto `root`: (size, *tensor.shape) there, None elsewhere."""
+        if self.rank == root and out is None:
+            out = _empty_like(tensor, (self.size, *tensor.shape), "out")
+        self._impl.gather(tensor, out if self.rank == root else None, root)
+        return out if self.rank == root else None
+
+    def scatter(self, input: Optional[Array], root: int, *, out: Array) -> Array:
+        """Block r of `root`'s input into rank r's `out`."""
+        self._impl.scatter(input if self.rank == root else None, out, root)
+        return out
+
+    # -- point to point ----------------------------------------------------
+    def send(self, tensor: Array, peer: int, tag: int = 0) -> None:
+        self._impl.send(tensor, peer, tag)
+
+    def recv(self, tensor: Array, peer: int, tag: int = 0) -> Array:
+        """Receives exactly len(tensor) elements from `peer` into `tensor`."""
+        self._impl.recv(tensor, peer, tag)
+        return tensor
+
+    def isend(self, tensor: Array, peer: int, tag: int = 0,
+              callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        return Request(self._impl.isend(tensor, peer, tag, callback), tensor)
+
+    def irecv(self, tensor: Array, peer: int, tag: int = 0,
+              callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        return Request(self._impl.irecv(tensor, peer, tag, callback), tensor)
+
+    # -- helpers -----------------------------------------------------------
+    def _stacked(self, tensor: Array, out: Array) -> Array:
+        return _empty_like(tensor, (self.size, *tensor.shape), "out") if out is None else out
+
+    def _block_of(self, input: Array, out: Array) -> Array:
+        if out is not None:
+            return out
+        shape = tuple(input.shape)
+        if shape and shape[0] % self.size == 0:
+            return _empty_like(input, (shape[0] // self.size, *shape[1:]), "out")
+        count = _count(input)
+        if count % self.size:
+            raise InvalidArgument(f"reduce_scatter: {count} elements do not split into {self.size} equal blocks")
+        return _empty_like(input, (count // self.size,), "out")
+
+
+def init(*, timeout: Optional[float] = None, progress: Optional[str] = None,
+         check: Optional[bool] = None) -> Communicator:
+    """Joins the job a launcher started: chorus-run, mpirun or srun (rank and
+    size from their variables, the store at CHORUS_ADDR); one rank alone
+    without one. timeout: seconds (default CHORUS_TIMEOUT, else 180)."""
+    return Communicator(_chorus.init(timeout, progress, check))
+
+
+def connect(rank: int, size: int, *, publish: Callable[[str, int], None], look_up: Callable[[], str],
+            host: str = "0.0.0.0", token: str = "", local_size: Optional[int] = None,
+            timeout: Optional[float] = None, progress: Optional[str] = None,
+            check: Optional[bool] = None) -> Communicator:
+    """Joins a job whose rank and size are known, the store's address going
+    through another key-value store: rank 0 hosts chorus's store on a free
+    port of `host` and calls publish(host, port); the others call look_up(),
+    which returns "host:port". chorus.torch passes torch's store."""
+    return Communicator(_chorus.connect(rank, size, size if local_size is None else local_size, host, token,
+                                        publish, look_up, timeout, progress, check))

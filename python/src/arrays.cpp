@@ -1,0 +1,114 @@
+// DLPack arrays as chorus takes them: CPU memory, C-contiguous (a view
+// with gaps would be read and written where it is not), one of chorus's
+// element types. Nothing is converted: a copy would leave the caller's
+// array unchanged by an in-place collective.
+#include "binding.hpp"
+
+#include <optional>
+
+namespace chorus::python {
+
+namespace {
+
+namespace dl = nb::dlpack;
+
+std::optional<dtype> chorus_type(dl::dtype given, bool& boolean) {
+  boolean = false;
+  if (given.lanes != 1) return std::nullopt;
+  const auto code = static_cast<dl::dtype_code>(given.code);
+  switch (code) {
+    case dl::dtype_code::Int:
+      if (given.bits == 8) return dtype::int8;
+      if (given.bits == 16) return dtype::int16;
+      if (given.bits == 32) return dtype::int32;
+      if (given.bits == 64) return dtype::int64;
+      break;
+    case dl::dtype_code::UInt:
+      if (given.bits == 8) return dtype::uint8;
+      if (given.bits == 16) return dtype::uint16;
+      if (given.bits == 32) return dtype::uint32;
+      if (given.bits == 64) return dtype::uint64;
+      break;
+    case dl::dtype_code::Float:
+      if (given.bits == 16) return dtype::float16;
+      if (given.bits == 32) return dtype::float32;
+      if (given.bits == 64) return dtype::float64;
+      break;
+    case dl::dtype_code::Bfloat:
+      if (given.bits == 16) return dtype::bfloat16;
+      break;
+    case dl::dtype_code::Bool:
+      if (given.bits == 8) {
+        boolean = true;
+        return dtype::uint8;
+      }
+      break;
+    default: break;
+  }
+  return std::nullopt;
+}
+
+std::string describe(dl::dtype given) {
+  static const char* const names[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  const std::string kind = given.code < 7 ? names[given.code] : "dlpack code " + std::to_string(given.code);
+  return kind + std::to_string(given.bits) + (given.lanes != 1 ? "x" + std::to_string(given.lanes) : "");
+}
+
+template <class Array>
+buffer view(const Array& given, std::string_view role, std::string_view operation) {
+  const auto bad = [&](const std::string& why) {
+    return error(errc::invalid_argument, std::string(role) + " " + why, {-1, -1, std::string(operation)});
+  };
+  const int device = given.device_type();
+  if (device != static_cast<int>(nb::device::cpu::value) && device != static_cast<int>(nb::device::cuda_host::value))
+    throw bad("is not in CPU memory (DLPack device type " + std::to_string(device) +
+              "): the Python binding takes host arrays; move it with .cpu() or use chorus's C++ GPU path");
+  buffer seen;
+  if (const auto type = chorus_type(given.dtype(), seen.boolean)) seen.type = *type;
+  else
+    throw bad("has element type " + describe(given.dtype()) +
+              ", which chorus has not (int8-64, uint8-64, float16, bfloat16, float32, float64, bool)");
+  // C-contiguous: each stride the product of the sizes after it; a
+  // dimension of size 1 may have any stride, an empty array any strides.
+  seen.count = given.size();
+  if (seen.count > 0) {
+    std::int64_t expected = 1;
+    for (std::size_t d = given.ndim(); d-- > 0;) {
+      if (given.shape(d) != 1 && given.stride(d) != expected)
+        throw bad("is not contiguous (a strided view): pass .contiguous() or a copy, and copy the result back");
+      expected *= static_cast<std::int64_t>(given.shape(d));
+    }
+  }
+  seen.data = reinterpret_cast<std::byte*>(const_cast<void*>(static_cast<const void*>(given.data())));
+  return seen;
+}
+
+}  // namespace
+
+namespace {
+
+error not_an_array(nb::handle given, std::string_view role, std::string_view operation, const char* why) {
+  std::string text = std::string(role) + " (" + nb::type_name(given.type()).c_str() + ") " + why;
+  if (nb::hasattr(given, "requires_grad") && nb::cast<bool>(given.attr("requires_grad")))
+    text += ": it requires grad; pass tensor.detach()";
+  return error(errc::invalid_argument, text, {-1, -1, std::string(operation)});
+}
+
+}  // namespace
+
+buffer writable(nb::handle given, std::string_view role, std::string_view operation) {
+  array taken;
+  if (nb::try_cast(given, taken, false)) return view(taken, role, operation);
+  const_array read_only;
+  if (nb::try_cast(given, read_only, false))
+    throw not_an_array(given, role, operation, "is read-only, and chorus writes into it");
+  throw not_an_array(given, role, operation, "is not an array (NumPy, torch or another DLPack exporter)");
+}
+
+buffer readable(nb::handle given, std::string_view role, std::string_view operation) {
+  const_array taken;
+  if (nb::try_cast(given, taken, false)) return view(taken, role, operation);
+  throw not_an_array(given, role, operation, "is not an array (NumPy, torch or another DLPack exporter)");
+}
+
+}  // namespace chorus::python

@@ -1,0 +1,206 @@
+// The averaging schemes on a list of float32 arrays (a model's parameters,
+// read and written where they are), with the C++ shape: begin_step,
+// reduce_gradients, end_step, finish, stats. chorus.Topology for D-PSGD.
+#include "binding.hpp"
+#include "codecs.hpp"
+
+#include <chorus/averaging/allreduce_sgd.hpp>
+#include <chorus/averaging/dpsgd.hpp>
+#include <chorus/averaging/easgd.hpp>
+#include <chorus/averaging/easgd_async.hpp>
+#include <chorus/averaging/gosgd.hpp>
+#include <chorus/averaging/local_sgd.hpp>
+#include <chorus/averaging/topology.hpp>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+
+namespace chorus::python {
+
+namespace {
+
+namespace avg = chorus::averaging;
+
+// A scheme with what it refers to: its own copy of the communicator (the
+// synchronous schemes keep a reference) and the arrays it reads and writes.
+template <class Scheme>
+struct py_scheme {
+  chorus::communicator comm;
+  nb::object arrays;
+  std::optional<Scheme> scheme;
+
+  Scheme& get() {
+    if (!scheme) throw error(errc::invalid_argument, "the scheme is closed");
+    return *scheme;
+  }
+};
+
+avg::parameters parameters_of(nb::handle tensors, const char* role) {
+  std::vector<std::span<float>> spans;
+  for (nb::handle tensor : tensors) {
+    const buffer seen = writable(tensor, role, "averaging");
+    if (seen.type != dtype::float32 || seen.boolean)
+      throw error(errc::invalid_argument,
+                  std::string(role) + " must be float32 arrays, not " + std::string(to_string(seen.type)),
+                  {-1, -1, "averaging"});
+    spans.push_back(seen.as<float>());
+  }
+  return avg::parameters(std::move(spans));
+}
+
+codec::any_codec wire_of(nb::handle given) {
+  const codec_choice chosen = codec_choice::from(given, "averaging");
+  if (chosen.feedback)
+    throw error(errc::invalid_argument, "the schemes take a codec (a name or chorus.Codec); they keep no residual",
+                {-1, -1, "averaging"});
+  return chosen.wire;
+}
+
+nb::dict stats_of(const avg::averaging_stats& stats) {
+  nb::dict made;
+  made["steps"] = stats.steps;
+  made["exchanges"] = stats.exchanges;
+  made["merges"] = stats.merges;
+  made["bytes_sent"] = stats.bytes_sent;
+  made["messages_sent"] = stats.messages_sent;
+  return made;
+}
+
+nb::ndarray<nb::numpy, float, nb::ndim<1>> copy_of(std::span<const float> values) {
+  auto* copy = new std::vector<float>(values.begin(), values.end());
+  nb::capsule owner(copy, [](void* held) noexcept { delete static_cast<std::vector<float>*>(held); });
+  return {copy->data(), {copy->size()}, owner};
+}
+
+// The calls every scheme has. Each can communicate: the GIL is released.
+template <class Scheme>
+nb::class_<py_scheme<Scheme>> scheme_class(nb::module_& m, const char* name, const char* doc) {
+  using held = py_scheme<Scheme>;
+  return nb::class_<held>(m, name, doc)
+      .def("begin_step", [](held& self) { without_gil([&] { self.get().begin_step(); }); },
+           "Before the gradient: starts what overlaps it.")
+      .def("reduce_gradients", [](held& self) { without_gil([&] { self.get().reduce_gradients(); }); },
+           "After the gradient, before the update: allreduce-SGD averages the gradients; the others pass.")
+      .def("end_step", [](held& self) { without_gil([&] { self.get().end_step(); }); },
+           "After the update: the scheme's model step (mix, pull, push, average).")
+      .def("finish", [](held& self) { without_gil([&] { self.get().finish(); }); },
+           "Collective: the parameters become the model to keep (average, centre, consensus).")
+      .def_prop_ro("stats", [](held& self) { return stats_of(self.get().stats()); },
+                   "steps, exchanges, merges, bytes_sent, messages_sent of this rank.")
+      .def(
+          "close", [](held& self) { without_gil([&] { self.scheme.reset(); }); },
+          "Stops the scheme's threads (asynchronous schemes) without finishing.");
+}
+
+// Builds the scheme in place, with the GIL released (construction talks to
+// the other ranks).
+template <class Scheme, class... Args>
+void construct(py_scheme<Scheme>* self, py_communicator& given, nb::handle arrays, Args&&... args) {
+  new (self) py_scheme<Scheme>{given.get("averaging"), nb::borrow(arrays), std::nullopt};
+  try {
+    without_gil([&] { self->scheme.emplace(self->comm, std::forward<Args>(args)...); });
+  } catch (...) {
+    self->~py_scheme<Scheme>();
+    throw;
+  }
+}
+
+}  // namespace
+
+void bind_averaging(nb::module_& m) {
+  nb::class_<avg::topology>(m, "Topology", "A mixing matrix (or a cycle of them) for D-PSGD.")
+      .def_static("ring", &avg::topology::ring, nb::arg("n"))
+      .def_static("torus", &avg::topology::torus, nb::arg("rows"), nb::arg("cols"))
+      .def_static("exponential", &avg::topology::exponential, nb::arg("n"))
+      .def_static("one_peer_exponential", &avg::topology::one_peer_exponential, nb::arg("n"))
+      .def_static("fully_connected", &avg::topology::fully_connected, nb::arg("n"))
+      .def_static(
+          "from_weights",
+          [](const std::vector<std::vector<double>>& weights) { return avg::topology::from_weights(weights); },
+          nb::arg("weights"), "W[i][j]: the weight rank i gives rank j's model; doubly stochastic.")
+      .def_prop_ro("name", &avg::topology::name)
+      .def_prop_ro("size", &avg::topology::size);
+
+  using model_list = nb::handle;
+  scheme_class<avg::allreduce_sgd<chorus::communicator>>(m, "AllreduceSGD",
+                                                         "Averages the gradients every step (synchronous).")
+      .def(
+          "__init__",
+          [](py_scheme<avg::allreduce_sgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
+             model_list grads, nb::handle codec, std::size_t bucket_bytes) {
+            avg::parameters model = parameters_of(params, "params");
+            avg::parameters gradients = parameters_of(grads, "grads");
+            construct(self, comm, nb::make_tuple(params, grads), std::move(model), std::move(gradients),
+                      avg::allreduce_sgd_options{wire_of(codec), bucket_bytes});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("grads"), nb::arg("codec").none() = nb::none(),
+          nb::arg("bucket_bytes") = 0);
+
+  scheme_class<avg::local_sgd<chorus::communicator>>(m, "LocalSGD", "Averages the models every `period` steps.")
+      .def(
+          "__init__",
+          [](py_scheme<avg::local_sgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
+             std::uint64_t period, std::uint64_t warmup_steps, nb::handle codec, std::size_t bucket_bytes) {
+            avg::parameters model = parameters_of(params, "params");
+            construct(self, comm, params, std::move(model),
+                      avg::local_sgd_options{period, warmup_steps, wire_of(codec), bucket_bytes});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("period") = 8, nb::arg("warmup_steps") = 0,
+          nb::arg("codec").none() = nb::none(), nb::arg("bucket_bytes") = 0);
+
+  scheme_class<avg::dpsgd<chorus::communicator>>(m, "DPSGD", "Mixes with the neighbours of a topology every step.")
+      .def(
+          "__init__",
+          [](py_scheme<avg::dpsgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
+             std::optional<avg::topology> topology, nb::handle codec) {
+            avg::parameters model = parameters_of(params, "params");
+            construct(self, comm, params, std::move(model), avg::dpsgd_options{std::move(topology), wire_of(codec)});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("topology").none() = nb::none(),
+          nb::arg("codec").none() = nb::none());
+
+  scheme_class<avg::easgd<chorus::communicator>>(m, "EASGD", "Synchronous elastic averaging around a centre.")
+      .def(
+          "__init__",
+          [](py_scheme<avg::easgd<chorus::communicator>>* self, py_communicator& comm, model_list params, double alpha,
+             std::uint64_t tau, nb::handle codec) {
+            avg::parameters model = parameters_of(params, "params");
+            construct(self, comm, params, std::move(model), avg::easgd_options{alpha, tau, wire_of(codec)});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau") = 1,
+          nb::arg("codec").none() = nb::none())
+      .def(
+          "centre", [](py_scheme<avg::easgd<chorus::communicator>>& self) { return copy_of(self.get().centre()); },
+          "A copy of the centre (every rank holds it).");
+
+  scheme_class<avg::easgd_async<chorus::communicator>>(
+      m, "EASGDAsync", "Asynchronous elastic averaging: workers pull from a server rank's centre.")
+      .def(
+          "__init__",
+          [](py_scheme<avg::easgd_async<chorus::communicator>>* self, py_communicator& comm, model_list params,
+             double alpha, std::uint64_t tau, int server) {
+            avg::parameters model = parameters_of(params, "params");
+            construct(self, comm, params, std::move(model), avg::easgd_async_options{alpha, tau, server});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau") = 4, nb::arg("server") = 0)
+      .def(
+          "centre",
+          [](py_scheme<avg::easgd_async<chorus::communicator>>& self) { return copy_of(self.get().centre()); },
+          "A copy of the centre: the server's (empty on the workers).");
+
+  scheme_class<avg::gosgd<chorus::communicator>>(m, "GoSGD", "Gossip: push the model to a random peer.")
+      .def(
+          "__init__",
+          [](py_scheme<avg::gosgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
+             double push_probability, std::uint64_t seed, nb::handle codec) {
+            avg::parameters model = parameters_of(params, "params");
+            construct(self, comm, params, std::move(model), avg::gosgd_options{push_probability, seed, wire_of(codec)});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("push_probability") = 0.5, nb::arg("seed") = 1,
+          nb::arg("codec").none() = nb::none());
+}
+
+}  // namespace chorus::python

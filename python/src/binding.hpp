@@ -1,0 +1,137 @@
+// What the files of the chorus extension (chorus._chorus) share: the
+// communicator as Python holds it, DLPack arrays as chorus sees them, and
+// the hooks each file uses to add its part of the module.
+//
+// Conventions of the whole binding:
+// - every call that can block releases the GIL (nb::gil_scoped_release)
+//   around the chorus call, and only there: arrays are read before;
+// - arrays are taken as they are, never converted or copied: a
+//   non-contiguous view, a device array or a type chorus lacks is a
+//   chorus.InvalidArgument naming the argument, and nothing is written;
+// - chorus::error becomes the chorus.Error subclass of its category
+//   (errors.cpp; the classes live in chorus/errors.py).
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <chorus/comm/background.hpp>
+#include <chorus/collective/nonblocking.hpp>
+#include <chorus/comm/ucx_communicator.hpp>
+#include <chorus/core/element_type.hpp>
+#include <chorus/core/error.hpp>
+
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace chorus::python {
+
+namespace nb = nanobind;
+
+// Arrays are taken as Python objects (kept referenced by non-blocking
+// calls) and viewed through DLPack without conversion.
+using array = nb::ndarray<>;
+using const_array = nb::ndarray<nb::ro>;
+
+// One DLPack array as chorus sees it: its element type, contiguous bytes
+// and element count. A bool array travels as bytes (`boolean` set), so the
+// reductions turn sum/max into "or" and prod/min into "and".
+struct buffer {
+  dtype type = dtype::uint8;
+  bool boolean = false;
+  std::byte* data = nullptr;
+  std::size_t count = 0;
+
+  template <class T>
+  std::span<T> as() const {
+    return {reinterpret_cast<T*>(data), count};
+  }
+  std::size_t bytes() const { return count * size_of(type); }
+};
+
+// Checks an array (CPU memory, C-contiguous, a type chorus has, writable
+// for outputs) and views it; `role` names the argument in the error
+// ("tensor", "output"). The view is valid while `given` lives.
+buffer writable(nb::handle given, std::string_view role, std::string_view operation);
+buffer readable(nb::handle given, std::string_view role, std::string_view operation);
+
+// The communicator behind a chorus.Communicator. Copies share the world.
+struct py_communicator {
+  chorus::communicator comm;
+  std::string last_algorithm = "none";  // what the last blocking collective of this object ran
+  // Completes non-blocking point-to-point requests in order (wait, then the
+  // callback), so each request's arrays and callback live until it is done.
+  std::shared_ptr<background_worker> completions;
+
+  py_communicator() = default;
+  explicit py_communicator(chorus::communicator given) : comm(std::move(given)) {}
+  py_communicator(const py_communicator&) = delete;
+  py_communicator& operator=(const py_communicator&) = delete;
+  ~py_communicator();  // closes, without the GIL: queued callbacks need it
+
+  chorus::communicator& get(std::string_view operation);  // an error once closed
+  background_worker& completion_thread();
+  void close();  // finishes what is queued, then leaves the job
+};
+
+// A non-blocking operation as chorus.Request holds it: done when its task
+// on a chorus thread has run (the collective, or the wait of a send or
+// receive). test() and wait() raise the operation's error.
+class pending_request {
+ public:
+  explicit pending_request(collective_request done) : done_(std::move(done)) {}
+  bool test();
+  void wait();
+
+ private:
+  void settle(const std::function<void()>& step);
+  collective_request done_;
+  bool finished_ = false;
+  std::exception_ptr failure_;
+};
+
+// What a non-blocking call starts: `work` on a communicator, run by the
+// communicator's background thread in call order (collectives) or by its
+// completion thread (the waits of point-to-point requests already posted).
+// `keep` (the arrays) stays referenced until the work is done; `callback`,
+// if not None, is then called with None or the exception.
+using work_on = std::function<void(chorus::communicator&)>;
+std::unique_ptr<pending_request> start_collective(py_communicator& self, const char* operation, work_on work,
+                                                  nb::object keep, nb::object callback);
+std::unique_ptr<pending_request> start_completion(py_communicator& self, const char* operation, work_on work,
+                                                  nb::object keep, nb::object callback);
+
+// Releases the GIL around a blocking chorus call.
+template <class Call>
+decltype(auto) without_gil(Call&& call) {
+  nb::gil_scoped_release released;
+  return std::forward<Call>(call)();
+}
+
+// Builds the exception object for a chorus::error (errors.cpp), for the
+// completion callbacks of non-blocking calls.
+nb::object exception_for(const std::exception_ptr& failure);
+
+// Runs a Python completion callback from a chorus thread: takes the GIL,
+// passes None or the exception, and reports (never propagates) what the
+// callback raises. Nothing runs once the interpreter is finalizing.
+void call_back(const std::shared_ptr<nb::object>& callback, const std::exception_ptr& failure);
+
+// Shares a Python callable with a chorus thread: the reference is dropped
+// under the GIL, whichever thread drops it last.
+std::shared_ptr<nb::object> share_callable(nb::object callable);
+
+void bind_errors(nb::module_& m);
+void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator);
+void bind_reductions(nb::class_<py_communicator>& communicator);
+void bind_movements(nb::class_<py_communicator>& communicator);
+void bind_point_to_point(nb::class_<py_communicator>& communicator);
+void bind_codecs(nb::module_& m);
+void bind_averaging(nb::module_& m);
+
+}  // namespace chorus::python

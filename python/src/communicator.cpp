@@ -1,0 +1,196 @@
+// chorus.init(), chorus.connect() (the torch backend's way in: rank and
+// size from torch, the store's address through torch's store), the
+// communicator's own calls (rank, size, barrier, split, close) and
+// chorus.Request, the handle of every non-blocking call.
+#include "binding.hpp"
+
+#include <chorus/comm/connect.hpp>
+
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <cmath>
+#include <optional>
+
+namespace chorus::python {
+
+chorus::communicator& py_communicator::get(std::string_view operation) {
+  if (!comm.valid())
+    throw error(errc::invalid_argument, "the communicator is closed", {-1, -1, std::string(operation)});
+  return comm;
+}
+
+background_worker& py_communicator::completion_thread() {
+  if (!completions) completions = std::make_shared<background_worker>();
+  return *completions;
+}
+
+py_communicator::~py_communicator() {
+  if (PyGILState_Check()) {
+    nb::gil_scoped_release released;
+    close();
+  } else {
+    close();
+  }
+}
+
+void py_communicator::close() {
+  completions.reset();  // its waits are bounded by the timeout
+  comm = {};
+}
+
+bool pending_request::test() {
+  if (!finished_) settle([&] { finished_ = without_gil([&] { return done_.test(); }); });
+  return finished_;
+}
+
+void pending_request::wait() {
+  if (!finished_) settle([&] {
+      without_gil([&] { done_.wait(); });
+      finished_ = true;
+    });
+}
+
+// The operation's outcome is kept: a request that failed fails again.
+void pending_request::settle(const std::function<void()>& step) {
+  if (failure_) std::rethrow_exception(failure_);
+  try {
+    step();
+  } catch (...) {
+    failure_ = std::current_exception();
+    finished_ = true;
+    throw;
+  }
+}
+
+namespace {
+
+// Runs `work`, then the callback with its outcome; the task holds the
+// arrays and the callback until both have run.
+std::function<void(chorus::communicator&)> completing(work_on work, nb::object keep, nb::object callback) {
+  return [work = std::move(work), kept = share_callable(std::move(keep)),
+          told = share_callable(std::move(callback))](chorus::communicator& c) {
+    std::exception_ptr failure;
+    try {
+      work(c);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    call_back(told, failure);
+    if (failure) std::rethrow_exception(failure);
+  };
+}
+
+}  // namespace
+
+std::unique_ptr<pending_request> start_collective(py_communicator& self, const char* operation, work_on work,
+                                                  nb::object keep, nb::object callback) {
+  chorus::communicator& comm = self.get(operation);
+  collective_request started =
+      collective::start(comm, operation, completing(std::move(work), std::move(keep), std::move(callback)));
+  return std::make_unique<pending_request>(std::move(started));
+}
+
+std::unique_ptr<pending_request> start_completion(py_communicator& self, const char* operation, work_on work,
+                                                  nb::object keep, nb::object callback) {
+  chorus::communicator comm = self.get(operation);
+  auto task = completing(std::move(work), std::move(keep), std::move(callback));
+  std::future<void> done = self.completion_thread().submit([comm, task]() mutable { task(comm); });
+  return std::make_unique<pending_request>(collective_request(std::move(done), comm.timeout(), operation));
+}
+
+namespace {
+
+options options_from(std::optional<double> timeout_s, std::optional<std::string> progress, std::optional<bool> check) {
+  options given;
+  if (timeout_s) {
+    if (!(*timeout_s > 0) || !std::isfinite(*timeout_s))
+      throw error(errc::invalid_argument, "timeout must be a positive number of seconds", {-1, -1, "init"});
+    given.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(*timeout_s * 1000.0)));
+  }
+  if (progress) {
+    if (*progress == "spin") given.progress = transport::progress_mode::spin;
+    else if (*progress == "yield") given.progress = transport::progress_mode::yield;
+    else if (*progress == "block") given.progress = transport::progress_mode::block;
+    else if (*progress != "auto")
+      throw error(errc::invalid_argument, "progress must be spin, yield, block or auto, not '" + *progress + "'",
+                  {-1, -1, "init"});
+  }
+  given.check = check;
+  return given;
+}
+
+py_communicator* made(chorus::communicator comm) { return new py_communicator(std::move(comm)); }
+
+}  // namespace
+
+void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator) {
+  m.def(
+      "init",
+      [](std::optional<double> timeout, std::optional<std::string> progress, std::optional<bool> check) {
+        const options given = options_from(timeout, std::move(progress), check);
+        return made(without_gil([&] { return chorus::init(given); }));
+      },
+      nb::arg("timeout") = nb::none(), nb::arg("progress") = nb::none(), nb::arg("check") = nb::none(),
+      "Joins the job a launcher started (chorus-run, mpirun, srun: see the README).");
+
+  m.def(
+      "connect",
+      [](int rank, int size, int local_size, std::string host, std::string token,
+         std::function<void(std::string, int)> publish, std::function<std::string()> look_up,
+         std::optional<double> timeout, std::optional<std::string> progress, std::optional<bool> check) {
+        bootstrap::launch_info info;
+        info.rank = rank;
+        info.size = size;
+        info.local_size = local_size;
+        info.token = std::move(token);
+        info.source = "given";
+        if (rank < 0 || size < 1 || rank >= size)
+          throw error(errc::invalid_argument, "rank " + std::to_string(rank) + " of " + std::to_string(size),
+                      {rank, -1, "connect"});
+        if (size > 1) {
+          info.store = bootstrap::address{std::move(host), 0};
+          info.rendezvous = bootstrap::store_rendezvous{
+              [publish](const bootstrap::address& hosted) { publish(hosted.host, hosted.port); },
+              [look_up] { return bootstrap::parse_address(look_up(), "the store address published by rank 0"); }};
+        }
+        const options given = options_from(timeout, std::move(progress), check);
+        return made(without_gil([&] { return chorus::connect(info, given); }));
+      },
+      nb::arg("rank"), nb::arg("size"), nb::arg("local_size"), nb::arg("host"), nb::arg("token"),
+      nb::arg("publish"), nb::arg("look_up"), nb::arg("timeout") = nb::none(), nb::arg("progress") = nb::none(),
+      nb::arg("check") = nb::none(),
+      "Joins a job whose ranks learn where the store is through another key-value store: rank 0 hosts "
+      "chorus's store on a free port of `host` and calls publish(host, port); the others call look_up() "
+      "for 'host:port'. The torch backend passes torch's store.");
+
+  communicator
+      .def_prop_ro("rank", [](py_communicator& self) { return self.get("rank").rank(); })
+      .def_prop_ro("size", [](py_communicator& self) { return self.get("size").size(); })
+      .def_prop_ro("timeout", [](py_communicator& self) { return self.get("timeout").timeout().count() / 1000.0; },
+                   "Seconds every wait of this communicator is bounded by.")
+      .def_prop_ro("closed", [](py_communicator& self) { return !self.comm.valid(); })
+      .def_ro("last_algorithm", &py_communicator::last_algorithm,
+              "The algorithm the last blocking collective called on this object ran.")
+      .def("barrier", [](py_communicator& self) { without_gil([&] { self.get("barrier").barrier(); }); })
+      .def(
+          "split",
+          [](py_communicator& self, int color, int key) {
+            chorus::communicator& comm = self.get("split");
+            return made(without_gil([&] { return comm.split(color, key); }));
+          },
+          nb::arg("color"), nb::arg("key"),
+          "Collective: the ranks that pass the same color form a communicator, ordered by key; a negative "
+          "color gets a closed one.")
+      .def(
+          "close", [](py_communicator& self) { without_gil([&] { self.close(); }); },
+          "Finishes the queued non-blocking work and leaves the job (bounded by the timeout).");
+
+  nb::class_<pending_request>(m, "Request", "A non-blocking operation started by an i* call.")
+      .def("test", &pending_request::test, "True once done; raises the operation's error.")
+      .def("wait", &pending_request::wait, "Waits until done (bounded); raises the operation's error.");
+}
+
+}  // namespace chorus::python

@@ -1,0 +1,241 @@
+// The reducing collectives on arrays: allreduce (plain or through a codec,
+// with or without error feedback), reduce and reduce_scatter, blocking and
+// non-blocking. Ops by name: sum, prod, min, max, avg, and for integer and
+// bool arrays band, bor, bxor (chorus's user-operator path).
+#include "binding.hpp"
+#include "codecs.hpp"
+
+#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/reduce.hpp>
+#include <chorus/collective/reduce_scatter.hpp>
+#include <chorus/compressed/allreduce.hpp>
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <type_traits>
+
+namespace chorus::python {
+
+namespace {
+
+struct bitwise_and {
+  static constexpr std::string_view name = "band";
+  template <class T>
+  T operator()(T a, T b) const noexcept { return static_cast<T>(a & b); }
+};
+struct bitwise_or {
+  static constexpr std::string_view name = "bor";
+  template <class T>
+  T operator()(T a, T b) const noexcept { return static_cast<T>(a | b); }
+};
+struct bitwise_xor {
+  static constexpr std::string_view name = "bxor";
+  template <class T>
+  T operator()(T a, T b) const noexcept { return static_cast<T>(a ^ b); }
+};
+
+// A bool array is bytes of 0 and 1: "sum" and "max" are "or", "prod" and
+// "min" are "and", as torch's backends treat them.
+std::string_view boolean_op(std::string_view name, std::string_view operation) {
+  if (name == "sum" || name == "max" || name == "bor") return "max";
+  if (name == "prod" || name == "min" || name == "band") return "min";
+  if (name == "bxor") return "bxor";
+  throw error(errc::invalid_argument, "op '" + std::string(name) + "' has no meaning on a bool array",
+              {-1, -1, std::string(operation)});
+}
+
+// Calls f(op) with the operator called `name` for element type T.
+template <class T, class F>
+void visit_op(std::string_view name, bool boolean, std::string_view operation, F&& f) {
+  if (boolean) name = boolean_op(name, operation);
+  if (op::visit_builtin(name, f)) return;
+  if constexpr (std::is_integral_v<T>) {
+    if (name == bitwise_and::name) return f(bitwise_and{});
+    if (name == bitwise_or::name) return f(bitwise_or{});
+    if (name == bitwise_xor::name) return f(bitwise_xor{});
+  }
+  throw error(errc::invalid_argument,
+              "op '" + std::string(name) + "' for " + std::string(to_string(dtype_of<T>)) +
+                  " (sum, prod, min, max, avg; band, bor, bxor on integer and bool arrays)",
+              {-1, -1, std::string(operation)});
+}
+
+// Calls f(span<const T> in, span<T> out, op) with the arrays' element type.
+template <class F>
+void visit_reduction(const buffer& in, const buffer& out, std::string_view name, std::string_view operation, F&& f) {
+  visit_element_type(in.type, [&](auto element) {
+    using T = decltype(element);
+    visit_op<T>(name, in.boolean, operation, [&](auto op) { f(std::span<const T>(in.as<T>()), out.as<T>(), op); });
+  });
+}
+
+void require_same_type(const buffer& a, const buffer& b, std::string_view operation) {
+  if (a.type != b.type || a.boolean != b.boolean)
+    throw error(errc::invalid_argument,
+                "input and output have different element types (" + std::string(to_string(a.type)) + ", " +
+                    std::string(to_string(b.type)) + ")",
+                {-1, -1, std::string(operation)});
+}
+
+algorithm algorithm_named(const std::string& name, std::string_view collective) {
+  const algorithm chosen = parse_algorithm(name, "algo");
+  return chosen == algorithm::automatic ? chosen : require_offered(collective, chosen, "algo");
+}
+
+// One reduction's arguments, checked with the GIL held; run() may then go
+// on any thread.
+struct allreduce_call {
+  buffer in, out;
+  std::string op;
+  algorithm forced = algorithm::automatic;
+  codec_choice wire;
+
+  algorithm run(chorus::communicator& comm) const {
+    if (wire.active()) return run_compressed(comm);
+    algorithm ran = algorithm::automatic;
+    visit_reduction(in, out, op, "allreduce", [&](auto input, auto output, auto reduction) {
+      ran = input.data() == output.data() ? allreduce(comm, output, reduction, forced)
+                                          : allreduce(comm, input, output, reduction, forced);
+    });
+    return ran;
+  }
+
+  // A codec sums or averages float32: the input is copied to the output
+  // first, then reduced there.
+  algorithm run_compressed(chorus::communicator& comm) const {
+    const std::span<float> data = out.as<float>();
+    if (in.data != out.data) std::copy_n(in.as<const float>().data(), in.count, data.data());
+    compression_options told;
+    if (forced != algorithm::automatic) told.scheme = compressed::as_scheme(forced);
+    return wire.visit([&](auto& coder) {
+      return op == "avg" ? allreduce(comm, data, op::avg{}, coder, told) : allreduce(comm, data, op::sum{}, coder, told);
+    });
+  }
+};
+
+allreduce_call checked_allreduce(nb::handle tensor, nb::handle output, const std::string& op,
+                                 const std::string& algo, nb::handle codec, const char* operation) {
+  allreduce_call call;
+  call.out = output.is_none() ? writable(tensor, "tensor", operation) : writable(output, "output", operation);
+  call.in = output.is_none() ? call.out : readable(tensor, "tensor", operation);
+  require_same_type(call.in, call.out, operation);
+  if (call.in.count != call.out.count)
+    throw error(errc::invalid_argument,
+                "input has " + std::to_string(call.in.count) + " elements, output " + std::to_string(call.out.count),
+                {-1, -1, operation});
+  call.op = op;
+  call.wire = codec_choice::from(codec, operation);
+  if (call.wire.active()) {
+    if (call.in.type != dtype::float32 || call.in.boolean)
+      throw error(errc::invalid_argument,
+                  "a codec compresses float32 arrays, not " + std::string(to_string(call.in.type)), {-1, -1, operation});
+    if (op != "sum" && op != "avg")
+      throw error(errc::invalid_argument, "a compressed allreduce sums or averages, not '" + op + "'",
+                  {-1, -1, operation});
+    if (algo != "auto" && algo != "ring" && algo != "once" && algo != "encode_once")
+      throw error(errc::invalid_argument, "a compressed allreduce runs 'ring' or 'once', not '" + algo + "'",
+                  {-1, -1, operation});
+    call.forced = parse_algorithm(algo, "algo");
+  } else {
+    call.forced = algorithm_named(algo, "allreduce");
+  }
+  return call;
+}
+
+struct rooted_call {
+  buffer in, out;
+  std::string op;
+  int root = 0;
+};
+
+}  // namespace
+
+void bind_reductions(nb::class_<py_communicator>& communicator) {
+  communicator.def(
+      "allreduce",
+      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& op,
+         const std::string& algo, nb::handle codec) {
+        chorus::communicator& comm = self.get("allreduce");
+        const allreduce_call call = checked_allreduce(tensor, output, op, algo, codec, "allreduce");
+        self.last_algorithm = to_string(without_gil([&] { return call.run(comm); }));
+        return self.last_algorithm;
+      },
+      nb::arg("tensor"), nb::arg("output").none() = nb::none(), nb::arg("op") = "sum",
+      nb::arg("algo") = "auto", nb::arg("codec").none() = nb::none(),
+      "Reduces `tensor` over all ranks, into `output` if given (else in place); returns the algorithm that ran.");
+
+  communicator.def(
+      "iallreduce",
+      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& op,
+         const std::string& algo, nb::handle codec, nb::object callback) {
+        const allreduce_call call = checked_allreduce(tensor, output, op, algo, codec, "iallreduce");
+        return start_collective(
+            self, "iallreduce", [call](chorus::communicator& c) { call.run(c); },
+            nb::make_tuple(tensor, output, codec), std::move(callback));
+      },
+      nb::arg("tensor"), nb::arg("output").none() = nb::none(), nb::arg("op") = "sum",
+      nb::arg("algo") = "auto", nb::arg("codec").none() = nb::none(), nb::arg("callback").none() = nb::none(),
+      "allreduce started on the communicator's background thread; returns a Request.");
+
+  communicator.def(
+      "reduce",
+      [](py_communicator& self, nb::handle tensor, int root, nb::handle output, const std::string& op) {
+        chorus::communicator& comm = self.get("reduce");
+        rooted_call call{writable(tensor, "tensor", "reduce"), {}, op, root};
+        call.out = output.is_none() ? call.in : writable(output, "output", "reduce");
+        require_same_type(call.in, call.out, "reduce");
+        self.last_algorithm = to_string(without_gil([&] {
+          algorithm ran = algorithm::automatic;
+          visit_reduction(call.in, call.out, call.op, "reduce", [&](auto in, auto out, auto reduction) {
+            ran = reduce(comm, in, out, call.root, reduction);
+          });
+          return ran;
+        }));
+        return self.last_algorithm;
+      },
+      nb::arg("tensor"), nb::arg("root"), nb::arg("output").none() = nb::none(), nb::arg("op") = "sum",
+      "Reduces `tensor` over all ranks into `output` (else `tensor`) on `root`; other ranks' outputs are "
+      "left as they were.");
+
+  const auto reduce_scatter_into = [](chorus::communicator& comm, const rooted_call& call, algorithm forced) {
+    algorithm ran = algorithm::automatic;
+    visit_reduction(call.in, call.out, call.op, "reduce_scatter", [&](auto in, auto out, auto reduction) {
+      ran = reduce_scatter(comm, in, out, reduction, forced);
+    });
+    return ran;
+  };
+  communicator.def(
+      "reduce_scatter",
+      [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output,
+                            const std::string& op, const std::string& algo) {
+        chorus::communicator& comm = self.get("reduce_scatter");
+        const rooted_call call{readable(input, "input", "reduce_scatter"), writable(output, "output", "reduce_scatter"),
+                               op, 0};
+        require_same_type(call.in, call.out, "reduce_scatter");
+        const algorithm forced = algorithm_named(algo, "reduce_scatter");
+        self.last_algorithm = to_string(without_gil([&] { return reduce_scatter_into(comm, call, forced); }));
+        return self.last_algorithm;
+      },
+      nb::arg("input"), nb::arg("output"), nb::arg("op") = "sum", nb::arg("algo") = "auto",
+      "Reduces `input` (size x len(output) elements) over all ranks; block r of the result lands in rank r's "
+      "`output`.");
+
+  communicator.def(
+      "ireduce_scatter",
+      [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output,
+                            const std::string& op, const std::string& algo, nb::object callback) {
+        const rooted_call call{readable(input, "input", "ireduce_scatter"),
+                               writable(output, "output", "ireduce_scatter"), op, 0};
+        require_same_type(call.in, call.out, "ireduce_scatter");
+        const algorithm forced = algorithm_named(algo, "reduce_scatter");
+        return start_collective(
+            self, "ireduce_scatter",
+            [call, forced, reduce_scatter_into](chorus::communicator& c) { reduce_scatter_into(c, call, forced); },
+            nb::make_tuple(input, output), std::move(callback));
+      },
+      nb::arg("input"), nb::arg("output"), nb::arg("op") = "sum", nb::arg("algo") = "auto",
+      nb::arg("callback").none() = nb::none(), "reduce_scatter started on the background thread; returns a Request.");
+}
+
+}  // namespace chorus::python

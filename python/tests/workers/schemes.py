@@ -1,0 +1,170 @@
+"""One rank of the averaging-scheme tests on NumPy arrays (under chorus-run).
+
+Each rank's model is two arrays (one of them empty, one of an odd size),
+its update a fixed step of its own; every rank knows every rank's start and
+step, so the synchronous schemes are checked against their closed forms and
+the asynchronous ones against what they must keep (consensus inside the
+hull of the starting models)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import chorus
+from chorus import averaging
+
+comm = chorus.init()
+rank, size = comm.rank, comm.size
+checks = 0
+SHAPES = (33, 0, 7)
+
+
+def start(r: int) -> list:
+    rng = np.random.default_rng([r, 11])
+    return [rng.uniform(-1, 1, n).astype(np.float32) for n in SHAPES]
+
+
+def step_of(r: int, t: int) -> list:
+    rng = np.random.default_rng([r, t, 12])
+    return [rng.uniform(-0.1, 0.1, n).astype(np.float32) for n in SHAPES]
+
+
+def close(what: str, got: list, want: list, tolerance: float = 2e-5) -> None:
+    global checks
+    for k, (g, w) in enumerate(zip(got, want)):
+        error = np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))
+        assert error.size == 0 or error.max() <= tolerance, f"rank {rank}: {what} tensor {k}: off by {error.max()}"
+    checks += 1
+
+
+def flat(arrays: list) -> np.ndarray:
+    return np.concatenate([np.asarray(a, np.float64) for a in arrays])
+
+
+def run(scheme, model: list, steps: int, update=True) -> None:
+    for t in range(steps):
+        scheme.begin_step()
+        scheme.reduce_gradients()
+        if update:
+            for x, d in zip(model, step_of(rank, t)):
+                x += d
+        scheme.end_step()
+
+
+def test_allreduce_sgd() -> None:
+    model = start(rank)
+    grads = step_of(rank, 0)
+    scheme = averaging.AllreduceSGD(comm, model, grads)
+    scheme.begin_step()
+    scheme.reduce_gradients()
+    want = [np.mean([step_of(r, 0)[k] for r in range(size)], axis=0) for k in range(len(SHAPES))]
+    close("allreduce-SGD averages the gradients", grads, want)
+    scheme.end_step()
+    assert scheme.stats["steps"] == 1
+
+
+def test_local_sgd() -> None:
+    model = start(rank)
+    scheme = averaging.LocalSGD(comm, model, period=2)
+    run(scheme, model, 1)
+    close("local SGD: no averaging before the period", model, [s + d for s, d in zip(start(rank), step_of(rank, 0))])
+    scheme.begin_step()
+    for x, d in zip(model, step_of(rank, 1)):
+        x += d
+    scheme.end_step()
+    each = [[s + d0 + d1 for s, d0, d1 in zip(start(r), step_of(r, 0), step_of(r, 1))] for r in range(size)]
+    close("local SGD averages at the period", model, [np.mean([e[k] for e in each], axis=0) for k in range(3)])
+
+
+def ring_weights(n: int) -> np.ndarray:
+    w = np.zeros((n, n))
+    for r in range(n):
+        for offset in (0, 1, -1):
+            w[r][(r + offset) % n] += 1.0 / 3.0
+    return w
+
+
+def test_dpsgd() -> None:
+    model = start(rank)
+    scheme = averaging.DPSGD(comm, model)  # a ring by default
+    run(scheme, model, 1)
+    w = ring_weights(size)
+    want = [sum(w[rank][j] * start(j)[k] for j in range(size)) + step_of(rank, 0)[k] for k in range(3)]
+    close("D-PSGD on a ring: W x + own step", model, want)
+
+    weights = [[0.5 if i == j else 0.5 / (size - 1) if size > 1 else 0.5 for j in range(size)] for i in range(size)]
+    if size == 1:
+        weights = [[1.0]]
+    model = start(rank)
+    scheme = averaging.DPSGD(comm, model, topology=chorus.Topology.from_weights(weights), codec="fp16")
+    run(scheme, model, 1, update=False)
+    want = [sum(weights[rank][j] * start(j)[k] for j in range(size)) for k in range(3)]
+    close("D-PSGD with user weights and fp16", model, want, tolerance=2e-3)
+    scheme.finish()
+    close("D-PSGD finish: every rank the average", model,
+          [np.mean([comm.allgather(m)[r] for r in range(size)], axis=0) for m in model], tolerance=0)
+
+
+def test_easgd() -> None:
+    model = start(rank)
+    alpha = 0.25
+    scheme = averaging.EASGD(comm, model, alpha=alpha, tau=1)
+    centre = np.mean([flat(start(r)) for r in range(size)], axis=0)
+    close("EASGD centre starts at the average", [scheme.centre()], [centre])
+    run(scheme, model, 1)
+    differences = [flat(start(r)) - centre for r in range(size)]
+    want_model = flat(start(rank)) + flat(step_of(rank, 0)) - alpha * differences[rank]
+    want_centre = centre + alpha * np.sum(differences, axis=0)
+    close("EASGD model", [flat(model)], [want_model])
+    close("EASGD centre", [scheme.centre()], [want_centre])
+    scheme.finish()
+    close("EASGD finish: the centre", [flat(model)], [want_centre])
+
+
+def consensus_in_hull(what: str, model: list) -> None:
+    global checks
+    everyone = comm.allgather(flat(model).astype(np.float32))
+    assert np.all(everyone == everyone[0]), f"{what}: ranks differ after finish"
+    starts = np.stack([flat(start(r)) for r in range(size)])
+    low, high = starts.min(axis=0) - 1e-5, starts.max(axis=0) + 1e-5
+    assert np.all((everyone[0] >= low) & (everyone[0] <= high)), f"{what}: outside the starting models' hull"
+    checks += 1
+
+
+def test_asynchronous() -> None:
+    model = start(rank)
+    scheme = averaging.GoSGD(comm, model, push_probability=1.0, seed=3)
+    run(scheme, model, 5, update=False)
+    scheme.finish()
+    consensus_in_hull("GoSGD", model)
+    assert size == 1 or scheme.stats["messages_sent"] > 0
+
+    model = start(rank)
+    scheme = averaging.EASGDAsync(comm, model, alpha=0.5, tau=1, server=size - 1)
+    close("async EASGD starts from the server's model", model, start(size - 1), tolerance=0)
+    run(scheme, model, 3, update=False)
+    scheme.finish()
+    consensus_in_hull("async EASGD", model)
+
+
+def test_bad_input() -> None:
+    global checks
+    for bad, why in (([np.zeros(3, np.float64)], "float32"), ([np.zeros(6, np.float32)[::2]], "contiguous"), ([], "no")):
+        try:
+            averaging.LocalSGD(comm, bad)
+        except chorus.InvalidArgument as failure:
+            assert why in str(failure), str(failure)
+            checks += 1
+        else:
+            raise AssertionError(f"LocalSGD took {bad}")
+
+
+test_allreduce_sgd()
+test_local_sgd()
+test_dpsgd()
+test_easgd()
+test_asynchronous()
+test_bad_input()
+comm.barrier()
+print(f"rank {rank}: passed {checks} checks", flush=True)
+comm.close()

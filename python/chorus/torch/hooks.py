@@ -13,8 +13,9 @@ the hook's state opens a chorus communicator through the default group's
 store, and only the gradients travel by chorus.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: DDP's register_comm_hook
+# compares the hooks' annotations with dist.GradBucket and
+# torch.futures.Future[torch.Tensor] themselves, not with their names.
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -37,7 +38,7 @@ class State:
         self.comm = communicator_for(process_group)
         self._residuals: Dict[Tuple[int, int], _chorus.ErrorFeedback] = {}
 
-    def wire_for(self, bucket: Any) -> Any:
+    def wire_for(self, bucket: dist.GradBucket) -> Any:
         """The codec, or this bucket's error feedback (by index and size: DDP
         rebuilds its buckets after the first step)."""
         if not self.error_feedback:
@@ -49,11 +50,11 @@ class State:
         return kept
 
 
-def compressed_allreduce(state: State, bucket: Any) -> torch.futures.Future:
+def compressed_allreduce(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Averages the bucket's gradients through the state's codec; float32
     buckets only (others are averaged exactly)."""
     buffer = bucket.buffer()
-    future: torch.futures.Future = torch.futures.Future()
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
 
     def done(failure: Optional[BaseException]) -> None:
         if failure is None:
@@ -67,7 +68,7 @@ def compressed_allreduce(state: State, bucket: Any) -> torch.futures.Future:
 
 
 def _with(codec: str):
-    def hook(state: State, bucket: Any) -> torch.futures.Future:
+    def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         if state.codec.name != codec:
             raise ValueError(f"the {codec} hook was given a State for {state.codec.name}: State({codec!r})")
         return compressed_allreduce(state, bucket)

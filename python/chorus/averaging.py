@@ -159,6 +159,16 @@ class GoSGD(Scheme):
         arrays = _arrays(params)
         super().__init__(_chorus.GoSGD(comm._impl, arrays, push_probability, seed, codec), arrays)
 
+    def quiesce(self) -> None:
+        """Collective: a consistent cut (every push sent before any rank's
+        quiesce() merged, none after); snapshot the consensus here."""
+        self._impl.quiesce()
+
+    @property
+    def weight(self) -> float:
+        """This rank's share: sum(weight * model) over the ranks is the consensus."""
+        return self._impl.weight
+
 
 SCHEMES = {
     "allreduce": AllreduceSGD,

@@ -200,7 +200,15 @@ void bind_averaging(nb::module_& m) {
             construct(self, comm, params, std::move(model), avg::gosgd_options{push_probability, seed, wire_of(codec)});
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("push_probability") = 0.5, nb::arg("seed") = 1,
-          nb::arg("codec").none() = nb::none());
+          nb::arg("codec").none() = nb::none())
+      .def(
+          "quiesce",
+          [](py_scheme<avg::gosgd<chorus::communicator>>& self) { without_gil([&] { self.get().quiesce(); }); },
+          "Collective: a consistent cut; every push sent before any rank's quiesce() is merged, none after, so "
+          "the weights over the ranks sum to 1 until the next step.")
+      .def_prop_ro(
+          "weight", [](py_scheme<avg::gosgd<chorus::communicator>>& self) { return self.get().weight(); },
+          "This rank's share of the consensus: sum(weight * model) over the ranks is the model to keep.");
 }
 
 }  // namespace chorus::python

@@ -139,6 +139,19 @@ def test_asynchronous() -> None:
     consensus_in_hull("GoSGD", model)
     assert size == 1 or scheme.stats["messages_sent"] > 0
 
+    # Gossip without updates keeps sum(weight * model) at the mean of the
+    # starting models; after quiesce() the weights sum to 1.
+    model = start(rank)
+    scheme = averaging.GoSGD(comm, model, push_probability=1.0, seed=5)
+    run(scheme, model, 4, update=False)
+    scheme.quiesce()
+    mean = np.mean([flat(start(r)) for r in range(size)], axis=0)
+    close("GoSGD's weights after quiesce()", [comm.allreduce(np.array([scheme.weight]))], [np.ones(1)], 1e-12)
+    close("GoSGD's consensus after quiesce()", [comm.allreduce(scheme.weight * flat(model))], [mean])
+    run(scheme, model, 2, update=False)
+    scheme.finish()
+    close("GoSGD's finish()", [flat(model)], [mean])
+
     model = start(rank)
     scheme = averaging.EASGDAsync(comm, model, alpha=0.5, tau=1, server=size - 1)
     close("async EASGD starts from the server's model", model, start(size - 1), tolerance=0)

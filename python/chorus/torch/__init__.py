@@ -12,7 +12,8 @@ DDP's gradient buckets are reduced while the backward pass goes on.
 Implemented: allreduce (sum, product, min, max, avg; band, bor, bxor on
 integers and bool), allreduce_coalesced, broadcast, reduce, allgather,
 all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, alltoall,
-alltoall_single (with split sizes), gather, scatter, barrier, send, recv.
+alltoall_single (with split sizes), gather, scatter, barrier, send, recv
+(isend, irecv, batch_isend_irecv).
 Other calls raise NotImplementedError naming the call. CPU tensors only.
 
 Also here: ``chorus.torch.hooks`` (DDP communication hooks with codecs),
@@ -142,6 +143,15 @@ class ProcessGroupChorus(dist.ProcessGroup):
     @property
     def communicator(self) -> Communicator:
         return self._comm
+
+    # torch asks a group for its per-device backend (batch_isend_irecv asks
+    # it whether it coalesces): this group is its own, for CPU tensors.
+    supports_coalescing = False
+
+    def _get_backend(self, device: Any) -> "ProcessGroupChorus":
+        if torch.device(device).type != "cpu":
+            raise RuntimeError(f"chorus backend: no backend for {device} tensors (the chorus backend takes CPU tensors)")
+        return self
 
     # -- plumbing ----------------------------------------------------------
     def _started(self, start: Callable[[Callable[[Optional[BaseException]], None]], Any], result: Any) -> Any:

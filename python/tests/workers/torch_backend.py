@@ -7,6 +7,8 @@ process training on the whole batch."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -130,6 +132,13 @@ def test_all_reduce() -> None:
     for work, t, want in zip(works, tensors, expected):
         work.wait()
         check("async all_reduce", t, want, torch.float32)
+    together = [data(rank, torch.float64, n, 3) for n in (0, 1, 7, 300)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch marks all_reduce_coalesced deprecated; scripts still call it
+        dist.all_reduce_coalesced(together, op=dist.ReduceOp.MAX)
+    for n, t in zip((0, 1, 7, 300), together):
+        check(f"all_reduce_coalesced x{n}", t, reference("max", [data(r, torch.float64, n, 3) for r in range(size)],
+                                                         torch.float64), torch.float64)
     future = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     check("the future's value", future.wait()[0], np.full(3, float(size)), torch.float32)
 
@@ -208,6 +217,13 @@ def test_movement() -> None:
         receiving.wait()
         sending.wait()
         check("isend/irecv ring", got, np.full(100003, float(before)), torch.float32)
+        got = [torch.empty(5, dtype=torch.int64), torch.empty(0)]
+        works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, got[0], before), dist.P2POp(dist.irecv, got[1], before),
+                                        dist.P2POp(dist.isend, torch.full((5,), rank), after),
+                                        dist.P2POp(dist.isend, torch.empty(0), after)])
+        for work in works:
+            work.wait()
+        check("batch_isend_irecv ring", got[0], np.full(5, before), torch.int64)
         if rank == 0:
             dist.send(torch.arange(4.), dst=1, tag=3)
         elif rank == 1:

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..communicator import Communicator, connect
-from ..errors import InvalidArgument
+from ..errors import Error, InvalidArgument
 
 __all__ = ["ChorusWork", "ProcessGroupChorus", "communicator_for", "communicator_of", "hooks"]
 
@@ -100,16 +100,19 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class ChorusWork(dist.Work):
-    """The Work of a chorus collective: wait() raises what the collective
-    raised (a Work made from a future would report success), and
+    """The Work of a chorus call: wait() raises what the call raised (a Work
+    made with torch's _create_work_from_future reports success instead), and
     get_future() is the future chorus completes."""
 
-    def __init__(self, future: torch.futures.Future) -> None:
+    def __init__(self, future: torch.futures.Future, request: Any = None) -> None:
         super().__init__()
         self._future = future
+        self.request = request  # chorus's, for a call started on a chorus thread
 
     def wait(self, timeout: Optional[timedelta] = None) -> bool:
-        self._future.wait()  # raises the collective's exception
+        if self.request is not None:
+            self.request.wait()  # raises the collective's exception
+        self._future.wait()
         return True
 
     def is_completed(self) -> bool:
@@ -135,6 +138,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         super().__init__(rank, size)
         self._comm = _connect_through(store, rank, size, timeout)
         self._impl = self._comm._impl
+        self._last_started: Any = None  # the last collective started on the background thread
 
     # -- what torch asks of every group -------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -154,6 +158,21 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self
 
     # -- plumbing ----------------------------------------------------------
+    def _collective(self, opts: Any, result: Any, start: Callable[[Callable[[Optional[BaseException]], None]], Any],
+                    now: Callable[[], Any]) -> Any:
+        """A collective as torch asks for it. Blocking (torch's own blocking
+        calls set opts.asyncOp to False): `now()` on this thread once the
+        collectives started before it are done, then a completed Work; no
+        hand-off to a thread and back. Otherwise started on chorus's
+        background thread, in call order."""
+        if getattr(opts, "asyncOp", True):
+            work = self._started(start, result)
+            self._last_started = work.request
+            return work
+        self._drain()
+        now()
+        return self._completed(result)
+
     def _started(self, start: Callable[[Callable[[Optional[BaseException]], None]], Any], result: Any) -> Any:
         """Starts a non-blocking chorus call and returns a Work on its Future."""
         future: torch.futures.Future = torch.futures.Future()
@@ -164,8 +183,18 @@ class ProcessGroupChorus(dist.ProcessGroup):
             else:
                 future.set_exception(failure)
 
-        start(done)
-        return ChorusWork(future)
+        return ChorusWork(future, start(done))
+
+    def _drain(self) -> None:
+        """Waits for the collectives started on the background thread (they
+        finish in order: the last one is enough). Their failures are their
+        own Works' to report."""
+        last, self._last_started = self._last_started, None
+        if last is not None:
+            try:
+                last.wait()
+            except Error:
+                pass
 
     def _completed(self, result: Any) -> Any:
         future: torch.futures.Future = torch.futures.Future()
@@ -184,25 +213,36 @@ class ProcessGroupChorus(dist.ProcessGroup):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
         if tensor.is_complex() and op not in ("sum", "avg"):
             raise InvalidArgument(f"chorus backend: allreduce of complex tensors with {op}")
-        return self._started(lambda done: self._impl.iallreduce(_flat(tensor), None, op, "auto", None, done),
-                             tensors)
+        flat = _flat(tensor)
+        return self._collective(opts, tensors,
+                                lambda done: self._impl.iallreduce(flat, None, op, "auto", None, done),
+                                lambda: self._impl.allreduce(flat, None, op, "auto", None))
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         _cpu_tensors(tensors, "allreduce_coalesced")
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce_coalesced")
         if not tensors:
             return self._completed(tensors)
-        # The background thread runs them in order, each holding its tensor
-        # until done: the last one's completion is everyone's (an earlier
-        # one's failure, a peer's, fails the last one too).
-        for tensor in tensors[:-1]:
-            self._impl.iallreduce(_flat(tensor), None, op, "auto", None, None)
-        return self._started(lambda done: self._impl.iallreduce(_flat(tensors[-1]), None, op, "auto", None, done),
-                             tensors)
+        flats = [_flat(t) for t in tensors]
+
+        def start(done: Callable[[Optional[BaseException]], None]) -> Any:
+            # The background thread runs them in order, each holding its
+            # tensor until done: the last one's completion is everyone's (an
+            # earlier one's failure, a peer's, fails the last one too).
+            for flat in flats[:-1]:
+                self._impl.iallreduce(flat, None, op, "auto", None, None)
+            return self._impl.iallreduce(flats[-1], None, op, "auto", None, done)
+
+        def now() -> None:
+            for flat in flats:
+                self._impl.allreduce(flat, None, op, "auto", None)
+
+        return self._collective(opts, tensors, start, now)
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(tensors, "reduce")
         op = _op_name(opts.reduceOp, "reduce")
+        self._drain()
         self._impl.reduce(_flat(tensor), opts.rootRank, None, op)
         return self._completed(tensors)
 
@@ -230,14 +270,18 @@ class ProcessGroupChorus(dist.ProcessGroup):
         if input.numel() != output.numel() * self.size():
             raise InvalidArgument(f"chorus backend: {call}: input has {input.numel()} elements, "
                                   f"{self.size()} x output's {output.numel()} expected")
-        return self._started(lambda done: self._impl.ireduce_scatter(_flat(input), _flat(output), op, "auto", done),
-                             [output])
+        source, target = _flat(input), _flat(output)
+        return self._collective(opts, [output],
+                                lambda done: self._impl.ireduce_scatter(source, target, op, "auto", done),
+                                lambda: self._impl.reduce_scatter(source, target, op, "auto"))
 
     # -- data movement -----------------------------------------------------
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(tensors, "broadcast")
         root = opts.rootRank
-        return self._started(lambda done: self._impl.ibroadcast(_flat(tensor), root, "auto", None, done), tensors)
+        flat = _flat(tensor)
+        return self._collective(opts, tensors, lambda done: self._impl.ibroadcast(flat, root, "auto", None, done),
+                                lambda: self._impl.broadcast(flat, root, "auto", None))
 
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                   opts: Any = None) -> Any:
@@ -249,25 +293,33 @@ class ProcessGroupChorus(dist.ProcessGroup):
             if out.numel() != tensor.numel() or out.dtype != tensor.dtype:
                 raise InvalidArgument("chorus backend: allgather outputs must match the input's size and dtype")
         gathered = torch.empty((self.size(), *tensor.shape), dtype=tensor.dtype)
+        mine, into = _flat(tensor.contiguous()), _flat(gathered)
 
-        def scatter_back(failure: Optional[BaseException], done: Callable) -> None:
+        def scatter_back() -> None:
+            for out, part in zip(outputs, gathered):
+                out.copy_(part.reshape(out.shape))
+
+        def then(failure: Optional[BaseException], done: Callable) -> None:
             if failure is None:
-                for out, part in zip(outputs, gathered):
-                    out.copy_(part.reshape(out.shape))
+                scatter_back()
             done(failure)
 
-        return self._started(
-            lambda done: self._impl.iallgather(_flat(tensor.contiguous()), _flat(gathered), "auto", None,
-                                               lambda failure: scatter_back(failure, done)),
-            output_tensors)
+        def now() -> None:
+            self._impl.allgather(mine, into, "auto", None)
+            scatter_back()
+
+        return self._collective(
+            opts, output_tensors,
+            lambda done: self._impl.iallgather(mine, into, "auto", None, lambda failure: then(failure, done)), now)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         _cpu_tensors([output, input], "all_gather_into_tensor")
         if output.numel() != input.numel() * self.size():
             raise InvalidArgument(f"chorus backend: all_gather_into_tensor: output has {output.numel()} elements, "
                                   f"{self.size()} x input's {input.numel()} expected")
-        return self._started(lambda done: self._impl.iallgather(_flat(input), _flat(output), "auto", None, done),
-                             [output])
+        mine, into = _flat(input), _flat(output)
+        return self._collective(opts, [output], lambda done: self._impl.iallgather(mine, into, "auto", None, done),
+                                lambda: self._impl.allgather(mine, into, "auto", None))
 
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any = None) -> Any:
@@ -280,7 +332,9 @@ class ProcessGroupChorus(dist.ProcessGroup):
                       input_split_sizes: List[int], opts: Any = None) -> Any:
         _cpu_tensors([output, input], "alltoall_single")
         if not output_split_sizes and not input_split_sizes:
-            return self._started(lambda done: self._impl.ialltoall(_flat(input), _flat(output), done), [output])
+            source, target = _flat(input), _flat(output)
+            return self._collective(opts, [output], lambda done: self._impl.ialltoall(source, target, done),
+                                    lambda: self._impl.alltoall(source, target))
         return self._alltoall_by_parts(self._split(output, output_split_sizes, "output"),
                                        self._split(input, input_split_sizes, "input"), [output])
 
@@ -304,6 +358,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     def _alltoall_by_parts(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], result: Any) -> Any:
         """Uneven blocks: every pair of parts as its own send and receive, all posted at once."""
+        self._drain()
         me = self.rank()
         staged = [o if o.is_contiguous() else torch.empty_like(o) for o in outputs]
         requests = []
@@ -323,6 +378,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(input_tensors, "gather")
         root = opts.rootRank
+        self._drain()
         if self.rank() != root:
             self._impl.gather(_flat(tensor.contiguous()), None, root)
             return self._completed(output_tensors)
@@ -338,6 +394,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         _cpu_tensors([output, input], "gather_into_tensor")
         root = opts.rootRank
         at_root = self.rank() == root
+        self._drain()
         if at_root and output.numel() != input.numel() * self.size():
             raise InvalidArgument(f"chorus backend: gather_into_tensor: output has {output.numel()} elements, "
                                   f"{self.size()} x input's {input.numel()} expected")
@@ -351,6 +408,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         if self.rank() == root:
             staged = _flat(torch.stack([t.reshape(output.shape) for t in input_tensors[0]]).contiguous())
         received = output if output.is_contiguous() else torch.empty_like(output)
+        self._drain()
         self._impl.scatter(staged, _flat(received), root)
         if received is not output:
             output.copy_(received)
@@ -359,7 +417,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> Any:
         # Queued behind the collectives already started, as torch's barrier is.
         token = torch.zeros(1, dtype=torch.uint8)
-        return self._started(lambda done: self._impl.iallreduce(token, None, "sum", "auto", None, done), None)
+        return self._collective(opts, None, lambda done: self._impl.iallreduce(token, None, "sum", "auto", None, done),
+                                lambda: self._impl.allreduce(token, None, "sum", "auto", None))
 
     # torch 2.x names the single-tensor forms both ways.
     all_gather_single = _allgather_base

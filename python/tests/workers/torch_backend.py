@@ -139,6 +139,13 @@ def test_all_reduce() -> None:
     for n, t in zip((0, 1, 7, 300), together):
         check(f"all_reduce_coalesced x{n}", t, reference("max", [data(r, torch.float64, n, 3) for r in range(size)],
                                                          torch.float64), torch.float64)
+    # An asynchronous call, then a blocking one on the same tensor: they run
+    # in torch's order (the blocking one waits for the first), so x n x n.
+    twice = torch.ones(100003)
+    first = dist.all_reduce(twice, async_op=True)
+    dist.all_reduce(twice)
+    first.wait()
+    check("async then blocking all_reduce, in order", twice, np.full(100003, float(size * size)), torch.float32)
     future = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     check("the future's value", future.wait()[0], np.full(3, float(size)), torch.float32)
 
@@ -203,6 +210,25 @@ def test_movement() -> None:
         offset = sum(j + k + 1 for k in range(rank))
         pieces.append(theirs[offset:offset + j + rank + 1])
     check("all_to_all_single with split sizes", out, torch.cat(pieces).numpy(), torch.float32)
+    # The asynchronous forms, all in flight at once, then waited in reverse.
+    block = 1001
+    inputs = [data(r, torch.float32, block * size, 5) for r in range(size)]
+    broadcasted, gathered = inputs[rank].clone(), torch.empty(block * size * size)
+    scattered, exchanged = torch.empty(block), torch.empty(block * size)
+    works = [dist.broadcast(broadcasted, src=size - 1, async_op=True),
+             dist.all_gather_into_tensor(gathered, inputs[rank], async_op=True),
+             dist.reduce_scatter_tensor(scattered, inputs[rank], async_op=True),
+             dist.all_to_all_single(exchanged, inputs[rank], async_op=True),
+             dist.barrier(async_op=True)]
+    for work in reversed(works):
+        work.wait()
+    check("async broadcast", broadcasted, numpy_of(inputs[size - 1]), torch.float32)
+    check("async all_gather_into_tensor", gathered, np.concatenate([numpy_of(t) for t in inputs]), torch.float32)
+    check("async reduce_scatter_tensor", scattered,
+          reference("sum", inputs, torch.float32)[rank * block:(rank + 1) * block], torch.float32)
+    check("async all_to_all_single", exchanged,
+          np.concatenate([numpy_of(inputs[r])[rank * block:(rank + 1) * block] for r in range(size)]), torch.float32)
+
     outs = [torch.empty(3) for _ in range(size)]
     dist.all_to_all(outs, [torch.full((3,), float(rank * 10 + j)) for j in range(size)])
     for j in range(size):

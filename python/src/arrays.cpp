@@ -111,4 +111,12 @@ buffer readable(nb::handle given, std::string_view role, std::string_view operat
   throw not_an_array(given, role, operation, "is not an array (NumPy, torch or another DLPack exporter)");
 }
 
+void require_same_type(const buffer& a, const buffer& b, std::string_view operation) {
+  if (a.type != b.type || a.boolean != b.boolean)
+    throw error(errc::invalid_argument,
+                "input and output have different element types (" + std::string(to_string(a.type)) + ", " +
+                    std::string(to_string(b.type)) + ")",
+                {-1, -1, std::string(operation)});
+}
+
 }  // namespace chorus::python

@@ -59,6 +59,8 @@ struct buffer {
 // ("tensor", "output"). The view is valid while `given` lives.
 buffer writable(nb::handle given, std::string_view role, std::string_view operation);
 buffer readable(nb::handle given, std::string_view role, std::string_view operation);
+// An input and an output of one call must have the same element type.
+void require_same_type(const buffer& a, const buffer& b, std::string_view operation);
 
 // The communicator behind a chorus.Communicator. Copies share the world.
 struct py_communicator {

@@ -18,14 +18,6 @@ namespace chorus::python {
 
 namespace {
 
-void require_same_type(const buffer& a, const buffer& b, std::string_view operation) {
-  if (a.type != b.type || a.boolean != b.boolean)
-    throw error(errc::invalid_argument,
-                "input and output have different element types (" + std::string(to_string(a.type)) + ", " +
-                    std::string(to_string(b.type)) + ")",
-                {-1, -1, std::string(operation)});
-}
-
 void require_float32(const buffer& seen, const codec_choice& wire, std::string_view operation) {
   if (wire.feedback)
     throw error(errc::invalid_argument, "error feedback is for reductions; pass the codec itself",

@@ -70,14 +70,6 @@ void visit_reduction(const buffer& in, const buffer& out, std::string_view name,
   });
 }
 
-void require_same_type(const buffer& a, const buffer& b, std::string_view operation) {
-  if (a.type != b.type || a.boolean != b.boolean)
-    throw error(errc::invalid_argument,
-                "input and output have different element types (" + std::string(to_string(a.type)) + ", " +
-                    std::string(to_string(b.type)) + ")",
-                {-1, -1, std::string(operation)});
-}
-
 algorithm algorithm_named(const std::string& name, std::string_view collective) {
   const algorithm chosen = parse_algorithm(name, "algo");
   return chosen == algorithm::automatic ? chosen : require_offered(collective, chosen, "algo");

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -82,3 +83,16 @@ def require_passed(done: subprocess.CompletedProcess, ranks: int, marker: str = 
     missing = [r for r in range(ranks) if f"rank {r}: {marker}" not in output]  # lines may interleave
     assert not missing, f"ranks {missing} did not print 'rank R: {marker}':\n{output[-6000:]}"
     return output
+
+
+def require_survivors_raised(processes: List[subprocess.Popen], within: float) -> None:
+    """The last process was SIGKILLed (by its own hand); every other one
+    exited 0 after printing that a chorus PeerFailure or TimeoutError was
+    raised, all within `within` seconds."""
+    started = time.monotonic()
+    outputs = [p.communicate(timeout=within)[0] for p in processes]
+    for rank, (process, output) in enumerate(zip(processes[:-1], outputs)):
+        assert process.returncode == 0, f"survivor {rank} exit {process.returncode}:\n{output}"
+        assert "raised chorus.errors.PeerFailure" in output or "raised chorus.errors.TimeoutError" in output, output
+    assert processes[-1].returncode == -9
+    assert time.monotonic() - started < within

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 import chorus
+from references import reduction
 
 comm = chorus.init()
 rank, size = comm.rank, comm.size
@@ -49,34 +50,8 @@ def check(what: str, got: np.ndarray, want: np.ndarray) -> None:
 
 
 def reference(op: str, inputs: list, dtype) -> np.ndarray:
-    if dtype == np.bool_:
-        stacked = np.stack(inputs)
-        if op in ("sum", "max", "bor"):
-            return stacked.any(axis=0)
-        if op in ("prod", "min", "band"):
-            return stacked.all(axis=0)
-        return np.logical_xor.reduce(stacked, axis=0)
-    wide = np.float64 if np.dtype(dtype).kind == "f" else dtype
-    stacked = np.stack([x.astype(wide) for x in inputs])
-    with np.errstate(over="ignore"):
-        if op == "sum":
-            result = stacked.sum(axis=0, dtype=wide)
-        elif op == "prod":
-            result = stacked.prod(axis=0, dtype=wide)
-        elif op == "min":
-            result = stacked.min(axis=0)
-        elif op == "max":
-            result = stacked.max(axis=0)
-        elif op == "avg":
-            total = stacked.sum(axis=0, dtype=wide)
-            result = total / size if wide == np.float64 else np.trunc(total.astype(np.float64) / size)
-        elif op == "band":
-            result = np.bitwise_and.reduce(stacked, axis=0)
-        elif op == "bor":
-            result = np.bitwise_or.reduce(stacked, axis=0)
-        else:
-            result = np.bitwise_xor.reduce(stacked, axis=0)
-    return result.astype(dtype)
+    kind = np.dtype(dtype)
+    return reduction(op, inputs, size, bits=kind.itemsize * 8, signed=kind.kind == "i").astype(dtype)
 
 
 def ops_for(dtype) -> list:

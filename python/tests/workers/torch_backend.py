@@ -16,6 +16,7 @@ import torch.distributed as dist
 import chorus
 import chorus.torch  # registers "chorus"
 from chorus import averaging
+from references import reduction
 
 dist.init_process_group("chorus")
 rank, size = dist.get_rank(), dist.get_world_size()
@@ -68,41 +69,9 @@ OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.Redu
 
 def reference(op: str, inputs: list, dtype: torch.dtype) -> np.ndarray:
     arrays = [numpy_of(t) for t in inputs]
-    if dtype == torch.bool:
-        stacked = np.stack(arrays)
-        if op in ("sum", "max", "bor"):
-            return stacked.any(axis=0)
-        if op in ("prod", "min", "band"):
-            return stacked.all(axis=0)
-        return np.logical_xor.reduce(stacked, axis=0)
-    stacked = np.stack([a.astype(np.complex128 if dtype.is_complex else np.float64 if dtype.is_floating_point
-                                  else np.int64) for a in arrays])
-    if op == "sum":
-        result = stacked.sum(axis=0)
-    elif op == "prod":
-        result = stacked.prod(axis=0)
-    elif op == "min":
-        result = stacked.min(axis=0)
-    elif op == "max":
-        result = stacked.max(axis=0)
-    elif op == "avg":
-        result = stacked.sum(axis=0) / size if dtype.is_floating_point or dtype.is_complex else \
-            np.trunc(stacked.sum(axis=0) / size)
-    elif op == "band":
-        result = np.bitwise_and.reduce(stacked, axis=0)
-    elif op == "bor":
-        result = np.bitwise_or.reduce(stacked, axis=0)
-    else:
-        result = np.bitwise_xor.reduce(stacked, axis=0)
-    if not (dtype.is_floating_point or dtype.is_complex):
-        bits = torch.iinfo(dtype).bits
-        signed = torch.iinfo(dtype).min < 0
-        result = result.astype(np.int64)
-        if bits < 64:  # wrap as the integers do
-            result = result & ((1 << bits) - 1)
-            if signed:
-                result = np.where(result >= 1 << (bits - 1), result - (1 << bits), result)
-    return result
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        return reduction(op, arrays, size)
+    return reduction(op, arrays, size, bits=torch.iinfo(dtype).bits, signed=torch.iinfo(dtype).min < 0)
 
 
 def ops_for(dtype: torch.dtype) -> list:

@@ -1,0 +1,198 @@
+"""torch.distributed over the chorus backend next to Gloo, in one torchrun job.
+
+    torchrun --nproc-per-node N bench/python_vs_gloo.py --out DIR [--perf CHORUS_PERF_OUTPUT]
+    (bench/python_vs_gloo runs it, with chorus-perf before it, for each rank count)
+
+1. all_reduce (float32 sum, in place) from --from-bytes to --to-bytes, factor 2,
+   through a process group of the chorus backend and one of Gloo, made side by
+   side in this job, and ("direct") through chorus's C++ allreduce called from
+   this process without torch (Communicator.allreduce on the same ranks): the
+   in-job ceiling of the backend, measured under the same conditions. Per size
+   the three alternate for --rounds rounds and the fastest round is kept. Each round times as many calls as fill about 0.2 s
+   (at least 5, at most 2000), after 3 warm-up calls; the time of a call is the
+   slowest rank's mean. busbw = 2(n-1)/n * bytes / time, as nccl-tests and
+   chorus-perf count it. With --perf (chorus-perf's output for the same rank
+   count, run just before this job), each size also shows chorus-perf's
+   in-place busbw. On a machine whose speed drifts (a VM throttled after
+   seconds of load) the direct column is the fairer ceiling: it runs
+   interleaved with the backend.
+2. A DDP training step (forward, backward with the gradient buckets' allreduce,
+   SGD) of an MLP (784-1024-1024-10, 1.86 M parameters, batch 64 per rank),
+   on Gloo's process group and on the chorus backend's, each without a hook and
+   with each chorus hook (fp16, bf16, int8, onebit): mean step time over
+   --steps steps after 5 warm-up steps, the slowest rank's.
+
+Rank 0 writes DIR/allreduce_nN.csv and DIR/ddp_nN.csv and prints both tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import chorus.torch  # registers the "chorus" backend
+from chorus.torch import hooks
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def busbw(size: int, ranks: int, seconds: float) -> float:
+    return 2 * (ranks - 1) / ranks * size / seconds / 1e9 if ranks > 1 else size / seconds / 1e9
+
+
+def chorus_perf_busbw(path: Path, ranks: int) -> dict:
+    """chorus-perf's in-place time per size (column 10), as busbw."""
+    best = {}
+    for line in path.read_text().splitlines():
+        line = re.sub(r"^\[\d+\]\s*", "", line).strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        size, seconds = int(fields[0]), float(fields[10]) * 1e-6
+        best[size] = max(best.get(size, 0.0), busbw(size, ranks, seconds))
+    return best
+
+
+class Job:
+    def __init__(self) -> None:
+        dist.init_process_group("gloo")  # the control group: iteration counts, slowest rank's time
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.groups = {"chorus": dist.new_group(backend="chorus"), "gloo": dist.new_group(backend="gloo")}
+        self.direct = chorus.torch.communicator_of(self.groups["chorus"])
+
+    def slowest(self, seconds: float) -> float:
+        value = torch.tensor([seconds], dtype=torch.float64)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return value.item()
+
+    def timed(self, call, iterations: int) -> float:
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            call()
+        return self.slowest((time.perf_counter() - start) / iterations)
+
+    def allreduce_seconds(self, backend: str, size: int) -> float:
+        group = self.groups.get(backend, self.groups["chorus"])
+        tensor = torch.ones(size // 4, dtype=torch.float32)
+        if backend == "direct":
+            self.direct.allreduce(tensor.numpy())
+        else:
+            dist.all_reduce(tensor, group=group)
+        if size and (tensor != self.size).any():
+            raise RuntimeError(f"{backend}: all_reduce of {size} B of ones did not give {self.size} everywhere")
+        tensor.zero_()  # stays zero however many calls follow
+
+        def call() -> None:
+            dist.all_reduce(tensor, group=group)
+
+        if backend == "direct":  # chorus's C++ allreduce through the binding, no torch layer
+            array = tensor.numpy()
+
+            def call() -> None:
+                self.direct.allreduce(array)
+
+        for _ in range(3):
+            call()
+        iterations = int(min(2000, max(5, 0.2 / max(self.timed(call, 3), 1e-7))))
+        return self.timed(call, iterations)
+
+    def ddp_seconds(self, backend: str, hook: str, steps: int) -> float:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+        group = self.groups[backend]
+        ddp = DDP(model, process_group=group)
+        if hook != "none":
+            ddp.register_comm_hook(hooks.State(hook, process_group=group), getattr(hooks, hook))
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        generator = torch.Generator().manual_seed(self.rank)
+        x, y = torch.randn(64, 784, generator=generator), torch.randint(0, 10, (64,), generator=generator)
+
+        def step() -> None:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            optimizer.step()
+
+        for _ in range(5):
+            step()
+        return self.timed(step, steps)
+
+
+def table(rows: list, columns: list) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--from-bytes", default="1K")
+    parser.add_argument("--to-bytes", default="64M")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--perf", type=Path, default=None, help="chorus-perf allreduce output, same rank count")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    job = Job()
+    n = job.size
+    ceiling = chorus_perf_busbw(args.perf, n) if args.perf else {}
+    rows = []
+    size = parse_size(args.from_bytes)
+    while size <= parse_size(args.to_bytes):
+        best = {"chorus": float("inf"), "gloo": float("inf"), "direct": float("inf")}
+        for _ in range(args.rounds):
+            for backend in best:
+                best[backend] = min(best[backend], job.allreduce_seconds(backend, size))
+        row = {"ranks": n, "size_bytes": size,
+               "chorus_us": f"{best['chorus'] * 1e6:.1f}", "gloo_us": f"{best['gloo'] * 1e6:.1f}",
+               "chorus_busbw": f"{busbw(size, n, best['chorus']):.3f}",
+               "gloo_busbw": f"{busbw(size, n, best['gloo']):.3f}",
+               "chorus/gloo": f"{best['gloo'] / best['chorus']:.2f}",
+               "direct_busbw": f"{busbw(size, n, best['direct']):.3f}",
+               "backend/direct": f"{best['direct'] / best['chorus']:.2f}"}
+        if size in ceiling:
+            row["chorus_perf_busbw"] = f"{ceiling[size]:.3f}"
+            row["backend/chorus_perf"] = f"{busbw(size, n, best['chorus']) / ceiling[size]:.2f}"
+        rows.append(row)
+        if job.rank == 0:
+            print(f"all_reduce {size} B: chorus {row['chorus_us']} us, gloo {row['gloo_us']} us", flush=True)
+        size *= 2
+
+    steps = []
+    for hook in ("none", "fp16", "bf16", "int8", "onebit"):
+        for backend in ("gloo", "chorus"):
+            seconds = job.ddp_seconds(backend, hook, args.steps)
+            steps.append({"ranks": n, "backend": backend, "hook": hook, "step_ms": f"{seconds * 1e3:.2f}"})
+            if job.rank == 0:
+                print(f"DDP step, {backend}, hook {hook}: {seconds * 1e3:.2f} ms", flush=True)
+
+    if job.rank == 0:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, data in ((f"allreduce_n{n}.csv", rows), (f"ddp_n{n}.csv", steps)):
+            with open(args.out / name, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=max((list(row) for row in data), key=len), restval="")
+                writer.writeheader()
+                writer.writerows(data)
+        columns = ["size_bytes", "chorus_us", "gloo_us", "chorus_busbw", "gloo_busbw", "chorus/gloo", "direct_busbw",
+                   "backend/direct"]
+        if ceiling:
+            columns += ["chorus_perf_busbw", "backend/chorus_perf"]
+        print(f"\n### all_reduce, {n} ranks: busbw in GB/s\n\n{table(rows, columns)}")
+        print(f"\n### DDP step (MLP 784-1024-1024-10), {n} ranks\n\n{table(steps, ['backend', 'hook', 'step_ms'])}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -157,10 +157,10 @@ def main() -> None:
                 best[backend] = min(best[backend], job.allreduce_seconds(backend, size))
         row = {"ranks": n, "size_bytes": size,
                "chorus_us": f"{best['chorus'] * 1e6:.1f}", "gloo_us": f"{best['gloo'] * 1e6:.1f}",
-               "chorus_busbw": f"{busbw(size, n, best['chorus']):.3f}",
-               "gloo_busbw": f"{busbw(size, n, best['gloo']):.3f}",
+               "chorus_busbw": f"{busbw(size, n, best['chorus']):.4g}",
+               "gloo_busbw": f"{busbw(size, n, best['gloo']):.4g}",
                "chorus/gloo": f"{best['gloo'] / best['chorus']:.2f}",
-               "direct_busbw": f"{busbw(size, n, best['direct']):.3f}",
+               "direct_busbw": f"{busbw(size, n, best['direct']):.4g}",
                "backend/direct": f"{best['direct'] / best['chorus']:.2f}"}
         if size in ceiling:
             row["chorus_perf_busbw"] = f"{ceiling[size]:.3f}"

@@ -12,21 +12,33 @@ import re
 import sys
 
 
+def measured_rows(text):
+    """The data rows of a chorus-perf (or peer) output, as lists of fields:
+    rank prefixes ("[0] ") and comment lines dropped."""
+    for line in text.splitlines():
+        line = re.sub(r"^\[\d+\]\s*", "", line).strip()
+        if line and not line.startswith("#"):
+            yield line.split()
+
+
+def allreduce_busbw(size, ranks, time_us):
+    """busbw from the time, not the printed (rounded) column: 2(n-1)/n * size / time."""
+    return 2 * (ranks - 1) / ranks * size / (time_us * 1e-6) / 1e9
+
+
+# chorus-perf's in-place time is its column 10; the peers print theirs at 5.
+CHORUS_PERF_IN_PLACE_US = 10
+
+
 def rows_of(path):
     tool, algo, ranks, _ = re.match(r"(\w+)-(\w+)-n(\d+)-r(\d+)\.txt", path.name).groups()
-    for line in path.read_text().splitlines():
-        line = re.sub(r"^\[\d+\]\s*", "", line).strip()
-        if not line or line.startswith("#"):
-            continue
-        fields = line.split()
+    for fields in measured_rows(path.read_text()):
         if tool == "ucx":
             size, gbps = int(fields[0]), float(fields[1])
             yield tool, algo, int(ranks), size, size / (gbps * 1e9) * 1e6 if gbps > 0 else float("inf"), gbps
-        else:  # chorus-perf: in-place time at column 10; peers: time at column 5
-            size, time_us = int(fields[0]), float(fields[10] if tool == "chorus" else fields[5])
-            # busbw from the time, not the printed (rounded) column: 2(n-1)/n * size / time
-            busbw = 2 * (int(ranks) - 1) / int(ranks) * size / (time_us * 1e-6) / 1e9
-            yield tool, algo, int(ranks), size, time_us, busbw
+        else:
+            size, time_us = int(fields[0]), float(fields[CHORUS_PERF_IN_PLACE_US if tool == "chorus" else 5])
+            yield tool, algo, int(ranks), size, time_us, allreduce_busbw(size, int(ranks), time_us)
 
 
 def main(raw_dir, out_dir):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import re
 import time
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import chorus.torch  # registers the "chorus" backend
 from chorus.torch import hooks
+from compare import CHORUS_PERF_IN_PLACE_US, allreduce_busbw, measured_rows  # bench/compare.py
 
 
 def parse_size(text: str) -> int:
@@ -47,18 +47,14 @@ def parse_size(text: str) -> int:
 
 
 def busbw(size: int, ranks: int, seconds: float) -> float:
-    return 2 * (ranks - 1) / ranks * size / seconds / 1e9 if ranks > 1 else size / seconds / 1e9
+    return allreduce_busbw(size, ranks, seconds * 1e6) if ranks > 1 else size / seconds / 1e9
 
 
 def chorus_perf_busbw(path: Path, ranks: int) -> dict:
-    """chorus-perf's in-place time per size (column 10), as busbw."""
+    """chorus-perf's in-place busbw per size (the best, if a size repeats)."""
     best = {}
-    for line in path.read_text().splitlines():
-        line = re.sub(r"^\[\d+\]\s*", "", line).strip()
-        if not line or line.startswith("#"):
-            continue
-        fields = line.split()
-        size, seconds = int(fields[0]), float(fields[10]) * 1e-6
+    for fields in measured_rows(path.read_text()):
+        size, seconds = int(fields[0]), float(fields[CHORUS_PERF_IN_PLACE_US]) * 1e-6
         best[size] = max(best.get(size, 0.0), busbw(size, ranks, seconds))
     return best
 

@@ -1,7 +1,8 @@
 // DLPack arrays as chorus takes them: CPU memory, C-contiguous (a view
 // with gaps would be read and written where it is not), one of chorus's
 // element types. Nothing is converted: a copy would leave the caller's
-// array unchanged by an in-place collective.
+// array unchanged by an in-place collective. Also the argument checks the
+// collectives share (element types, `algo=`) and NumPy arrays made here.
 #include "binding.hpp"
 
 #include <optional>
@@ -83,10 +84,6 @@ buffer view(const Array& given, std::string_view role, std::string_view operatio
   return seen;
 }
 
-}  // namespace
-
-namespace {
-
 error not_an_array(nb::handle given, std::string_view role, std::string_view operation, const char* why) {
   std::string text = std::string(role) + " (" + nb::type_name(given.type()).c_str() + ") " + why;
   if (nb::hasattr(given, "requires_grad") && nb::cast<bool>(given.attr("requires_grad")))
@@ -109,6 +106,19 @@ buffer readable(nb::handle given, std::string_view role, std::string_view operat
   const_array taken;
   if (nb::try_cast(given, taken, false)) return view(taken, role, operation);
   throw not_an_array(given, role, operation, "is not an array (NumPy, torch or another DLPack exporter)");
+}
+
+float_array numpy_array(std::vector<float> values) {
+  auto* owned = new std::vector<float>(std::move(values));
+  nb::capsule owner(owned, [](void* held) noexcept { delete static_cast<std::vector<float>*>(held); });
+  return {owned->data(), {owned->size()}, owner};
+}
+
+float_array numpy_array(std::span<const float> values) { return numpy_array(std::vector<float>(values.begin(), values.end())); }
+
+algorithm algorithm_named(const std::string& name, std::string_view collective) {
+  const algorithm chosen = parse_algorithm(name, "algo");
+  return chosen == algorithm::automatic ? chosen : require_offered(collective, chosen, "algo");
 }
 
 void require_same_type(const buffer& a, const buffer& b, std::string_view operation) {

@@ -69,12 +69,6 @@ nb::dict stats_of(const avg::averaging_stats& stats) {
   return made;
 }
 
-nb::ndarray<nb::numpy, float, nb::ndim<1>> copy_of(std::span<const float> values) {
-  auto* copy = new std::vector<float>(values.begin(), values.end());
-  nb::capsule owner(copy, [](void* held) noexcept { delete static_cast<std::vector<float>*>(held); });
-  return {copy->data(), {copy->size()}, owner};
-}
-
 // The calls every scheme has. Each can communicate: the GIL is released.
 template <class Scheme>
 nb::class_<py_scheme<Scheme>> scheme_class(nb::module_& m, const char* name, const char* doc) {
@@ -173,7 +167,7 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau") = 1,
           nb::arg("codec").none() = nb::none())
       .def(
-          "centre", [](py_scheme<avg::easgd<chorus::communicator>>& self) { return copy_of(self.get().centre()); },
+          "centre", [](py_scheme<avg::easgd<chorus::communicator>>& self) { return numpy_array(self.get().centre()); },
           "A copy of the centre (every rank holds it).");
 
   scheme_class<avg::easgd_async<chorus::communicator>>(
@@ -188,7 +182,7 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau") = 4, nb::arg("server") = 0)
       .def(
           "centre",
-          [](py_scheme<avg::easgd_async<chorus::communicator>>& self) { return copy_of(self.get().centre()); },
+          [](py_scheme<avg::easgd_async<chorus::communicator>>& self) { return numpy_array(self.get().centre()); },
           "A copy of the centre: the server's (empty on the workers).");
 
   scheme_class<avg::gosgd<chorus::communicator>>(m, "GoSGD", "Gossip: push the model to a random peer.")

@@ -16,6 +16,7 @@
 #include <nanobind/ndarray.h>
 
 #include <chorus/comm/background.hpp>
+#include <chorus/core/algorithm.hpp>
 #include <chorus/collective/nonblocking.hpp>
 #include <chorus/comm/ucx_communicator.hpp>
 #include <chorus/core/element_type.hpp>
@@ -28,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace chorus::python {
 
@@ -61,6 +63,14 @@ buffer writable(nb::handle given, std::string_view role, std::string_view operat
 buffer readable(nb::handle given, std::string_view role, std::string_view operation);
 // An input and an output of one call must have the same element type.
 void require_same_type(const buffer& a, const buffer& b, std::string_view operation);
+
+// The `algo=` argument of `collective`: automatic, or an algorithm it offers.
+algorithm algorithm_named(const std::string& name, std::string_view collective);
+
+// A new NumPy array that owns its floats (a copy, or the vector moved in).
+using float_array = nb::ndarray<nb::numpy, float, nb::ndim<1>>;
+float_array numpy_array(std::vector<float> values);
+float_array numpy_array(std::span<const float> values);
 
 // The communicator behind a chorus.Communicator. Copies share the world.
 struct py_communicator {

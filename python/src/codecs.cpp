@@ -55,6 +55,12 @@ codec_choice codec_choice::from(nb::handle given, std::string_view operation) {
   return chosen;
 }
 
+void require_codec_input(const buffer& seen, std::string_view operation) {
+  if (seen.type != dtype::float32 || seen.boolean)
+    throw error(errc::invalid_argument, "a codec compresses float32 arrays, not " + std::string(to_string(seen.type)),
+                {-1, -1, std::string(operation)});
+}
+
 void bind_codecs(nb::module_& m) {
   nb::class_<py_codec>(m, "Codec", "A codec with its settings: none, identity, fp16, bf16, int8, onebit.")
       .def(
@@ -104,10 +110,8 @@ void bind_codecs(nb::module_& m) {
         std::vector<std::vector<float>> parts(ranks);
         for (std::size_t r = 0; r < ranks; ++r)
           parts[r].assign(all.as<const float>().data() + r * count, all.as<const float>().data() + (r + 1) * count);
-        auto* bound = new std::vector<float>(chosen.visit_codec(
+        return numpy_array(chosen.visit_codec(
             [&](const auto& coder) { return compressed::allreduce_error_bound(coder, std::span(parts)); }));
-        nb::capsule owner(bound, [](void* held) noexcept { delete static_cast<std::vector<float>*>(held); });
-        return nb::ndarray<nb::numpy, float, nb::ndim<1>>(bound->data(), {bound->size()}, owner);
       },
       nb::arg("codec"), nb::arg("contributions"),
       "Per element, the bound on |compressed allreduce (sum) - exact sum| that chorus states, for these "

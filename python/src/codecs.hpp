@@ -50,4 +50,7 @@ struct codec_choice {
   static codec_choice from(nb::handle given, std::string_view operation);
 };
 
+// A codec compresses float32 arrays: anything else is an InvalidArgument.
+void require_codec_input(const buffer& seen, std::string_view operation);
+
 }  // namespace chorus::python

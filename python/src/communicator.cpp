@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -111,12 +112,13 @@ options options_from(std::optional<double> timeout_s, std::optional<std::string>
     given.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(*timeout_s * 1000.0)));
   }
   if (progress) {
-    if (*progress == "spin") given.progress = transport::progress_mode::spin;
-    else if (*progress == "yield") given.progress = transport::progress_mode::yield;
-    else if (*progress == "block") given.progress = transport::progress_mode::block;
-    else if (*progress != "auto")
+    // The names CHORUS_PROGRESS takes, in progress_mode's order; "auto" (last) leaves the choice to chorus.
+    const auto& names = variables::progress_choices;
+    const auto found = std::find(names.begin(), names.end(), *progress);
+    if (found == names.end())
       throw error(errc::invalid_argument, "progress must be spin, yield, block or auto, not '" + *progress + "'",
                   {-1, -1, "init"});
+    if (*found != "auto") given.progress = static_cast<transport::progress_mode>(found - names.begin());
   }
   given.check = check;
   return given;

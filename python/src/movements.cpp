@@ -22,14 +22,7 @@ void require_float32(const buffer& seen, const codec_choice& wire, std::string_v
   if (wire.feedback)
     throw error(errc::invalid_argument, "error feedback is for reductions; pass the codec itself",
                 {-1, -1, std::string(operation)});
-  if (seen.type != dtype::float32 || seen.boolean)
-    throw error(errc::invalid_argument, "a codec compresses float32 arrays, not " + std::string(to_string(seen.type)),
-                {-1, -1, std::string(operation)});
-}
-
-algorithm forced_for(const std::string& algo, std::string_view collective) {
-  const algorithm chosen = parse_algorithm(algo, "algo");
-  return chosen == algorithm::automatic ? chosen : require_offered(collective, chosen, "algo");
+  require_codec_input(seen, operation);
 }
 
 // Calls f(span<const T> in, span<T> out) with the arrays' element type.
@@ -62,7 +55,7 @@ struct broadcast_call {
 
 broadcast_call checked_broadcast(nb::handle tensor, int root, const std::string& algo, nb::handle codec,
                                  const char* operation) {
-  broadcast_call call{writable(tensor, "tensor", operation), root, forced_for(algo, "broadcast"),
+  broadcast_call call{writable(tensor, "tensor", operation), root, algorithm_named(algo, "broadcast"),
                       codec_choice::from(codec, operation)};
   if (call.wire.active()) require_float32(call.data, call.wire, operation);
   return call;
@@ -87,7 +80,7 @@ struct allgather_call {
 allgather_call checked_allgather(nb::handle tensor, nb::handle output, const std::string& algo, nb::handle codec,
                                  const char* operation) {
   allgather_call call{readable(tensor, "tensor", operation), writable(output, "output", operation),
-                      forced_for(algo, "allgather"), codec_choice::from(codec, operation)};
+                      algorithm_named(algo, "allgather"), codec_choice::from(codec, operation)};
   require_same_type(call.mine, call.all, operation);
   if (call.wire.active()) require_float32(call.mine, call.wire, operation);
   return call;

@@ -70,11 +70,6 @@ void visit_reduction(const buffer& in, const buffer& out, std::string_view name,
   });
 }
 
-algorithm algorithm_named(const std::string& name, std::string_view collective) {
-  const algorithm chosen = parse_algorithm(name, "algo");
-  return chosen == algorithm::automatic ? chosen : require_offered(collective, chosen, "algo");
-}
-
 // One reduction's arguments, checked with the GIL held; run() may then go
 // on any thread.
 struct allreduce_call {
@@ -119,9 +114,7 @@ allreduce_call checked_allreduce(nb::handle tensor, nb::handle output, const std
   call.op = op;
   call.wire = codec_choice::from(codec, operation);
   if (call.wire.active()) {
-    if (call.in.type != dtype::float32 || call.in.boolean)
-      throw error(errc::invalid_argument,
-                  "a codec compresses float32 arrays, not " + std::string(to_string(call.in.type)), {-1, -1, operation});
+    require_codec_input(call.in, operation);
     if (op != "sum" && op != "avg")
       throw error(errc::invalid_argument, "a compressed allreduce sums or averages, not '" + op + "'",
                   {-1, -1, operation});

@@ -3,6 +3,10 @@ them, bad input refused before anything is written, codecs, errors."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -143,3 +147,19 @@ def test_a_closed_communicator_refuses():
     assert comm.closed
     with pytest.raises(chorus.InvalidArgument, match="closed"):
         comm.allreduce(np.ones(2, np.float32))
+
+
+def test_init_takes_the_progress_modes_chorus_run_does():
+    for mode in ("spin", "yield", "block", "auto"):
+        # CHORUS_DEBUG=1 logs the mode chosen and why.
+        made = subprocess.run([sys.executable, "-c", f"import chorus; chorus.init(progress={mode!r}).close()"],
+                              env=dict(os.environ, CHORUS_DEBUG="1"), capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
+        if mode == "auto":
+            assert "(set in code)" not in made.stderr, made.stderr
+        else:
+            assert f"progress {mode} (set in code)" in made.stderr, made.stderr
+    with pytest.raises(chorus.InvalidArgument, match="spin, yield, block or auto, not 'busy'"):
+        chorus.init(progress="busy")
+    with pytest.raises(chorus.InvalidArgument, match="positive"):
+        chorus.init(timeout=0)

@@ -94,6 +94,20 @@ def _cpu_tensors(tensors: List[torch.Tensor], call: str) -> None:
                                   "tensors (register it for cpu, use NCCL for cuda)")
 
 
+def _future_with_callback(result: Any) -> "tuple[torch.futures.Future, Callable[[Optional[BaseException]], None]]":
+    """A torch Future and the completion callback a non-blocking chorus call
+    takes: called with None, the future gets `result`; with an exception, that."""
+    future: torch.futures.Future = torch.futures.Future()
+
+    def done(failure: Optional[BaseException]) -> None:
+        if failure is None:
+            future.set_result(result)
+        else:
+            future.set_exception(failure)
+
+    return future, done
+
+
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor as chorus takes it: complex numbers as pairs of reals."""
     return torch.view_as_real(tensor) if tensor.is_complex() else tensor
@@ -175,14 +189,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     def _started(self, start: Callable[[Callable[[Optional[BaseException]], None]], Any], result: Any) -> Any:
         """Starts a non-blocking chorus call and returns a Work on its Future."""
-        future: torch.futures.Future = torch.futures.Future()
-
-        def done(failure: Optional[BaseException]) -> None:
-            if failure is None:
-                future.set_result(result)
-            else:
-                future.set_exception(failure)
-
+        future, done = _future_with_callback(result)
         return ChorusWork(future, start(done))
 
     def _drain(self) -> None:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _chorus
-from . import communicator_for
+from . import _future_with_callback, communicator_for
 
 __all__ = ["State", "compressed_allreduce", "fp16", "bf16", "int8", "onebit"]
 
@@ -54,14 +54,7 @@ def compressed_allreduce(state: State, bucket: dist.GradBucket) -> torch.futures
     """Averages the bucket's gradients through the state's codec; float32
     buckets only (others are averaged exactly)."""
     buffer = bucket.buffer()
-    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-
-    def done(failure: Optional[BaseException]) -> None:
-        if failure is None:
-            future.set_result(buffer)
-        else:
-            future.set_exception(failure)
-
+    future, done = _future_with_callback(buffer)
     wire = state.wire_for(bucket) if buffer.dtype == torch.float32 else None
     state.comm._impl.iallreduce(buffer, None, "avg", "auto", wire, done)
     return future

@@ -243,6 +243,9 @@ TEST_CASE("every codec stays within its stated bound on random and adversarial i
       CHECK(outside_bound(codec::int8{8}, values) == 0);
       CHECK(outside_bound(codec::onebit{}, values) == 0);
       CHECK(outside_bound(codec::onebit{16}, values) == 0);
+      CHECK(outside_bound(codec::topk{0.01}, values) == 0);
+      CHECK(outside_bound(codec::topk{0.3}, values) == 0);
+      CHECK(outside_bound(codec::randomk{0.1}, values) == 0);
     }
   }
 }
@@ -305,6 +308,8 @@ TEST_CASE("error feedback: decoded outputs plus the final residual sum to the in
   check_codec(codec::fp16{});
   check_codec(codec::int8{});
   check_codec(codec::onebit{});
+  check_codec(codec::topk{0.05});
+  check_codec(codec::randomk{0.05});
   codec::error_feedback feedback{codec::int8{}};
   std::vector<float> a(10), b(11);
   std::vector<std::byte> out_a(feedback.codec().encoded_bytes(10)), out_b(feedback.codec().encoded_bytes(11));
@@ -318,6 +323,10 @@ TEST_CASE("codec concept") {
   static_assert(codec::codec<codec::bf16>);
   static_assert(codec::codec<codec::int8>);
   static_assert(codec::codec<codec::onebit>);
+  static_assert(codec::codec<codec::topk> && codec::sparse<codec::topk> && !codec::sparse_indices_agree<codec::topk>);
+  static_assert(codec::codec<codec::randomk> && codec::sparse<codec::randomk> &&
+                codec::sparse_indices_agree<codec::randomk>);
+  static_assert(!codec::sparse<codec::int8>);
   static_assert(!codec::codec<codec::error_feedback<codec::int8>>);
   static_assert(codec::codec_or_feedback<codec::error_feedback<codec::int8>&>);
   static_assert(!codec::codec_or_feedback<chorus::algorithm>);
@@ -334,4 +343,169 @@ TEST_CASE("any_codec: visit hands over the codec as it was made, its block inclu
   CHECK(codec::any_codec().as<codec::identity>() == nullptr);  // no codec is not identity
   chorus_test::expect_error([] { codec::visit(codec::any_codec(), [](const auto&) { return 0; }); },
                             chorus::errc::invalid_argument, "no codec of type 'none'");
+}
+
+namespace {
+
+// The k largest magnitudes by a full sort (ties: the lower index first): the
+// reference top-k is checked against.
+std::vector<std::size_t> largest_by_sort(const std::vector<float>& values, std::size_t k) {
+  std::vector<std::size_t> order(values.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return std::fabs(values[a]) > std::fabs(values[b]); });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+std::vector<std::size_t> nonzero_positions(const std::vector<float>& decoded) {
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < decoded.size(); ++i)
+    if (decoded[i] != 0.0f) at.push_back(i);
+  return at;
+}
+
+}  // namespace
+
+TEST_CASE("sparse codecs: sizes, and the ratio checked") {
+  CHECK(codec::topk{0.01}.kept(0) == 0);
+  CHECK(codec::topk{0.01}.kept(1) == 1);      // at least one of a non-empty tensor
+  CHECK(codec::topk{0.01}.kept(300) == 3);    // 0.01 * 300 is 3.0000000000000004 in double
+  CHECK(codec::topk{0.01}.kept(301) == 4);
+  CHECK(codec::topk{1.0}.kept(7) == 7);
+  CHECK(codec::topk{0.01}.encoded_bytes(1000) == 10 * 8);
+  CHECK(codec::topk{0.01}.encoded_bytes(0) == 0);
+  CHECK(codec::randomk{0.01}.encoded_bytes(1000) == 8 + 10 * 4);
+  CHECK(codec::randomk{0.5}.encoded_bytes(1) == 8 + 4);
+  CHECK(codec::randomk{0.5}.encoded_bytes(0) == 0);
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")}) {
+    CAPTURE(bad);
+    chorus_test::expect_error([&] { codec::topk c(bad); }, chorus::errc::invalid_argument, "must be in (0, 1]");
+    chorus_test::expect_error([&] { codec::randomk c(bad); }, chorus::errc::invalid_argument, "must be in (0, 1]");
+  }
+}
+
+TEST_CASE("topk keeps exactly the k largest magnitudes, indices ascending, ties by index, NaN first") {
+  for (std::size_t n : {1u, 2u, 9u, 256u, 4099u}) {
+    for (double ratio : {0.01, 0.1, 0.5, 1.0}) {
+      CAPTURE(n);
+      CAPTURE(ratio);
+      const codec::topk c{ratio};
+      const auto values = random_values(n, 2.0f, static_cast<unsigned>(n));
+      const auto decoded = round_trip(c, values);
+      const auto kept = largest_by_sort(values, c.kept(n));
+      CHECK(nonzero_positions(decoded) == kept);
+      for (std::size_t i : kept) CHECK(decoded[i] == values[i]);
+      const auto bytes = encoded(c, values);  // indices first, ascending
+      for (std::size_t j = 0; j < kept.size(); ++j) {
+        std::uint32_t index;
+        std::memcpy(&index, bytes.data() + 4 * j, 4);
+        CHECK(index == kept[j]);
+      }
+    }
+  }
+  // Large tensors select among the candidates a sample leaves; inputs whose
+  // sampled elements (every 24th here) mislead it, both ways.
+  for (double ratio : {0.01, 0.5}) {
+    CAPTURE(ratio);
+    const std::size_t n = 100000;
+    auto spiky = random_values(n, 1.0f, 21), hollow = spiky;
+    for (std::size_t i = 0; i < n; i += n / 4096) {
+      spiky[i] = 1000.0f + static_cast<float>(i);
+      hollow[i] = 0.0f;
+    }
+    for (const auto& values : {spiky, hollow, random_values(n, 1.0f, 22)}) {
+      const codec::topk c{ratio};
+      const auto decoded = round_trip(c, values);
+      CHECK(nonzero_positions(decoded) == largest_by_sort(values, c.kept(n)));
+    }
+  }
+  // Ties: of eight equal magnitudes, the first three by index.
+  const std::vector<float> ties{1.0f, -1.0f, 1.0f, 0.5f, -1.0f, 1.0f, 1.0f, -1.0f, 1.0f, 0.25f};
+  CHECK(nonzero_positions(round_trip(codec::topk{0.3}, ties)) == std::vector<std::size_t>{0, 1, 2});
+  // A NaN is sent, not left in a residual.
+  std::vector<float> with_nan(100, 1.0f);
+  with_nan[42] = std::numeric_limits<float>::quiet_NaN();
+  with_nan[7] = 1e30f;
+  const auto got = round_trip(codec::topk{0.02}, with_nan);
+  CHECK(std::isnan(got[42]));
+  CHECK(got[7] == 1e30f);
+  CHECK(got[0] == 0.0f);
+}
+
+TEST_CASE("topk decode_add adds the kept values; damaged indices are an error, not a stray write") {
+  const codec::topk c{0.1};
+  const auto values = random_values(50, 1.0f, 11);
+  auto bytes = encoded(c, values);
+  std::vector<float> acc(50, 1.0f);
+  c.decode_add(bytes, acc);
+  const auto decoded = round_trip(c, values);
+  for (std::size_t i = 0; i < 50; ++i) CHECK(acc[i] == 1.0f + decoded[i]);
+  const std::uint32_t outside = 50;
+  std::memcpy(bytes.data() + 4, &outside, 4);
+  std::vector<float> out(50);
+  chorus_test::expect_error([&] { c.decode(bytes, out); }, chorus::errc::invalid_argument,
+                            "index 50 is outside a 50-element tensor");
+}
+
+TEST_CASE("randomk: one index per stratum, the same on every rank for the same call, from the bytes alone") {
+  const std::size_t n = 1000;
+  const auto values = random_values(n, 1.0f, 12);
+  codec::randomk a{0.03, 77}, b{0.03, 77}, other_seed{0.03, 78};
+  const std::size_t k = a.kept(n);
+  REQUIRE(k == 30);
+  std::vector<std::vector<std::size_t>> picked;
+  for (int call = 0; call < 3; ++call) {
+    const auto from_a = encoded(a, values), from_b = encoded(b, values);
+    CHECK(same_bytes(from_a.data(), from_b.data(), from_a.size()));  // same seed, same call: same bytes
+    const codec::randomk fresh{0.03, 1};  // decoding needs only the bytes
+    std::vector<float> decoded(n);
+    fresh.decode(from_a, decoded);
+    std::vector<std::size_t> at = nonzero_positions(decoded);
+    REQUIRE(at.size() == k);
+    for (std::size_t j = 0; j < k; ++j) {
+      CHECK(at[j] >= j * n / k);  // the j-th stratum [j n / k, (j+1) n / k)
+      CHECK(at[j] < (j + 1) * n / k);
+      CHECK(decoded[at[j]] == values[at[j]]);
+    }
+    picked.push_back(at);
+    const auto from_other = encoded(other_seed, values);
+    CHECK(codec::randomk::key_of(from_other) != codec::randomk::key_of(from_a));
+  }
+  CHECK(picked[0] != picked[1]);  // a new draw every call
+  CHECK(picked[1] != picked[2]);
+  CHECK(a.calls() == 3);
+  codec::randomk copy = a;  // copies share the count: passing by value moves the original on
+  (void)encoded(copy, values);
+  CHECK(a.calls() == 4);
+  // Over many calls every element is drawn about k/n of the time.
+  std::vector<int> drawn(n, 0);
+  codec::randomk counter{0.03, 5};
+  std::vector<float> ones(n, 1.0f), decoded(n);
+  for (int call = 0; call < 2000; ++call) {
+    counter.decode(encoded(counter, ones), decoded);
+    for (std::size_t i = 0; i < n; ++i) drawn[i] += decoded[i] != 0.0f;
+  }
+  const auto [fewest, most] = std::minmax_element(drawn.begin(), drawn.end());
+  CHECK(*fewest > 25);  // expected 2000 * 0.03 = 60 per element (strata of 33 or 34)
+  CHECK(*most < 110);
+}
+
+TEST_CASE("any_codec by name: topk:R and randomk:R[:SEED]") {
+  const codec::any_codec top = codec::by_name("topk:0.05");
+  REQUIRE(top.as<codec::topk>() != nullptr);
+  CHECK(top.as<codec::topk>()->ratio() == 0.05);
+  CHECK(top.encoded_bytes(1000) == 50 * 8);
+  CHECK(codec::by_name("topk").as<codec::topk>()->ratio() == 0.01);
+  const codec::any_codec random = codec::by_name("randomk:0.25:42");
+  REQUIRE(random.as<codec::randomk>() != nullptr);
+  CHECK(random.as<codec::randomk>()->seed() == 42);
+  CHECK(random.as<codec::randomk>()->ratio() == 0.25);
+  CHECK(codec::visit(random, [](const auto& c) { return std::string(c.name); }) == "randomk");
+  chorus_test::expect_error([] { codec::by_name("topk:0"); }, chorus::errc::invalid_argument, "(0, 1]");
+  chorus_test::expect_error([] { codec::by_name("topk:lots"); }, chorus::errc::invalid_argument, "'lots' is not a ratio");
+  chorus_test::expect_error([] { codec::by_name("topk:0.1:3"); }, chorus::errc::invalid_argument, "a ratio only");
+  chorus_test::expect_error([] { codec::by_name("randomk:0.1:x"); }, chorus::errc::invalid_argument, "not a seed");
+  chorus_test::expect_error([] { codec::by_name("top"); }, chorus::errc::invalid_argument, "topk:R, randomk:R[:SEED]");
 }

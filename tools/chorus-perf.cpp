@@ -4,8 +4,8 @@
 //       [--dtype float|double|half|bfloat16|int8|int32|int64|uint8|uint32|uint64]
 //       [--op sum|prod|min|max|avg] [--root 0] [-n iters] [-w warmup] [-c 0|1] [--json out.json]
 //       [--auto-iters BYTES]   (repeat small sizes until BYTES moved, up to 2000 iterations)
-//       [--codec fp16|bf16|int8|onebit|identity]   (allreduce, float, sum|avg: compressed)
-//       [--scheme ring|once]   (with --codec: force the compressed scheme; default automatic)
+//       [--codec fp16|bf16|int8|onebit|identity|topk:R|randomk:R[:SEED]]   (allreduce, float, sum|avg: compressed)
+//       [--scheme ring|once|sparse]   (with --codec: force the compressed scheme; default automatic)
 //       [--device host|cuda]   (cuda: the buffers are CUDA device memory, one GPU per rank
 //                               by local rank, staged through pinned host memory)
 //       [--backend ucx|nccl|both]  (with --device cuda: chorus over UCX, over an NCCL
@@ -20,6 +20,7 @@
 // write its file, list it below and in tools/CMakeLists.txt.
 #include "perf/collective.hpp"
 
+#include <chorus/codec/any_codec.hpp>
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/init.hpp>
 #if CHORUS_PERF_CUDA
@@ -134,7 +135,7 @@ const std::array<const perf::collective*, 8> collectives{
 [[noreturn]] void usage(const std::string& problem) {
   std::FILE* out = problem.empty() ? stdout : stderr;
   if (!problem.empty()) std::fprintf(out, "chorus-perf: %s\n", problem.c_str());
-  std::fprintf(out, "usage: chorus-perf COLLECTIVE %s [--algo A] [--dtype T] [--op OP] [--root R] [--codec C] [--scheme ring|once] [--device host|cuda] [--backend ucx|nccl|both]\n",
+  std::fprintf(out, "usage: chorus-perf COLLECTIVE %s [--algo A] [--dtype T] [--op OP] [--root R] [--codec C] [--scheme ring|once|sparse] [--device host|cuda] [--backend ucx|nccl|both]\n",
                std::string(perf::sweep_usage).c_str());
   std::fprintf(out, "collectives:");
   for (const perf::collective* c : collectives) std::fprintf(out, " %s", std::string(c->name).c_str());
@@ -144,9 +145,10 @@ const std::array<const perf::collective*, 8> collectives{
 }
 
 chorus::compression_scheme parse_scheme(std::string_view text) {
-  for (const auto scheme : {chorus::compression_scheme::ring, chorus::compression_scheme::encode_once})
+  for (const auto scheme : {chorus::compression_scheme::ring, chorus::compression_scheme::encode_once,
+                            chorus::compression_scheme::sparse})
     if (text == chorus::compressed::scheme_name(scheme)) return scheme;
-  throw perf::usage_error("unknown --scheme '" + std::string(text) + "' (ring, once)");
+  throw perf::usage_error("unknown --scheme '" + std::string(text) + "' (ring, once, sparse)");
 }
 
 const perf::collective& find(std::string_view name) {
@@ -181,8 +183,11 @@ void check_choices(const perf::options& parsed) {
     if (parsed.collective != "allreduce" || parsed.dtype != "float" || (parsed.op != "sum" && parsed.op != "avg"))
       throw perf::usage_error("--codec applies to allreduce of float with --op sum or avg");
     if (parsed.algorithm != chorus::algorithm::automatic) throw perf::usage_error("--codec and --algo exclude each other");
-    if (std::find(std::begin(perf::codec_names), std::end(perf::codec_names), parsed.codec) == std::end(perf::codec_names))
-      throw perf::usage_error("unknown --codec '" + parsed.codec + "' (fp16, bf16, int8, onebit, identity)");
+    try {
+      if (!chorus::codec::by_name(parsed.codec)) throw perf::usage_error("--codec none: leave --codec out");
+    } catch (const chorus::error& bad) {
+      throw perf::usage_error("--codec: " + std::string(bad.what()) + " (" + std::string(perf::codec_names) + ")");
+    }
   }
   if (parsed.scheme != chorus::compression_scheme::automatic && parsed.codec.empty())
     throw perf::usage_error("--scheme needs --codec");

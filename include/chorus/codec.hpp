@@ -9,6 +9,8 @@
 #include <chorus/codec/identity.hpp>
 #include <chorus/codec/int8.hpp>
 #include <chorus/codec/onebit.hpp>
+#include <chorus/codec/randomk.hpp>
+#include <chorus/codec/topk.hpp>
 #include <chorus/compressed/allgather.hpp>
 #include <chorus/compressed/allreduce.hpp>
 #include <chorus/compressed/error_bound.hpp>

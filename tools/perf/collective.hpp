@@ -284,8 +284,9 @@ int with_op(std::string_view name, Visit&& visit) {
   throw usage_error("unknown --op '" + std::string(name) + "'");
 }
 
-// The codecs --codec takes (perf/compressed_allreduce.cpp).
-inline constexpr std::string_view codec_names[] = {"fp16", "bf16", "int8", "onebit", "identity"};
+// The codecs --codec takes (perf/compressed_allreduce.cpp): a name
+// chorus::codec::by_name knows, other than none.
+inline constexpr std::string_view codec_names = "fp16, bf16, int8, onebit, identity, topk:R, randomk:R[:SEED]";
 
 inline std::string title_of(const options& config, int ranks) {
   char text[256];

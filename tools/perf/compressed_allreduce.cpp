@@ -5,11 +5,7 @@
 // bound (chorus/compressed/error_bound.hpp) for the scheme that ran.
 #include "collective.hpp"
 
-#include <chorus/codec/bf16.hpp>
-#include <chorus/codec/fp16.hpp>
-#include <chorus/codec/identity.hpp>
-#include <chorus/codec/int8.hpp>
-#include <chorus/codec/onebit.hpp>
+#include <chorus/codec/any_codec.hpp>
 #include <chorus/compressed/allreduce.hpp>
 #include <chorus/compressed/error_bound.hpp>
 
@@ -53,7 +49,10 @@ struct compressed_allreduce {
     // the encode-once bound, which also counts the sum's encoding.
     resolved.scheme = c.nccl != nullptr ? chorus::compression_scheme::encode_once
                                         : chorus::compressed::scheme_for(codec, c.ranks, total, options);
-    const std::size_t chunk = codec.granule() * std::max<std::size_t>(1, (1u << 16) / codec.granule());
+    // A sparse codec chooses across the whole tensor: its bound is too.
+    const std::size_t chunk = chorus::codec::sparse<Codec>
+                                  ? std::max<std::size_t>(total, 1)
+                                  : codec.granule() * std::max<std::size_t>(1, (1u << 16) / codec.granule());
     const std::vector<float>& result = b.result(f);
     std::vector<std::vector<float>> contributions(static_cast<std::size_t>(c.ranks));
     std::uint64_t wrong = 0;
@@ -76,23 +75,19 @@ struct compressed_allreduce {
 };
 
 template <class Codec>
-int run_codec(chorus::communicator& comm, const options& config) {
+int run_codec(chorus::communicator& comm, const options& config, const Codec& codec) {
   chorus::compression_options options;
   options.scheme = config.scheme;
-  const compressed_allreduce<Codec> d{Codec{}, options};
+  const compressed_allreduce<Codec> d{codec, options};
   if (config.op == "avg") return sweep_with<compressed_allreduce<Codec>, float>(comm, config, d, chorus::op::avg{});
   return sweep_with<compressed_allreduce<Codec>, float>(comm, config, d, chorus::op::sum{});
 }
 
-// chorus-perf checked the arguments: float, sum or avg, a known codec.
+// chorus-perf checked the arguments: float, sum or avg, a codec by_name
+// knows (topk:0.01 and randomk:0.01 with their ratios).
 int run_compressed(chorus::communicator& comm, const options& config) {
-  namespace codec = chorus::codec;
-  if (config.codec == "fp16") return run_codec<codec::fp16>(comm, config);
-  if (config.codec == "bf16") return run_codec<codec::bf16>(comm, config);
-  if (config.codec == "int8") return run_codec<codec::int8>(comm, config);
-  if (config.codec == "onebit") return run_codec<codec::onebit>(comm, config);
-  if (config.codec == "identity") return run_codec<codec::identity>(comm, config);
-  throw usage_error("unknown --codec '" + config.codec + "'");
+  return chorus::codec::visit(chorus::codec::by_name(config.codec),
+                              [&](const auto& codec) { return run_codec(comm, config, codec); });
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 // collectives, which are templates over it).
 //
 // by_name knows none (no codec: a default any_codec), identity, fp16, bf16,
-// int8 and onebit; any other name is an invalid_argument error listing them.
+// int8, onebit, and the sparse topk:R and randomk:R (R the ratio of elements
+// kept, 0.01 when left out; randomk:R:SEED sets the seed every rank shares);
+// any other name is an invalid_argument error listing them.
 #pragma once
 
 #include <chorus/codec/bf16.hpp>
@@ -18,10 +20,15 @@
 #include <chorus/codec/identity.hpp>
 #include <chorus/codec/int8.hpp>
 #include <chorus/codec/onebit.hpp>
+#include <chorus/codec/randomk.hpp>
+#include <chorus/codec/topk.hpp>
 #include <chorus/core/error.hpp>
 
+#include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -74,10 +81,45 @@ class any_codec {
     return shared;
   }
 
-  std::shared_ptr<const concept_> model_;  // codecs are stateless: sharing is safe
+  // Codecs are stateless but for randomk's count of calls (atomic, shared by
+  // its copies): every rank must make the same calls on it.
+  std::shared_ptr<const concept_> model_;
 };
 
+namespace detail {
+
+// "topk:0.05" -> 0.05; `what` names the part for the error.
+template <class Number>
+Number parse_part(std::string_view text, std::string_view whole, std::string_view what) {
+  Number value{};
+  const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (failed != std::errc{} || end != text.data() + text.size())
+    throw error(errc::invalid_argument, "codec '" + std::string(whole) + "': '" + std::string(text) + "' is not a " +
+                                            std::string(what));
+  return value;
+}
+
+// The sparse codecs' names: topk[:R], randomk[:R[:SEED]].
+inline std::optional<any_codec> sparse_by_name(std::string_view name) {
+  const std::size_t colon = name.find(':');
+  const std::string_view family = name.substr(0, colon);
+  if (family != topk::name && family != randomk::name) return std::nullopt;
+  std::string_view rest = colon == std::string_view::npos ? std::string_view{} : name.substr(colon + 1);
+  const std::size_t second = rest.find(':');
+  const double ratio = rest.empty() ? 0.01 : parse_part<double>(rest.substr(0, second), name, "ratio");
+  if (family == topk::name) {
+    if (second != std::string_view::npos)
+      throw error(errc::invalid_argument, "codec '" + std::string(name) + "': topk takes a ratio only (topk:R)");
+    return any_codec(topk(ratio));
+  }
+  if (second == std::string_view::npos) return any_codec(randomk(ratio));
+  return any_codec(randomk(ratio, parse_part<std::uint64_t>(rest.substr(second + 1), name, "seed")));
+}
+
+}  // namespace detail
+
 inline any_codec by_name(std::string_view name) {
+  if (auto sparse = detail::sparse_by_name(name)) return *sparse;
   if (name == "none") return {};
   if (name == "identity") return any_codec(identity{});
   if (name == "fp16") return any_codec(fp16{});
@@ -85,7 +127,8 @@ inline any_codec by_name(std::string_view name) {
   if (name == "int8") return any_codec(int8{});
   if (name == "onebit") return any_codec(onebit{});
   throw error(errc::invalid_argument,
-              "unknown codec '" + std::string(name) + "' (none, identity, fp16, bf16, int8, onebit)");
+              "unknown codec '" + std::string(name) +
+                  "' (none, identity, fp16, bf16, int8, onebit, topk:R, randomk:R[:SEED])");
 }
 
 // Calls f with the concrete codec behind `wire`, as it was made (an int8's
@@ -98,6 +141,8 @@ decltype(auto) visit(const any_codec& wire, F&& f) {
   if (const auto* c = wire.as<bf16>()) return f(*c);
   if (const auto* c = wire.as<int8>()) return f(*c);
   if (const auto* c = wire.as<onebit>()) return f(*c);
+  if (const auto* c = wire.as<topk>()) return f(*c);
+  if (const auto* c = wire.as<randomk>()) return f(*c);
   throw error(errc::invalid_argument, "codec::visit: no codec of type '" + std::string(wire.name()) + "'");
 }
 

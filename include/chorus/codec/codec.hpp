@@ -4,7 +4,8 @@
 //   c.granule()               elements per independent unit (a block's size
 //                             for block codecs, 1 otherwise): a tensor cut at
 //                             multiples of it encodes to the concatenation of
-//                             its parts' encodings
+//                             its parts' encodings (not for sparse codecs,
+//                             below: they choose across the whole tensor)
 //   c.encode(values, bytes)   values: span<const float>, bytes: span<std::byte>
 //   c.decode(bytes, values)   values = decoded
 //   c.decode_add(bytes, acc)  acc += decoded, fused (no temporary tensor)
@@ -50,6 +51,17 @@ inline constexpr bool limited_range = false;
 // error of the whole block's size: they encode each contribution once.
 template <class C>
 inline constexpr bool reencodes_well = false;
+
+// Sparsifying codecs (topk, randomk) send a subset of the elements and
+// choose it across the whole tensor, so a tensor is never cut for them: the
+// compressed allreduce runs its sparse scheme (compressed/allreduce_sparse.hpp)
+// instead of the ring or encode-once ones. sparse_indices_agree: every rank
+// picks the same indices on the same call (randomk's shared seed), so the
+// kept values can be summed as they are.
+template <class C>
+inline constexpr bool sparse = false;
+template <class C>
+inline constexpr bool sparse_indices_agree = false;
 
 namespace detail {
 

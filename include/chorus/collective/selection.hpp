@@ -36,6 +36,7 @@ struct workload {
   int ranks = 1;
   std::size_t bytes = 0;        // as CHORUS_TUNE counts them (core/tuning.hpp)
   bool reencodes_well = false;  // compressed_allreduce: the codec survives re-encoding (fp16, bf16)
+  bool sparse = false;          // compressed_allreduce: the codec keeps a subset (top-k, random-k)
 };
 
 struct algorithm_entry {
@@ -84,6 +85,7 @@ inline algorithm broadcast(const workload& w) noexcept {
 // steady use of one link each way wins, for codecs that re-encode well.
 inline constexpr std::size_t ring_min_encoded_bytes = 1u << 20;
 inline algorithm compressed_allreduce(const workload& w) noexcept {
+  if (w.sparse) return algorithm::sparse;  // the only scheme that moves sparse codecs
   if (w.ranks < 2) return algorithm::encode_once;  // with one rank the two are the same
   return w.reencodes_well && w.bytes >= ring_min_encoded_bytes ? algorithm::ring : algorithm::encode_once;
 }
@@ -122,6 +124,9 @@ inline constexpr algorithm_entry compressed_allreduce_algorithms[] = {
      "int8 and onebit always; fp16 and bf16 under 1 MiB encoded"},
     {algorithm::ring, "2 (n-1) alpha + 2 (n-1)/n S_enc beta + S gamma_codec, partial sums re-encoded per hop",
      "fp16 and bf16 from 1 MiB encoded"},
+    {algorithm::sparse,
+     "top-k: allgather of 8k B per rank, (n-1) alpha + (n-1) 8k beta; random-k: allreduce of 4k B + 16 B",
+     "sparse codecs (topk, randomk) always, and only they"},
 };
 inline constexpr algorithm_entry reduce_algorithms[] = {
     {algorithm::tree, "ceil(log2 n) (alpha + S beta + S gamma), binomial", "always (the only one)"},

@@ -34,10 +34,6 @@ namespace chorus {
 
 namespace compressed {
 
-inline std::span<std::uint8_t> as_octets(std::span<std::byte> bytes) {
-  return {reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size()};
-}
-
 // The two collectives, their local steps given (codec_steps.hpp). The
 // encoded bytes go through the plain front door, which routes them again
 // when they are device scratch.

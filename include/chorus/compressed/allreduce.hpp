@@ -13,7 +13,11 @@
 // - encode once (allreduce_once.hpp): each contribution and the sum encoded
 //   once; for int8 and onebit, whose error per encoding is a block's size,
 //   and for small tensors. Error sum_r e(x_r) + e(sum).
-// error_bound.hpp computes either bound for known contributions.
+// - sparse (allreduce_sparse.hpp): for the sparse codecs (topk, randomk),
+//   always and only for them: an allgather of (index, value) parts, or a sum
+//   of the kept values where every rank kept the same indices.
+// error_bound.hpp computes the ring's or encode-once's bound for known
+// contributions.
 //
 // Overflow: contributions are multiplied by `prescale` before encoding and
 // the result divided by it after decoding (see options.hpp).
@@ -29,6 +33,7 @@
 #include <chorus/collective/check.hpp>
 #include <chorus/compressed/allreduce_once.hpp>
 #include <chorus/compressed/allreduce_ring.hpp>
+#include <chorus/compressed/allreduce_sparse.hpp>
 #include <chorus/compressed/codec_steps.hpp>
 #include <chorus/compressed/options.hpp>
 #include <chorus/core/direct_path.hpp>
@@ -49,7 +54,7 @@ constexpr bool supported_op = std::is_same_v<Op, op::sum> || std::is_same_v<Op, 
 
 template <class Op, class Codec>
 std::string signature_op(compression_scheme scheme) {
-  const char* how = scheme == compression_scheme::ring ? "r" : "o";
+  const char* how = scheme == compression_scheme::ring ? "r" : scheme == compression_scheme::sparse ? "s" : "o";
   std::string text = std::string(op::name_of<Op>()) + "/" + how + "/" + std::string(Codec::name);
   return text.substr(0, 15);
 }
@@ -58,6 +63,21 @@ std::string signature_op(compression_scheme scheme) {
 
 namespace compressed {
 
+// A sparse codec runs the sparse scheme and nothing else does; a forced or
+// tuned choice that says otherwise is an error, not a silent substitute.
+template <class Codec>
+void require_scheme_fits(const Codec&, const choice& made, const compression_options& options) {
+  const bool sparse_scheme = made.chosen == algorithm::sparse;
+  if (sparse_scheme != codec::sparse<Codec>)
+    throw error(errc::invalid_argument,
+                "compressed allreduce: " + std::string(to_string(made.chosen)) + " (" + made.reason + ") cannot move " +
+                    std::string(Codec::name) + (codec::sparse<Codec> ? ", a sparse codec: only the sparse scheme does"
+                                                                     : ": the sparse scheme moves only sparse codecs"));
+  if (sparse_scheme && options.prescale && *options.prescale != 1.0f)
+    throw error(errc::invalid_argument, "compressed allreduce: a prescale is for codecs of narrow range; " +
+                                            std::string(Codec::name) + " sends floats as they are");
+}
+
 // The allreduce itself, its local steps given (codec_steps.hpp).
 template <class Op, class Communicator, class Steps>
 algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps& steps, compression_options options) {
@@ -65,20 +85,26 @@ algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps&
   const plain& c = steps.codec();
   const int n = comm.size();
   const choice made = choose_scheme(comm, c, data.size(), options);
+  require_scheme_fits(c, made, options);
   report(comm, "compressed_allreduce", c.encoded_bytes(data.size()), dtype::float32, made);
   const compression_scheme scheme = as_scheme(made.chosen);
   if (collective::check_enabled(comm))  // the signature string only when it is checked
     collective::check_agreement(comm, {"allreduce", data.size(), dtype::float32, signature_op<Op, plain>(scheme), -1});
-  const float scale = prescale_for<plain>(n, options);
   constexpr bool average = std::is_same_v<Op, op::avg>;
-  if (scheme == compression_scheme::ring && n > 1) allreduce_ring_with(comm, data, steps, average, scale);
-  else allreduce_encode_once_with(comm, data, steps, average, scale, options.chunk_bytes);
+  if constexpr (codec::sparse<plain>) {
+    allreduce_sparse_with(comm, data, steps, average);
+  } else {
+    const float scale = prescale_for<plain>(n, options);
+    if (scheme == compression_scheme::ring && n > 1) allreduce_ring_with(comm, data, steps, average, scale);
+    else allreduce_encode_once_with(comm, data, steps, average, scale, options.chunk_bytes);
+  }
   return made.chosen;
 }
 
 }  // namespace compressed
 
-// Returns the scheme that ran: algorithm::ring or algorithm::encode_once.
+// Returns the scheme that ran: algorithm::ring, algorithm::encode_once or
+// (sparse codecs) algorithm::sparse.
 template <class Communicator, class Op, codec::codec_or_feedback Codec>
 algorithm allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, compression_options options = {}) {
   static_assert(compressed::supported_op<Op>, "a compressed allreduce sums (op::sum) or averages (op::avg)");

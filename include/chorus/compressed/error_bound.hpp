@@ -11,7 +11,10 @@
 // ring:         the partial sums are encoded at n-1 hops, in an order the
 //   bound does not assume: E_0 = 0, E_h = E_{h-1} + e(s A + E_{h-1}) for
 //   h = 1..n-1, then F = e(s |sum| + E_{n-1}); the bound is (E_{n-1} + F) / s + G
-// both:  G = (n + 2) 2^-24 (A + error so far)   float accumulation and rescaling
+// sparse:       C + G, C as for encode once (each contribution's dropped
+//   elements; top-k's bound needs the whole tensor, not a piece): the sum is
+//   not encoded again
+// all:   G = (n + 2) 2^-24 (A + error so far)   float accumulation and rescaling
 //
 // For op::avg divide the bound by n.
 #pragma once
@@ -89,7 +92,8 @@ std::vector<float> allreduce_error_bound(const Codec& c, std::span<const std::ve
   std::vector<float> magnitude(count), bound(count);
   for (std::size_t i = 0; i < count; ++i)
     magnitude[i] = static_cast<float>((std::fabs(totals.exact[i]) * prescale + before[i]) * (1.0 + 0x1p-20));
-  bound_for_magnitudes(c, magnitude, bound);
+  if (scheme == compression_scheme::sparse) std::fill(bound.begin(), bound.end(), 0.0f);
+  else bound_for_magnitudes(c, magnitude, bound);
   const float rounding = static_cast<float>(contributions.size() + 2) * 0x1p-24f;
   for (std::size_t i = 0; i < count; ++i) {
     const float error = (before[i] + bound[i]) / prescale;

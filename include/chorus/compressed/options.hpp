@@ -20,6 +20,7 @@ enum class compression_scheme {
   automatic,    // ring for codecs that re-encode well on large tensors, else encode_once
   encode_once,  // each contribution encoded once; all n-1 parts in flight at once
   ring,         // pipelined ring; partial sums re-encoded at every hop
+  sparse,       // sparse codecs only: allgather of parts or a sum of agreed indices
 };
 
 struct compression_options {
@@ -41,6 +42,7 @@ inline constexpr std::string_view scheme_name(compression_scheme scheme) {
   switch (scheme) {
     case compression_scheme::encode_once: return "once";
     case compression_scheme::ring: return "ring";
+    case compression_scheme::sparse: return "sparse";
     default: return "automatic";
   }
 }
@@ -51,10 +53,12 @@ constexpr algorithm as_algorithm(compression_scheme scheme) noexcept {
   switch (scheme) {
     case compression_scheme::ring: return algorithm::ring;
     case compression_scheme::encode_once: return algorithm::encode_once;
+    case compression_scheme::sparse: return algorithm::sparse;
     default: return algorithm::automatic;
   }
 }
 constexpr compression_scheme as_scheme(algorithm chosen) noexcept {
+  if (chosen == algorithm::sparse) return compression_scheme::sparse;
   return chosen == algorithm::ring ? compression_scheme::ring : compression_scheme::encode_once;
 }
 
@@ -62,20 +66,20 @@ constexpr compression_scheme as_scheme(algorithm chosen) noexcept {
 // size, and whether the codec survives re-encoding.
 template <codec::codec Codec>
 workload workload_for(const Codec& c, int ranks, std::size_t count) {
-  return {ranks, c.encoded_bytes(count), codec::reencodes_well<Codec>};
+  return {ranks, c.encoded_bytes(count), codec::reencodes_well<Codec>, codec::sparse<Codec>};
 }
 
 // The scheme a communicator runs (its CHORUS_TUNE), with the reason.
 template <class Communicator, codec::codec Codec>
 choice choose_scheme(const Communicator& comm, const Codec& c, std::size_t count, const compression_options& options) {
-  if (comm.size() < 2) return {algorithm::encode_once, "one rank"};  // the two schemes are the same
+  if (comm.size() < 2 && !codec::sparse<Codec>) return {algorithm::encode_once, "one rank"};  // the two are the same
   return choose(comm, "compressed_allreduce", workload_for(c, comm.size(), count), as_algorithm(options.scheme));
 }
 
 // The same prediction from the environment as it is now.
 template <codec::codec Codec>
 compression_scheme scheme_for(const Codec& c, int ranks, std::size_t count, const compression_options& options) {
-  if (ranks < 2) return compression_scheme::encode_once;
+  if (ranks < 2 && !codec::sparse<Codec>) return compression_scheme::encode_once;
   return as_scheme(choose("compressed_allreduce", workload_for(c, ranks, count), as_algorithm(options.scheme)).chosen);
 }
 

@@ -1,9 +1,11 @@
 // Applying and undoing a compressed allreduce's prescale, and the per-thread
-// buffers its schemes keep between calls.
+// buffers its schemes keep between calls (and their bytes as the octets the
+// plain collectives move).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -65,5 +67,9 @@ struct workspace {
     return sized(use == scratch_for::sum ? sum : use == scratch_for::contribution ? contribution : feedback, count);
   }
 };
+
+inline std::span<std::uint8_t> as_octets(std::span<std::byte> bytes) noexcept {
+  return {reinterpret_cast<std::uint8_t*>(bytes.data()), bytes.size()};
+}
 
 }  // namespace chorus::compressed

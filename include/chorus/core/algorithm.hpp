@@ -23,6 +23,7 @@ enum class algorithm {
   encode_once,         // compressed allreduce: each contribution encoded once
   pairwise,            // alltoall
   nccl,                // every collective on a chorus::nccl::communicator: NCCL's own
+  sparse,              // compressed allreduce of a sparse codec (top-k, random-k)
 };
 
 namespace algo {
@@ -37,9 +38,10 @@ inline constexpr algorithm chain = algorithm::chain;
 inline constexpr algorithm encode_once = algorithm::encode_once;
 inline constexpr algorithm pairwise = algorithm::pairwise;
 inline constexpr algorithm nccl = algorithm::nccl;
+inline constexpr algorithm sparse = algorithm::sparse;
 }  // namespace algo
 
-inline constexpr std::array<std::pair<algorithm, std::string_view>, 12> algorithm_names{{
+inline constexpr std::array<std::pair<algorithm, std::string_view>, 13> algorithm_names{{
     {algorithm::automatic, "auto"},
     {algorithm::ring, "ring"},
     {algorithm::recursive_doubling, "recursive_doubling"},
@@ -52,6 +54,7 @@ inline constexpr std::array<std::pair<algorithm, std::string_view>, 12> algorith
     {algorithm::encode_once, "once"},
     {algorithm::pairwise, "pairwise"},
     {algorithm::nccl, "nccl"},
+    {algorithm::sparse, "sparse"},
 }};
 
 constexpr std::string_view to_string(algorithm choice) noexcept {
@@ -85,7 +88,7 @@ inline constexpr std::array<collective_algorithms, 7> collectives{{
     {"allgather", {algorithm::ring, algorithm::recursive_doubling}},
     {"reduce_scatter", {algorithm::ring, algorithm::recursive_halving}},
     {"broadcast", {algorithm::tree, algorithm::chain}},
-    {"compressed_allreduce", {algorithm::ring, algorithm::encode_once}},
+    {"compressed_allreduce", {algorithm::ring, algorithm::encode_once, algorithm::sparse}},
     {"reduce", {algorithm::tree}},
     {"alltoall", {algorithm::pairwise}},
 }};
@@ -116,7 +119,7 @@ inline algorithm parse_algorithm(std::string_view text, std::string_view source)
   throw error(errc::invalid_argument,
               std::string(source) + "='" + std::string(text) +
                   "' is not an algorithm (auto, ring, rd, recursive_doubling, rabenseifner, tree, "
-                  "recursive_halving, chain, once, encode_once, pairwise)");
+                  "recursive_halving, chain, once, encode_once, pairwise, sparse)");
 }
 
 }  // namespace chorus

@@ -460,6 +460,20 @@ TEST_CASE("every scheme converges on a small least-squares problem (loss below 1
   check("gosgd even", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
           return avg::gosgd(c, p, {.push_probability = 1.0});
         }));
+  using avg::consistency;
+  check("ps bsp", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
+          return avg::parameter_server(c, p, g, {.optimiser = {.learning_rate = rate}});
+        }));
+  check("ps bsp, a dedicated server", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
+          return avg::parameter_server(c, p, g, {.dedicated_servers = 1, .optimiser = {.learning_rate = rate}});
+        }));
+  check("ps ssp", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
+          return avg::parameter_server(c, p, g, {.mode = consistency::ssp, .staleness = 3, .optimiser = {.learning_rate = rate}});
+        }, false, true));
+  check("ps downpour", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
+          return avg::parameter_server(c, p, g, {.mode = consistency::downpour, .push_every = 2, .fetch_every = 3,
+                                                 .optimiser = {.learning_rate = rate}});
+        }, false, true));
 }
 
 TEST_CASE("schemes reject bad options with clear errors") {

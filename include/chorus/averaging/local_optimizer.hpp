@@ -24,6 +24,26 @@ struct sgd_options {
   double weight_decay = 0.0;
 };
 
+// One step on one tensor (or shard): x -= rate (g + decay x), through the
+// momentum buffer `velocity` (ignored when momentum is 0). The trainer's
+// optimiser and a parameter server's share it, so the same gradients give
+// the same bits on either side.
+inline void sgd_step(std::span<float> x, std::span<const float> g, std::span<float> velocity,
+                     const sgd_options& options) {
+  const auto rate = static_cast<float>(options.learning_rate);
+  const auto mu = static_cast<float>(options.momentum);
+  const auto decay = static_cast<float>(options.weight_decay);
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    float step = g[k] + decay * x[k];
+    if (mu != 0.0f) {
+      float& v = velocity[k];
+      v = mu * v + step;
+      step = options.nesterov ? step + mu * v : v;
+    }
+    x[k] -= rate * step;
+  }
+}
+
 class sgd {
  public:
   sgd(parameters model, sgd_options options) : model_(std::move(model)), options_(options) {
@@ -37,22 +57,12 @@ class sgd {
     model_.require_same_shape(gradients, "sgd gradients");
     model_.require_on_host("sgd");
     gradients.require_on_host("sgd");
-    const auto rate = static_cast<float>(options_.learning_rate);
-    const auto mu = static_cast<float>(options_.momentum);
-    const auto decay = static_cast<float>(options_.weight_decay);
     std::size_t offset = 0;
     for (std::size_t t = 0; t < model_.tensors().size(); ++t) {
       const std::span<float> x = model_.tensors()[t];
-      const std::span<const float> g = gradients.tensors()[t];
-      for (std::size_t k = 0; k < x.size(); ++k) {
-        float step = g[k] + decay * x[k];
-        if (mu != 0.0f) {
-          float& v = velocity_[offset + k];
-          v = mu * v + step;
-          step = options_.nesterov ? step + mu * v : v;
-        }
-        x[k] -= rate * step;
-      }
+      const std::span<float> v =
+          velocity_.empty() ? std::span<float>{} : std::span<float>(velocity_).subspan(offset, x.size());
+      sgd_step(x, gradients.tensors()[t], v, options_);
       offset += x.size();
     }
   }

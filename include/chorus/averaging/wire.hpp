@@ -89,27 +89,41 @@ class message {
     return std::span<const std::byte>(bytes_).first(sizeof(header) + payload_bytes);
   }
 
+  // A kind a reader accepts, with the payload it must carry.
+  struct expected_kind {
+    kind what;
+    std::size_t payload_bytes;
+  };
+
   // The header of a message of `received` bytes, checked: whole, of one of
   // the `expected` kinds, with exactly the payload it declares, and with a
   // payload of `payload_bytes` unless the kind carries none (cut, done).
   header read(std::size_t received, std::initializer_list<kind> expected, std::size_t payload_bytes,
               const reader& from) const {
+    std::vector<expected_kind> kinds;
+    for (kind k : expected) kinds.push_back({k, k == kind::cut || k == kind::done ? 0 : payload_bytes});
+    return read(received, kinds, from);
+  }
+
+  // The same, with the payload each kind carries given (a pull that asks
+  // with a header alone, a push that carries a gradient).
+  header read(std::size_t received, std::span<const expected_kind> expected, const reader& from) const {
     if (received < sizeof(header))
       from.fail("wire: a message of " + std::to_string(received) + " bytes is shorter than its header");
     header got;
     std::memcpy(&got, bytes_.data(), sizeof(header));
-    bool known = false;
-    for (kind k : expected) known = known || got.what == k;
-    if (!known)
+    const expected_kind* known = nullptr;
+    for (const expected_kind& k : expected)
+      if (got.what == k.what) known = &k;
+    if (known == nullptr)
       from.fail("wire: a message of kind " + std::to_string(static_cast<std::uint32_t>(got.what)) + " (" +
                 std::string(to_string(got.what)) + ") arrived where this scheme expects another");
     if (got.payload_bytes != received - sizeof(header))
       from.fail("wire: a " + std::string(to_string(got.what)) + " declares " + std::to_string(got.payload_bytes) +
                 " payload bytes and carries " + std::to_string(received - sizeof(header)));
-    const bool carries = got.what != kind::cut && got.what != kind::done;
-    if (got.payload_bytes != (carries ? payload_bytes : 0))
+    if (got.payload_bytes != known->payload_bytes)
       from.fail("wire: a " + std::string(to_string(got.what)) + " carries " + std::to_string(got.payload_bytes) +
-                " payload bytes where " + std::to_string(carries ? payload_bytes : 0) +
+                " payload bytes where " + std::to_string(known->payload_bytes) +
                 " were due (models of different sizes?)");
     return got;
   }

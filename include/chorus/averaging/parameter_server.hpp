@@ -1,0 +1,333 @@
+// Parameter server (Dean et al. 2012, Downpour; Ho et al. 2013, SSP): the
+// model is cut into shards held by server roles; workers push gradients to
+// every shard's server and pull the shards back; the server applies its
+// optimiser (SGD with momentum, local_optimizer.hpp) to its shard.
+//
+//   chorus::averaging::parameter_server ps(comm, model, gradients,
+//       {.mode = chorus::averaging::consistency::ssp, .staleness = 3});
+//   if (ps.is_worker()) for (each batch) ps.step(compute_gradients, [] {});
+//   ps.finish();   // collective: every rank's model becomes the servers'
+//
+// Layouts: `dedicated_servers = k` puts the shards on ranks 0..k-1, which
+// serve and do not train (their trainer calls finish() at once); 0 (the
+// default) puts one shard on every rank, each also a worker: per exchange a
+// rank sends (n-1)/n of the model's gradient and receives (n-1)/n of the
+// model, 2 (n-1)/n S in all, like a ring allreduce, in 2 (n-1) messages
+// that all go at once (alpha terms overlap).
+//
+// Consistency (parameter_shard.hpp has the rules; one code path for all):
+//   bsp       every step's update holds every worker's gradient once; the
+//             pull at end_step() waits for the round. With plain SGD it is
+//             allreduce-SGD (same bits on dyadic data).
+//   ssp       staleness bound s: the pull waits only while this worker is
+//             more than s steps ahead of the slowest; it holds all of its
+//             own pushes and every worker's first (clock - s).
+//   downpour  push the gradients summed over push_every steps, fetch every
+//             fetch_every steps without waiting (the reply is taken at a
+//             later step boundary); staleness is recorded, not bounded.
+// The trainer's own optimiser step (apply_update) runs between pulls only:
+// each pull replaces the model by the servers' (in BSP and SSP every step,
+// so pass a no-op there).
+//
+// Servers work on the communicator's progress thread; finish() waits for
+// every worker's goodbye (bounded by the timeout), then assembles the
+// shards on every rank. A dead worker or server is a chorus::error (peer
+// failure or timeout) at the next wait.
+#pragma once
+
+#include <chorus/averaging/local_optimizer.hpp>
+#include <chorus/averaging/parameter_shard.hpp>
+#include <chorus/averaging/parameters.hpp>
+#include <chorus/averaging/scheme.hpp>
+#include <chorus/averaging/wire.hpp>
+#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/broadcast.hpp>
+#include <chorus/comm/progress_thread.hpp>
+#include <chorus/core/error.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace chorus::averaging {
+
+struct parameter_server_options {
+  consistency mode = consistency::bsp;
+  std::uint64_t staleness = 3;    // SSP: s
+  std::uint64_t push_every = 1;   // Downpour: n_push
+  std::uint64_t fetch_every = 1;  // Downpour: n_fetch
+  int dedicated_servers = 0;      // 0: a shard on every rank; k: ranks 0..k-1 serve only
+  sgd_options optimiser{.learning_rate = 0.05, .momentum = 0.9};  // the servers'
+};
+
+// A worker's view of the exchange, beside the servers' shard_stats.
+struct worker_wait_stats {
+  std::uint64_t pulls = 0;
+  std::uint64_t fetches_applied = 0;  // Downpour: replies taken into the model
+  double waited_seconds = 0;          // blocked in pulls (BSP, SSP)
+};
+
+template <class Communicator>
+class parameter_server : public scheme_base<parameter_server<Communicator>> {
+ public:
+  using request = typename Communicator::request;
+
+  // Collective: every rank starts from rank 0's model.
+  parameter_server(Communicator& comm, parameters model, parameters gradients, parameter_server_options options = {})
+      : comm_(comm.split(0, comm.rank())), model_(std::move(model)), gradients_(std::move(gradients)),
+        options_(options), servers_(options_.dedicated_servers > 0 ? options_.dedicated_servers : comm_.size()) {
+    check_options();
+    model_.require_same_shape(gradients_, "parameter_server gradients");
+    std::vector<float> start = model_.snapshot();
+    this->metered([&] { broadcast(comm_, std::span<float>(start), 0); });
+    model_.copy_from(start);
+    if (is_worker()) open_links();
+    if (comm_.rank() < servers_) start_serving(start);
+  }
+
+  ~parameter_server() { serving_.release(); }
+
+  bool is_worker() const noexcept { return comm_.rank() >= first_worker(); }
+  bool is_server() const noexcept { return comm_.rank() < servers_; }
+  int workers() const noexcept { return comm_.size() - first_worker(); }
+
+  // The trainer thread's traffic, plus the replies this rank's server sent.
+  averaging_stats stats() const noexcept {
+    averaging_stats total = this->stats_;
+    total.bytes_sent += served_bytes_.load(std::memory_order_relaxed);
+    total.messages_sent += served_messages_.load(std::memory_order_relaxed);
+    return total;
+  }
+  // What this rank's shard saw (zeros on a rank that serves none).
+  shard_stats server_stats() const { return shard_ ? shard_->stats() : shard_stats{}; }
+  const worker_wait_stats& worker_stats() const noexcept { return waits_; }
+
+  void begin_step() {
+    if (is_worker() && fetching_) take_fetch_if_arrived();
+  }
+
+  void reduce_gradients() {
+    if (!is_worker()) return;
+    gradients_.copy_to(gradient_);
+    if (options_.mode != consistency::downpour) return push(gradient_);
+    for (std::size_t k = 0; k < gradient_.size(); ++k) accumulated_[k] += gradient_[k];
+    if (++accumulated_steps_ == options_.push_every) push_accumulated();
+  }
+
+  void end_step() {
+    if (!is_worker()) return;
+    this->count_step();
+    if (options_.mode != consistency::downpour) return pull_and_wait();
+    if (fetching_) take_fetch_if_arrived();
+    if (!fetching_ && this->stats_.steps % options_.fetch_every == 0) start_fetch();
+  }
+
+  // Collective: workers push what they hold, take their last fetch and say
+  // goodbye; servers serve until every worker has; then every rank's model
+  // becomes the servers' shards.
+  void finish() {
+    if (is_worker()) say_goodbye();
+    std::vector<float> assembled(model_.size(), 0.0f);
+    if (is_server()) {
+      serving_.stop();  // from here on this thread serves
+      const auto all_gone = [&] {
+        shard_->serve();
+        return shard_->all_done();
+      };
+      comm_.progress_until(all_gone, "parameter_server finish, waiting for every worker's goodbye");
+      const std::span<const float> mine = shard_->values();
+      std::copy(mine.begin(), mine.end(), assembled.begin() + static_cast<std::ptrdiff_t>(shard_offset(comm_.rank())));
+    }
+    // Adding zeros is exact: every rank gets the shards' bits.
+    this->metered([&] { allreduce(comm_, std::span<float>(assembled), op::sum{}); });
+    model_.copy_from(assembled);
+  }
+
+ private:
+  using shard = parameter_shard<Communicator>;
+
+  struct server_link {
+    wire::message push, pull, reply, done;
+    request push_send, pull_send, reply_receive, done_send;
+    std::uint64_t sent = 0;     // messages to the server: their sequence
+    std::uint64_t replies = 0;  // taken
+    std::uint64_t version = 0;  // of the shard in the last reply
+  };
+
+  void check_options() const {
+    const int n = comm_.size();
+    if (options_.dedicated_servers < 0 || options_.dedicated_servers >= n)
+      throw error(errc::invalid_argument, "parameter_server: " + std::to_string(options_.dedicated_servers) +
+                                              " dedicated servers leave no worker among " + std::to_string(n) + " ranks");
+    if (options_.push_every == 0 || options_.fetch_every == 0)
+      throw error(errc::invalid_argument, "parameter_server: push_every and fetch_every must be at least 1");
+    if (options_.mode != consistency::downpour && (options_.push_every != 1 || options_.fetch_every != 1))
+      throw error(errc::invalid_argument, "parameter_server: push_every and fetch_every are Downpour's; " +
+                                              std::string(to_string(options_.mode)) + " pushes and pulls every step");
+  }
+
+  int first_worker() const noexcept { return options_.dedicated_servers; }
+  std::size_t shard_offset(int s) const noexcept {
+    return model_.size() * static_cast<std::size_t>(s) / static_cast<std::size_t>(servers_);
+  }
+  std::size_t shard_size(int s) const noexcept { return shard_offset(s + 1) - shard_offset(s); }
+  std::size_t shard_bytes(int s) const noexcept { return shard_size(s) * sizeof(float); }
+
+  void open_links() {
+    gradient_.assign(model_.size(), 0.0f);
+    flat_.assign(model_.size(), 0.0f);
+    if (options_.mode == consistency::downpour) accumulated_.assign(model_.size(), 0.0f);
+    links_.resize(static_cast<std::size_t>(servers_));
+    for (int s = 0; s < servers_; ++s) {
+      server_link& link = links_[static_cast<std::size_t>(s)];
+      link.push = wire::message(shard_bytes(s));
+      link.reply = wire::message(shard_bytes(s));
+    }
+  }
+
+  void start_serving(const std::vector<float>& start) {
+    const std::span<const float> mine =
+        std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
+    std::vector<int> workers;
+    for (int w = first_worker(); w < comm_.size(); ++w) workers.push_back(w);
+    shard_ = std::make_unique<shard>(comm_, mine, std::move(workers),
+                                     shard_rules{options_.mode, options_.staleness, options_.optimiser});
+    serving_ = comm_.progress_thread().add([this] { return serve_counted(); });
+  }
+
+  // The server's work with its traffic counted (it runs on the progress thread).
+  bool serve_counted() {
+    const traffic before = this_thread_traffic();
+    const bool worked = shard_->serve();
+    const traffic sent = this_thread_traffic() - before;
+    served_bytes_.fetch_add(sent.bytes_sent, std::memory_order_relaxed);
+    served_messages_.fetch_add(sent.messages_sent, std::memory_order_relaxed);
+    return worked;
+  }
+
+  server_link& link(int s) { return links_[static_cast<std::size_t>(s)]; }
+
+  void push(std::span<const float> gradient) {
+    this->metered([&] {
+      for (int s = 0; s < servers_; ++s) {
+        server_link& to = link(s);
+        comm_.wait(to.push_send, "parameter_server push");  // the previous push's buffer
+        const std::span<const float> part = gradient.subspan(shard_offset(s), shard_size(s));
+        std::copy(part.begin(), part.end(), to.push.template payload_as<float>().begin());
+        const auto bytes = to.push.write(wire::kind::push, ++to.sent, static_cast<double>(to.version), shard_bytes(s));
+        to.push_send = comm_.isend(bytes, s, parameter_shard<Communicator>::request_tag);
+      }
+    });
+    ++pushes_;
+    ++this->stats_.exchanges;
+  }
+
+  void push_accumulated() {
+    push(accumulated_);
+    std::fill(accumulated_.begin(), accumulated_.end(), 0.0f);
+    accumulated_steps_ = 0;
+  }
+
+  // Asks every server for its shard; the replies land in the links.
+  void start_fetch() {
+    this->metered([&] {
+      for (int s = 0; s < servers_; ++s) {
+        server_link& to = link(s);
+        comm_.wait(to.pull_send, "parameter_server pull");
+        to.reply_receive = comm_.irecv(to.reply.buffer(), s, parameter_shard<Communicator>::reply_tag);
+        to.pull_send = comm_.isend(to.pull.write(wire::kind::pull, ++to.sent, static_cast<double>(pushes_), 0), s,
+                                   parameter_shard<Communicator>::request_tag);
+      }
+    });
+    fetching_ = true;
+    ++waits_.pulls;
+  }
+
+  void pull_and_wait() {
+    start_fetch();
+    const auto began = std::chrono::steady_clock::now();
+    const auto all_replied = [&] {
+      for (int s = 0; s < servers_; ++s)
+        if (!comm_.test(link(s).reply_receive)) return false;
+      return true;
+    };
+    comm_.progress_until(all_replied, std::string("parameter_server pull (") + std::string(to_string(options_.mode)) + ")");
+    waits_.waited_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    take_fetch();
+  }
+
+  void take_fetch_if_arrived() {
+    for (int s = 0; s < servers_; ++s)
+      if (!comm_.test(link(s).reply_receive)) return;
+    take_fetch();
+  }
+
+  // Every reply is in: check them and make them the model.
+  void take_fetch() {
+    for (int s = 0; s < servers_; ++s) {
+      server_link& from = link(s);
+      const wire::reader reader{comm_.world_rank(comm_.rank()), comm_.world_rank(s), "parameter_server pull"};
+      const wire::header head =
+          from.reply.read(from.reply_receive.received_bytes(), {wire::kind::reply}, shard_bytes(s), reader);
+      wire::expect_sequence(head, ++from.replies, reader);
+      from.version = static_cast<std::uint64_t>(head.value);
+      const std::span<const float> part = from.reply.template payload_as<float>().first(shard_size(s));
+      std::copy(part.begin(), part.end(), flat_.begin() + static_cast<std::ptrdiff_t>(shard_offset(s)));
+    }
+    model_.copy_from(flat_);
+    fetching_ = false;
+    ++waits_.fetches_applied;
+  }
+
+  void say_goodbye() {
+    if (options_.mode == consistency::downpour) {
+      if (accumulated_steps_ > 0) push_accumulated();  // every gradient reaches a server once
+      if (fetching_) {
+        comm_.progress_until([&] {
+          for (int s = 0; s < servers_; ++s)
+            if (!comm_.test(link(s).reply_receive)) return false;
+          return true;
+        }, "parameter_server finish, the last fetch");
+        take_fetch();
+      }
+    }
+    this->metered([&] {
+      std::vector<request> sends;
+      for (int s = 0; s < servers_; ++s) {
+        server_link& to = link(s);
+        sends.push_back(std::move(to.push_send));
+        sends.push_back(std::move(to.pull_send));
+        sends.push_back(comm_.isend(to.done.write(wire::kind::done, ++to.sent, static_cast<double>(pushes_), 0), s,
+                                    parameter_shard<Communicator>::request_tag));
+      }
+      comm_.wait_all(sends, "parameter_server goodbye");
+    });
+  }
+
+  Communicator comm_;
+  parameters model_, gradients_;
+  parameter_server_options options_;
+  int servers_;
+  // Worker side.
+  std::vector<server_link> links_;
+  std::vector<float> gradient_, accumulated_, flat_;
+  std::uint64_t accumulated_steps_ = 0;
+  std::uint64_t pushes_ = 0;
+  bool fetching_ = false;
+  worker_wait_stats waits_;
+  // Server side.
+  std::unique_ptr<shard> shard_;
+  std::atomic<std::uint64_t> served_bytes_{0};
+  std::atomic<std::uint64_t> served_messages_{0};
+  progress_thread::registration serving_;
+};
+
+template <class C>
+parameter_server(C&, parameters, parameters, parameter_server_options = {}) -> parameter_server<C>;
+
+}  // namespace chorus::averaging

@@ -1,0 +1,278 @@
+// The server role of a parameter server (parameter_server.hpp): one shard
+// of the model, its optimiser state and version, and the rules by which it
+// serves its workers' messages in each consistency mode.
+//
+// Every worker sends its server one ordered stream on one tag (UCP tag
+// matching keeps a sender's order), numbered from 1 (wire.hpp):
+//   push  a gradient for the shard; value: the shard version it was computed on
+//   pull  a request for the shard; value: the pushes the worker has sent
+//   done  no more messages; value: the pushes it sent in all
+// and gets a reply (the shard; value: its version) for every pull. A
+// message that cannot be served yet stays at the head of its stream (the
+// receive is not posted again), so the order of a worker's messages is the
+// order of their effects:
+//   BSP       a push joins the current round; the next round's push waits
+//             until every live worker's push of this round is in, then the
+//             round's mean (summed in rank order) takes one optimiser step.
+//             A pull is served once the round of its last push is applied.
+//   SSP(s)    a push is applied at once, scaled by 1/W; a pull from a worker
+//             at clock c (pushes applied) is served once the slowest live
+//             worker's clock is at least c - s.
+//   Downpour  pushes are applied at once (scaled by 1/W), pulls served at once.
+// So a reply always holds every push of the worker that asked (its pushes
+// precede its pull in the stream; the pull's value checks it), and in SSP
+// every worker's pushes up to c - s.
+//
+// Staleness of an applied gradient: the shard's version when it is applied
+// minus the version it was computed on. Workers that said done leave the
+// rounds and the slowest-clock computation.
+#pragma once
+
+#include <chorus/averaging/local_optimizer.hpp>
+#include <chorus/averaging/wire.hpp>
+#include <chorus/core/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::averaging {
+
+enum class consistency { bsp, ssp, downpour };
+
+constexpr std::string_view to_string(consistency mode) noexcept {
+  switch (mode) {
+    case consistency::bsp: return "bsp";
+    case consistency::ssp: return "ssp";
+    case consistency::downpour: return "downpour";
+  }
+  return "unknown";
+}
+
+// What a shard's server saw (summed over the shards a rank serves).
+struct shard_stats {
+  std::uint64_t gradients_applied = 0;  // pushes taken into the model
+  std::uint64_t staleness_total = 0;    // of those, sum and largest staleness
+  std::uint64_t staleness_max = 0;
+  std::uint64_t clock_gap_max = 0;  // served pulls: how far the asker was ahead of the slowest live worker
+  std::uint64_t pulls_served = 0;
+
+  double mean_staleness() const noexcept {
+    return gradients_applied == 0 ? 0.0 : static_cast<double>(staleness_total) / static_cast<double>(gradients_applied);
+  }
+  shard_stats& operator+=(const shard_stats& other) noexcept {
+    gradients_applied += other.gradients_applied;
+    staleness_total += other.staleness_total;
+    staleness_max = std::max(staleness_max, other.staleness_max);
+    clock_gap_max = std::max(clock_gap_max, other.clock_gap_max);
+    pulls_served += other.pulls_served;
+    return *this;
+  }
+};
+
+struct shard_rules {
+  consistency mode = consistency::bsp;
+  std::uint64_t staleness = 0;  // SSP's s
+  sgd_options optimiser{};
+};
+
+// One shard on its server. Communicator: the scheme's; all calls on one
+// thread at a time (the progress thread, then the owner in finish()).
+template <class Communicator>
+class parameter_shard {
+ public:
+  using request = typename Communicator::request;
+  static constexpr int request_tag = 1;
+  static constexpr int reply_tag = 2;
+
+  parameter_shard(Communicator& comm, std::span<const float> start, std::vector<int> workers, shard_rules rules)
+      : comm_(comm), rules_(rules), x_(start.begin(), start.end()), step_(x_.size()), workers_(std::move(workers)),
+        links_(workers_.size()) {
+    if (rules_.optimiser.momentum != 0.0) velocity_.assign(x_.size(), 0.0f);
+    for (std::size_t w = 0; w < links_.size(); ++w) {
+      links_[w].incoming = wire::message(bytes());
+      links_[w].reply = wire::message(bytes());
+      post(w);
+    }
+  }
+
+  std::size_t bytes() const noexcept { return x_.size() * sizeof(float); }
+  std::span<const float> values() const noexcept { return x_; }
+  std::uint64_t version() const noexcept { return version_; }
+  bool all_done() const noexcept { return live_ == 0; }
+  shard_stats stats() const {
+    std::lock_guard lock(stats_mutex_);
+    return stats_;
+  }
+
+  // Serves every message that can be served now; true if one was.
+  bool serve() {
+    bool worked = false;
+    for (bool again = true; again;) {  // a completed round may unblock pulls of workers already passed
+      again = false;
+      for (std::size_t w = 0; w < links_.size(); ++w)
+        while (serve_one(w)) again = worked = true;
+    }
+    return worked;
+  }
+
+ private:
+  struct worker_link {
+    wire::message incoming;
+    request receive;
+    bool holding = false;  // `head` arrived and waits to be served
+    wire::header head;
+    std::uint64_t received = 0;  // messages read, for their sequence
+    std::uint64_t clock = 0;     // pushes taken (BSP: into a round)
+    std::vector<float> round_gradient;  // BSP: its push of the current round
+    wire::message reply;
+    request reply_send;
+    std::uint64_t replies = 0;
+    bool done = false;
+  };
+
+  void post(std::size_t w) { links_[w].receive = comm_.irecv(links_[w].incoming.buffer(), workers_[w], request_tag); }
+
+  wire::reader reader_for(std::size_t w) const {
+    return {comm_.world_rank(comm_.rank()), comm_.world_rank(workers_[w]), "parameter server"};
+  }
+
+  // Reads the next message of worker w if none is held, and serves it if
+  // its mode allows; true if one was served.
+  bool serve_one(std::size_t w) {
+    worker_link& link = links_[w];
+    if (link.done) return false;
+    if (!link.holding) {
+      if (!comm_.test(link.receive)) return false;
+      const std::array<wire::message::expected_kind, 3> kinds{
+          {{wire::kind::push, bytes()}, {wire::kind::pull, 0}, {wire::kind::done, 0}}};
+      link.head = link.incoming.read(link.receive.received_bytes(), kinds, reader_for(w));
+      wire::expect_sequence(link.head, ++link.received, reader_for(w));
+      link.holding = true;
+    }
+    if (!try_serve(w)) return false;
+    link.holding = false;
+    if (!link.done) post(w);
+    return true;
+  }
+
+  bool try_serve(std::size_t w) {
+    worker_link& link = links_[w];
+    const auto claimed = static_cast<std::uint64_t>(link.head.value);
+    switch (link.head.what) {
+      case wire::kind::push: return take_push(w, claimed);
+      case wire::kind::pull: return answer_pull(w, claimed);
+      default:
+        if (claimed != link.clock)
+          reader_for(w).fail("parameter server: done after " + std::to_string(claimed) + " pushes, " +
+                             std::to_string(link.clock) + " arrived");
+        link.done = true;
+        --live_;
+        if (rules_.mode == consistency::bsp) finish_round_if_complete();  // it may have been the last one missing
+        return true;
+    }
+  }
+
+  std::span<const float> payload(std::size_t w) const {
+    return std::span(reinterpret_cast<const float*>(links_[w].incoming.payload().data()), x_.size());
+  }
+
+  bool take_push(std::size_t w, std::uint64_t computed_on) {
+    worker_link& link = links_[w];
+    if (rules_.mode == consistency::bsp) {
+      if (link.clock != version_) return false;  // the next round's: after this one
+      link.round_gradient.assign(payload(w).begin(), payload(w).end());
+      ++link.clock;
+      record_staleness(computed_on);
+      finish_round_if_complete();
+      return true;
+    }
+    const float share = 1.0f / static_cast<float>(workers_.size());
+    const std::span<const float> g = payload(w);
+    for (std::size_t k = 0; k < g.size(); ++k) step_[k] = g[k] * share;
+    record_staleness(computed_on);
+    sgd_step(x_, step_, velocity_, rules_.optimiser);
+    ++version_;
+    ++link.clock;
+    return true;
+  }
+
+  // BSP: once every live worker's push of this round is in, the mean of the
+  // round, summed in rank order, takes one step.
+  void finish_round_if_complete() {
+    std::size_t contributors = 0;
+    for (const worker_link& link : links_) {
+      if (link.done) continue;
+      if (link.clock != version_ + 1) return;
+      ++contributors;
+    }
+    if (contributors == 0) return;
+    std::fill(step_.begin(), step_.end(), 0.0f);
+    for (const worker_link& link : links_)
+      if (!link.done)
+        for (std::size_t k = 0; k < step_.size(); ++k) step_[k] += link.round_gradient[k];
+    const auto divisor = static_cast<float>(contributors);
+    for (float& value : step_) value /= divisor;
+    sgd_step(x_, step_, velocity_, rules_.optimiser);
+    ++version_;
+  }
+
+  bool answer_pull(std::size_t w, std::uint64_t pushes) {
+    worker_link& link = links_[w];
+    if (pushes != link.clock)
+      reader_for(w).fail("parameter server: a pull after " + std::to_string(pushes) + " pushes found " +
+                         std::to_string(link.clock) + " of them (a push lost or out of order)");
+    const std::uint64_t slowest = slowest_clock();
+    switch (rules_.mode) {
+      case consistency::bsp:
+        if (version_ < link.clock) return false;
+        break;
+      case consistency::ssp:
+        if (slowest + rules_.staleness < link.clock) return false;
+        break;
+      case consistency::downpour: break;
+    }
+    comm_.wait(link.reply_send, "parameter server reply");  // the previous reply, long gone
+    std::copy(x_.begin(), x_.end(), link.reply.template payload_as<float>().begin());
+    const auto sent = link.reply.write(wire::kind::reply, ++link.replies, static_cast<double>(version_), bytes());
+    link.reply_send = comm_.isend(sent, workers_[w], reply_tag);
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.pulls_served;
+    stats_.clock_gap_max = std::max(stats_.clock_gap_max, link.clock > slowest ? link.clock - slowest : 0);
+    return true;
+  }
+
+  std::uint64_t slowest_clock() const noexcept {
+    std::uint64_t slowest = std::numeric_limits<std::uint64_t>::max();
+    for (const worker_link& link : links_)
+      if (!link.done) slowest = std::min(slowest, link.clock);
+    return slowest;
+  }
+
+  void record_staleness(std::uint64_t computed_on) {
+    const std::uint64_t staleness = version_ > computed_on ? version_ - computed_on : 0;
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.gradients_applied;
+    stats_.staleness_total += staleness;
+    stats_.staleness_max = std::max(stats_.staleness_max, staleness);
+  }
+
+  Communicator& comm_;
+  shard_rules rules_;
+  std::vector<float> x_, velocity_, step_;
+  std::uint64_t version_ = 0;  // optimiser steps taken (BSP: rounds)
+  std::vector<int> workers_;   // their ranks
+  std::vector<worker_link> links_;
+  std::size_t live_ = links_.size();
+  mutable std::mutex stats_mutex_;
+  shard_stats stats_;
+};
+
+}  // namespace chorus::averaging

@@ -317,6 +317,67 @@ TEST_CASE("synchronous EASGD's centre equals the closed-form update on a quadrat
   }
 }
 
+TEST_CASE("TreeEASGD: every node matches the closed-form elastic updates on a quadratic; the root's model is kept") {
+  // f_i(x) = 1/2 ||x - b_i||^2 on a tree of fan-out 2 over 6 ranks (0: 1 2;
+  // 1: 3 4; 2: 5). Serial reference in double, in an order each node sees
+  // its exchanges in: upward, a node's children (in rank order) then its
+  // parent; downward, its parent then its children.
+  const int n = 6, steps = 12, fanout = 2;
+  const std::uint64_t tau_up = 2, tau_down = 3;
+  const double eta = 0.1, alpha = 0.2;
+  const std::size_t size = 33;
+  const auto target = [](int rank, std::size_t k) { return static_cast<double>(rank) - 0.05 * static_cast<double>(k); };
+  const auto start = [](std::size_t k) { return 0.3 + 0.01 * static_cast<double>(k); };
+  per_rank<std::vector<float>> before_finish(n), kept(n);
+  chorus::run_threads(n, [&](communicator& comm) {
+    std::vector<float> x(size), g(size);
+    for (std::size_t k = 0; k < size; ++k) x[k] = comm.rank() == 0 ? static_cast<float>(start(k)) : -7.0f;
+    avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+    avg::sgd optimiser(params, {.learning_rate = eta});
+    avg::tree_easgd scheme(comm, params, {.alpha = alpha, .tau_up = tau_up, .tau_down = tau_down, .fanout = fanout});
+    for (int step = 0; step < steps; ++step)
+      scheme.step([&] { for (std::size_t k = 0; k < size; ++k) g[k] = x[k] - static_cast<float>(target(comm.rank(), k)); },
+                  [&] { optimiser.apply(grads); });
+    before_finish.set(comm.rank(), x);
+    scheme.finish();
+    kept.set(comm.rank(), x);
+  }, quick());
+  std::vector<std::vector<double>> x(n, std::vector<double>(size));
+  for (auto& node : x)
+    for (std::size_t k = 0; k < size; ++k) node[k] = static_cast<float>(start(k));  // everyone starts from the root's
+  // The asker a sent x_a; d = alpha (x_a - x_b); x_b += d; x_a -= d.
+  const auto exchange = [&](int asker, int answerer) {
+    for (std::size_t k = 0; k < size; ++k) {
+      const double d = alpha * (x[static_cast<std::size_t>(asker)][k] - x[static_cast<std::size_t>(answerer)][k]);
+      x[static_cast<std::size_t>(answerer)][k] += d;
+      x[static_cast<std::size_t>(asker)][k] -= d;
+    }
+  };
+  std::function<void(int)> up = [&](int node) {
+    for (int c = node * fanout + 1; c <= node * fanout + fanout && c < n; ++c) {
+      up(c);
+      exchange(c, node);
+    }
+  };
+  std::function<void(int)> down = [&](int node) {
+    for (int c = node * fanout + 1; c <= node * fanout + fanout && c < n; ++c) {
+      exchange(node, c);
+      down(c);
+    }
+  };
+  for (int step = 1; step <= steps; ++step) {
+    for (int r = 0; r < n; ++r)
+      for (std::size_t k = 0; k < size; ++k) x[static_cast<std::size_t>(r)][k] -= eta * (x[static_cast<std::size_t>(r)][k] - target(r, k));
+    if (step % tau_up == 0) up(0);
+    if (step % tau_down == 0) down(0);
+  }
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(max_gap(before_finish.values[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)]) < 1e-5);
+    CHECK(std::memcmp(kept.values[static_cast<std::size_t>(r)].data(), before_finish.values[0].data(), size * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("asynchronous EASGD conserves sum x_i + c with learning rate 0, with ranks finishing at different times") {
   const int n = 4;
   per_rank<std::vector<float>> models(n), finals(n);
@@ -460,6 +521,9 @@ TEST_CASE("every scheme converges on a small least-squares problem (loss below 1
   check("gosgd even", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
           return avg::gosgd(c, p, {.push_probability = 1.0});
         }));
+  check("tree_easgd", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
+          return avg::tree_easgd(c, p, {.alpha = 0.2, .tau_up = 1, .tau_down = 2, .fanout = 2});
+        }));
   using avg::consistency;
   check("ps bsp", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
           return avg::parameter_server(c, p, g, {.optimiser = {.learning_rate = rate}});
@@ -487,6 +551,10 @@ TEST_CASE("schemes reject bad options with clear errors") {
                               "has 4 ranks, the communicator 3");
     chorus_test::expect_error([&] { avg::gosgd(comm, params, {.push_probability = 2.0}); }, errc::invalid_argument,
                               "push probability");
+    chorus_test::expect_error([&] { avg::tree_easgd(comm, params, {.fanout = 0}); }, errc::invalid_argument,
+                              "fan-out must be at least 1");
+    chorus_test::expect_error([&] { avg::tree_easgd(comm, params, {.tau_down = 0}); }, errc::invalid_argument,
+                              "tau must be at least 1");
     std::vector<float> g(4);
     chorus_test::expect_error([&] { avg::allreduce_sgd(comm, params, avg::parameters{std::span<float>(g)}); },
                               errc::invalid_argument, "do not match");

@@ -15,3 +15,4 @@
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/topology.hpp>
+#include <chorus/averaging/tree_easgd.hpp>

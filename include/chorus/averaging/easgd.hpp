@@ -37,6 +37,17 @@ inline void require_elastic(double alpha, std::uint64_t tau, const char* scheme)
   if (tau == 0) throw error(errc::invalid_argument, std::string(scheme) + ": tau must be at least 1");
 }
 
+// One elastic exchange, on the side that answers: the asker sent its model
+// x; d = alpha (x - mine); mine += d; the asker then subtracts d. Both move
+// toward each other by the same d, so the sum of the two is unchanged
+// (async EASGD: mine is the centre; TreeEASGD: a parent or a child).
+inline void elastic_answer(std::span<const float> x, std::span<float> mine, std::span<float> d, float alpha) {
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    d[k] = alpha * (x[k] - mine[k]);
+    mine[k] += d[k];
+  }
+}
+
 template <class Communicator>
 class easgd : public scheme_base<easgd<Communicator>> {
  public:

@@ -160,11 +160,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
 
   // d = alpha (x - c); c += d. Caller holds centre_mutex_.
   void elastic_difference(std::span<const float> x, std::span<float> d) {
-    const auto alpha = static_cast<float>(options_.alpha);
-    for (std::size_t k = 0; k < elements_; ++k) {
-      d[k] = alpha * (x[k] - centre_[k]);
-      centre_[k] += d[k];
-    }
+    elastic_answer(x, centre_, d, static_cast<float>(options_.alpha));
     ++merges_;
   }
 

@@ -497,6 +497,12 @@ TEST_CASE("every scheme converges on a small least-squares problem (loss below 1
   check("allreduce_sgd", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters g) {
           return avg::allreduce_sgd(c, p, g);
         }));
+  check("allreduce_sgd topk 0.3, error feedback", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters g) {
+          return avg::allreduce_sgd(c, p, g, {.codec = chorus::codec::by_name("topk:0.3")});
+        }));
+  check("allreduce_sgd randomk 0.5, error feedback", train_least_squares(n, steps, rate * 0.5, [](communicator& c, avg::parameters p, avg::parameters g) {
+          return avg::allreduce_sgd(c, p, g, {.codec = chorus::codec::by_name("randomk:0.5")});
+        }));
   check("local_sgd H=4", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
           return avg::local_sgd(c, p, {.period = 4, .warmup_steps = 10});
         }));
@@ -551,6 +557,12 @@ TEST_CASE("schemes reject bad options with clear errors") {
                               "has 4 ranks, the communicator 3");
     chorus_test::expect_error([&] { avg::gosgd(comm, params, {.push_probability = 2.0}); }, errc::invalid_argument,
                               "push probability");
+    const auto top = chorus::codec::by_name("topk:0.1");
+    chorus_test::expect_error([&] { avg::dpsgd(comm, params, {.codec = top}); }, errc::invalid_argument,
+                              "sparse codecs compress gradients");
+    chorus_test::expect_error([&] { avg::gosgd(comm, params, {.codec = top}); }, errc::invalid_argument,
+                              "gosgd sends models, and topk would drop");
+    chorus_test::expect_error([&] { avg::local_sgd(comm, params, {.codec = top}); }, errc::invalid_argument, "local_sgd");
     chorus_test::expect_error([&] { avg::tree_easgd(comm, params, {.fanout = 0}); }, errc::invalid_argument,
                               "fan-out must be at least 1");
     chorus_test::expect_error([&] { avg::tree_easgd(comm, params, {.tau_down = 0}); }, errc::invalid_argument,

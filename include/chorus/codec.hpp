@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chorus/codec/any_codec.hpp>
+#include <chorus/codec/any_error_feedback.hpp>
 #include <chorus/codec/bf16.hpp>
 #include <chorus/codec/codec.hpp>
 #include <chorus/codec/error_feedback.hpp>

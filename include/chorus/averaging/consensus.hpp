@@ -15,6 +15,7 @@
 
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/codec/any_codec.hpp>
+#include <chorus/codec/any_error_feedback.hpp>
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/collective/fusion.hpp>
 #include <chorus/compressed/allreduce.hpp>
@@ -37,6 +38,15 @@ void average_models(Communicator& comm, const parameters& model, const codec::an
   }
   std::vector<float> flat = model.snapshot();
   codec::visit(wire, [&](auto coder) { allreduce(comm, std::span<float>(flat), op::avg{}, coder); });
+  model.copy_from(flat);
+}
+
+// The same through error feedback around the codec (the residual carried
+// to the next call; one object per model).
+template <class Communicator>
+void average_models(Communicator& comm, const parameters& model, codec::any_error_feedback& feedback) {
+  std::vector<float> flat = model.snapshot();
+  feedback.visit([&](auto& f) { allreduce(comm, std::span<float>(flat), op::avg{}, f); });
   model.copy_from(flat);
 }
 

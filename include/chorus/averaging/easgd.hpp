@@ -55,6 +55,7 @@ class easgd : public scheme_base<easgd<Communicator>> {
   easgd(Communicator& comm, parameters model, easgd_options options = {})
       : comm_(comm), model_(std::move(model)), options_(std::move(options)) {
     require_elastic(options_.alpha, options_.tau, "easgd");
+    codec::require_model_codec(options_.codec, "easgd");
     centre_ = model_.snapshot();
     this->metered([&] { allreduce(comm_, std::span<float>(centre_), op::avg{}); });
   }

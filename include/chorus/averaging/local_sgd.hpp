@@ -33,6 +33,7 @@ class local_sgd : public scheme_base<local_sgd<Communicator>> {
   local_sgd(Communicator& comm, parameters model, local_sgd_options options = {})
       : comm_(comm), model_(std::move(model)), options_(std::move(options)) {
     if (options_.period == 0) throw error(errc::invalid_argument, "local_sgd: the period H must be at least 1");
+    codec::require_model_codec(options_.codec, "local_sgd");
   }
 
   void end_step() {

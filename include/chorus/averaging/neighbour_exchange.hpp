@@ -37,7 +37,9 @@ class neighbour_exchange {
 
   neighbour_exchange(Communicator& comm, std::size_t elements, codec::any_codec wire = {})
       : comm_(comm), elements_(elements), wire_(std::move(wire)),
-        message_bytes_(wire_.encoded_bytes(elements)) {}
+        message_bytes_(wire_.encoded_bytes(elements)) {
+    codec::require_model_codec(wire_, "neighbour_exchange (D-PSGD, push-sum)");
+  }
 
   std::size_t message_bytes() const noexcept { return message_bytes_; }
   const codec::any_codec& wire() const noexcept { return wire_; }

@@ -45,6 +45,8 @@ class any_codec {
 
   explicit operator bool() const noexcept { return model_ != raw(); }
   std::string_view name() const noexcept { return *this ? model_->name() : "none"; }
+  // Whether it keeps only some elements (topk, randomk: codec.hpp, sparse).
+  bool sparse() const noexcept { return model_->sparse(); }
   std::size_t encoded_bytes(std::size_t n) const { return model_->encoded_bytes(n); }
   void encode(std::span<const float> in, std::span<std::byte> out) const { model_->encode(in, out); }
   void decode(std::span<const std::byte> in, std::span<float> out) const { model_->decode(in, out); }
@@ -61,6 +63,7 @@ class any_codec {
   struct concept_ {
     virtual ~concept_() = default;
     virtual std::string_view name() const noexcept = 0;
+    virtual bool sparse() const noexcept = 0;
     virtual std::size_t encoded_bytes(std::size_t n) const = 0;
     virtual void encode(std::span<const float> in, std::span<std::byte> out) const = 0;
     virtual void decode(std::span<const std::byte> in, std::span<float> out) const = 0;
@@ -70,6 +73,7 @@ class any_codec {
   struct holder final : concept_ {
     explicit holder(C given) : coder(std::move(given)) {}
     std::string_view name() const noexcept override { return C::name; }
+    bool sparse() const noexcept override { return codec::sparse<C>; }
     std::size_t encoded_bytes(std::size_t n) const override { return coder.encoded_bytes(n); }
     void encode(std::span<const float> in, std::span<std::byte> out) const override { coder.encode(in, out); }
     void decode(std::span<const std::byte> in, std::span<float> out) const override { coder.decode(in, out); }
@@ -129,6 +133,17 @@ inline any_codec by_name(std::string_view name) {
   throw error(errc::invalid_argument,
               "unknown codec '" + std::string(name) +
                   "' (none, identity, fp16, bf16, int8, onebit, topk:R, randomk:R[:SEED])");
+}
+
+// Schemes that send models (D-PSGD, GoSGD, local SGD, EASGD) take dense
+// codecs only: a sparse one would send zeros for most weights, which the
+// receiver would average in. Sparse codecs compress gradients (allreduce-SGD
+// with error feedback).
+inline void require_model_codec(const any_codec& wire, std::string_view scheme) {
+  if (wire.sparse())
+    throw error(errc::invalid_argument, std::string(scheme) + " sends models, and " + std::string(wire.name()) +
+                                            " would drop most of their weights; sparse codecs compress gradients "
+                                            "(allreduce-SGD, which keeps the rest by error feedback)");
 }
 
 // Calls f with the concrete codec behind `wire`, as it was made (an int8's

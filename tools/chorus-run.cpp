@@ -1,7 +1,7 @@
 // chorus-run: start N local ranks of a chorus program.
 //
 //   chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT]
-//              [--no-prefix] [--] program [args...]
+//              [--no-prefix] [--keep-going] [--] program [args...]
 //
 // It hosts the rendezvous store, spawns N processes with CHORUS_RANK,
 // CHORUS_SIZE, CHORUS_LOCAL_RANK, CHORUS_LOCAL_SIZE, CHORUS_ADDR, CHORUS_TOKEN
@@ -9,6 +9,9 @@
 // exits with the first failing rank's exit code (128+signal if it was
 // killed), after ending every other rank. --timeout ends the whole job with
 // exit code 124. SIGINT/SIGTERM to chorus-run are passed to every rank.
+// --keep-going is for training that survives a lost worker: a rank killed
+// by a signal is reported and the others run on; the job then fails only if
+// a rank exits with an error or every rank is lost.
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/token.hpp>
 #include <chorus/core/env.hpp>
@@ -44,6 +47,7 @@ struct arguments {
   std::string bind_host = "127.0.0.1";
   std::uint16_t port = 0;
   bool prefix = true;
+  bool keep_going = false;
   std::vector<std::string> command;
 };
 
@@ -53,9 +57,10 @@ struct arguments {
   if (!problem.empty()) std::fprintf(out, "chorus-run: %s\n", problem.c_str());
   std::fprintf(out,
                "usage: chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT] "
-               "[--no-prefix] [--] program [args...]\n"
+               "[--no-prefix] [--keep-going] [--] program [args...]\n"
                "Starts N ranks of the program on this machine, hosts the rendezvous store, prefixes\n"
-               "output lines with [rank], and ends the job with the first failing rank's exit code.\n");
+               "output lines with [rank], and ends the job with the first failing rank's exit code.\n"
+               "--keep-going: a rank killed by a signal does not end the others (fault-tolerant training).\n");
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -90,6 +95,8 @@ arguments parse(int argc, char** argv) {
       parsed.port = static_cast<std::uint16_t>(*port);
     } else if (flag == "--no-prefix") {
       parsed.prefix = false;
+    } else if (flag == "--keep-going") {
+      parsed.keep_going = true;
     } else {
       usage("unknown option " + std::string(flag));
     }
@@ -284,6 +291,11 @@ class launcher {
         if (process.pid != pid) continue;
         process.running = false;
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (args_.keep_going && WIFSIGNALED(status) && !terminating_ && ++lost_ < args_.ranks) {
+          std::fprintf(stderr, "chorus-run: rank %d was killed by signal %d; the others go on (--keep-going)\n", rank,
+                       WTERMSIG(status));
+          continue;
+        }
         if (code != 0 && !terminating_) {
           std::fprintf(stderr, "chorus-run: rank %d %s %d; ending the other ranks\n", rank,
                        WIFEXITED(status) ? "exited with code" : "was killed by signal",
@@ -344,6 +356,7 @@ class launcher {
   arguments args_;
   std::vector<rank_process> ranks_;
   std::optional<int> exit_code_;
+  int lost_ = 0;  // ranks killed by a signal under --keep-going
   bool terminating_ = false;
   std::optional<clock_type::time_point> deadline_;
   std::optional<clock_type::time_point> kill_at_;

@@ -6,13 +6,16 @@
 // both sides use the same bits. The server answers from the communicator's
 // progress thread while its own trainer computes; its own pulls take the
 // centre's lock directly. The model to keep is the centre: finish() (which
-// waits for every worker's last pull) broadcasts it into every rank's
-// parameters.
+// waits for every worker's last pull) sends it to every worker, into every
+// rank's parameters.
 //
 // Cost per pull: 2 alpha + 2 S beta for the worker; the server carries
 // (n-1) S beta of traffic every tau steps, the limit of the scheme at scale.
 // A dead worker or server becomes a chorus::error (peer failure or timeout)
-// at the next pull or at finish(), never a hang.
+// at the next pull or at finish(), never a hang. With on_peer_failure =
+// continue_ (peer_loss.hpp) the server forgets a dead worker (its pulls so
+// far stay in the centre) and finish() waits only for the live ones; the
+// server's death stays an error on every worker: the centre has no copy.
 //
 // Messages are wire.hpp's: a worker's pulls are numbered from 1 and carry
 // its step count; the reply carries the pull's number, and the goodbye
@@ -22,6 +25,7 @@
 
 #include <chorus/averaging/easgd.hpp>
 #include <chorus/averaging/parameters.hpp>
+#include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/collective/broadcast.hpp>
@@ -43,6 +47,7 @@ struct easgd_async_options {
   double alpha = 0.05;    // elastic force eta * rho
   std::uint64_t tau = 4;  // local steps between pulls
   int server = 0;         // the rank that holds the centre
+  peer_failure_policy on_peer_failure = peer_failure_policy::raise;  // for dead workers
 };
 
 template <class Communicator>
@@ -60,7 +65,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
 
   easgd_async(Communicator& comm, parameters model, easgd_async_options options = {})
       : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(options),
-        elements_(model_.size()), bytes_(elements_ * sizeof(float)), message_(bytes_), reply_(bytes_) {
+        elements_(model_.size()), bytes_(elements_ * sizeof(float)), message_(bytes_), reply_(bytes_),
+        losses_(options_.on_peer_failure) {
     require_elastic(options_.alpha, options_.tau, "easgd_async");
     if (options_.server < 0 || options_.server >= comm_.size())
       throw error(errc::invalid_argument, "easgd_async: server rank " + std::to_string(options_.server) +
@@ -74,6 +80,9 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   ~easgd_async() { serving_.release(); }
 
   bool is_server() const noexcept { return comm_.rank() == options_.server; }
+  // The workers the server went on without (on_peer_failure = continue_);
+  // `step`: the pulls it had served in all when it noticed.
+  std::vector<lost_peer> lost_peers() const { return losses_.list(); }
 
   // The trainer thread's traffic plus, on the server, the replies its
   // progress thread has sent and the pulls it has merged.
@@ -91,8 +100,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   }
 
   // Collective. Every worker says goodbye after its last pull; the server
-  // serves the last pulls itself until every worker has (bounded by the
-  // timeout), then the centre goes to everyone.
+  // serves the last pulls itself until every live worker has (bounded by
+  // the timeout), then sends each the centre.
   void finish() {
     std::vector<float> centre(elements_);
     if (is_server()) {
@@ -103,11 +112,14 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       };
       comm_.progress_until(all_gone, "easgd_async finish, waiting for every worker's last pull and goodbye");
       centre = centre_;
+      this->metered([&] { send_centre(centre); });
     } else {
       const auto goodbye = message_.write(wire::kind::done, pulls_, static_cast<double>(this->stats_.steps), 0);
-      this->metered([&] { comm_.send(goodbye, options_.server, request_tag); });
+      this->metered([&] {
+        comm_.send(goodbye, options_.server, request_tag);
+        comm_.recv(std::span<float>(centre), options_.server, centre_tag);
+      });
     }
-    this->metered([&] { broadcast(comm_, std::span<float>(centre), options_.server); });
     model_.copy_from(centre);
   }
 
@@ -122,6 +134,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
  private:
   static constexpr int request_tag = 1;
   static constexpr int reply_tag = 2;
+  static constexpr int centre_tag = 3;
 
   struct worker_slot {
     wire::message incoming;
@@ -129,7 +142,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     request receive;
     request answer;
     std::uint64_t pulls = 0;  // served so far
-    bool done = false;
+    bool done = false;  // said goodbye, or lost
+    bool lost = false;
   };
 
   void pull() {
@@ -195,33 +209,66 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   bool serve() {
     bool worked = false;
     for (int w = 0; w < comm_.size(); ++w) {
-      worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-      if (w == options_.server || slot.done || !comm_.test(slot.receive)) continue;
-      worked = true;
-      const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(w), "easgd_async serve"};
-      const wire::header head =
-          slot.incoming.read(slot.receive.received_bytes(), {wire::kind::pull, wire::kind::done}, bytes_, from);
-      if (head.what == wire::kind::done) {
-        wire::expect_sequence(head, slot.pulls, from);
-        slot.done = true;
-        --workers_left_;
-        continue;
+      if (w == options_.server || workers_[static_cast<std::size_t>(w)].done) continue;
+      try {
+        worked = serve_worker(w) || worked;
+      } catch (const error& failure) {
+        drop(losses_.absorb(comm_, failure, merges_.load(std::memory_order_relaxed)));
       }
-      wire::expect_sequence(head, ++slot.pulls, from);
-      comm_.wait(slot.answer, "easgd_async reply");  // the previous reply left long ago
-      {
-        std::lock_guard lock(centre_mutex_);
-        elastic_difference(slot.incoming.template payload_as<float>(), slot.reply.template payload_as<float>());
-      }
-      const auto answer = slot.reply.write(wire::kind::reply, head.sequence, 0.0, bytes_);
-      const traffic before = this_thread_traffic();
-      slot.answer = comm_.isend(answer, w, reply_tag);
-      const traffic sent = this_thread_traffic() - before;
-      served_bytes_.fetch_add(sent.bytes_sent, std::memory_order_relaxed);
-      served_messages_.fetch_add(sent.messages_sent, std::memory_order_relaxed);
-      post(w);
     }
     return worked;
+  }
+
+  // A dead worker, under continue_: its pulls so far stay in the centre.
+  // The server's own rank is never named (absorb() returns peers only).
+  void drop(int w) {
+    if (w == options_.server) return;
+    worker_slot& slot = workers_[static_cast<std::size_t>(w)];
+    if (slot.lost) return;
+    slot.receive = request{};
+    slot.answer = request{};
+    if (!slot.done) --workers_left_;
+    slot.done = slot.lost = true;
+  }
+
+  void send_centre(std::span<float> centre) {
+    for (int w = 0; w < comm_.size(); ++w) {
+      if (w == options_.server || workers_[static_cast<std::size_t>(w)].lost) continue;
+      try {
+        comm_.send(centre, w, centre_tag);
+      } catch (const error& failure) {
+        drop(losses_.absorb(comm_, failure, merges_.load(std::memory_order_relaxed)));  // it died after its goodbye
+      }
+    }
+  }
+
+  // Worker w's next message, if it has arrived; true if there was one.
+  bool serve_worker(int w) {
+    worker_slot& slot = workers_[static_cast<std::size_t>(w)];
+    if (!comm_.test(slot.receive)) return false;
+    const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(w), "easgd_async serve"};
+    const wire::header head =
+        slot.incoming.read(slot.receive.received_bytes(), {wire::kind::pull, wire::kind::done}, bytes_, from);
+    if (head.what == wire::kind::done) {
+      wire::expect_sequence(head, slot.pulls, from);
+      slot.done = true;
+      --workers_left_;
+      return true;
+    }
+    wire::expect_sequence(head, ++slot.pulls, from);
+    comm_.wait(slot.answer, "easgd_async reply");  // the previous reply left long ago
+    {
+      std::lock_guard lock(centre_mutex_);
+      elastic_difference(slot.incoming.template payload_as<float>(), slot.reply.template payload_as<float>());
+    }
+    const auto answer = slot.reply.write(wire::kind::reply, head.sequence, 0.0, bytes_);
+    const traffic before = this_thread_traffic();
+    slot.answer = comm_.isend(answer, w, reply_tag);
+    const traffic sent = this_thread_traffic() - before;
+    served_bytes_.fetch_add(sent.bytes_sent, std::memory_order_relaxed);
+    served_messages_.fetch_add(sent.messages_sent, std::memory_order_relaxed);
+    post(w);
+    return true;
   }
 
   Communicator comm_;
@@ -234,6 +281,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   // Server only.
   std::vector<float> centre_;
   std::vector<worker_slot> workers_;
+  peer_losses losses_;
   std::mutex centre_mutex_;
   int workers_left_ = 0;  // the serving thread's alone
   std::atomic<std::uint64_t> merges_{0};

@@ -20,11 +20,22 @@
 // Messages are wire.hpp's: a push carries its weight and its number among
 // the pushes to that peer; a cut carries how many pushes came before it.
 //
+// A peer that dies mid-training is a peer-failure or timeout error, unless
+// on_peer_failure is continue_ (peer_loss.hpp): then each survivor drops it
+// when an operation with it fails (its receive, a push to it, its cut in
+// quiesce()) and picks its pushes among the others. The dead peer's weight,
+// and that of pushes to it that it never merged, is lost; quiesce()
+// renormalises the survivors' weights to sum 1 (a collective over the
+// survivors), so the consensus weighs them as before, without the lost
+// share. Every survivor must see the same peers dead when it quiesces: a
+// death during quiesce() or finish() is an error.
+//
 // Cost: p (alpha + S beta) per step on average, one message to one peer,
 // whatever n is; chosen for many ranks and heterogeneous speeds.
 #pragma once
 
 #include <chorus/averaging/parameters.hpp>
+#include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/codec/any_codec.hpp>
@@ -47,6 +58,7 @@ struct gosgd_options {
   double push_probability = 0.5;  // p
   std::uint64_t seed = 1;         // the peer choice; mixed with the rank
   codec::any_codec codec{};       // on the pushed models
+  peer_failure_policy on_peer_failure = peer_failure_policy::raise;
 };
 
 template <class Communicator>
@@ -61,10 +73,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       : gosgd(host_side<Other>::of(comm), std::move(model), std::move(options)) {}
 
   gosgd(Communicator& comm, parameters model, gosgd_options options = {})
-      : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(std::move(options)),
+      : comm_(comm.split(0, comm.rank())), group_(comm_), model_(std::move(model)), options_(std::move(options)),
         weight_(1.0 / comm_.size()), random_(options_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(comm_.rank())),
         payload_bytes_(options_.codec.encoded_bytes(model_.size())),
-        peers_(static_cast<std::size_t>(comm_.size())) {
+        peers_(static_cast<std::size_t>(comm_.size())), losses_(options_.on_peer_failure) {
+    codec::require_model_codec(options_.codec, "gosgd");
     if (!(options_.push_probability >= 0.0 && options_.push_probability <= 1.0))
       throw error(errc::invalid_argument, "gosgd: push probability must be in [0, 1], got " +
                                               std::to_string(options_.push_probability));
@@ -73,13 +86,16 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   }
 
   double weight() const noexcept { return weight_; }
+  // The peers this rank went on without (on_peer_failure = continue_).
+  std::vector<lost_peer> lost_peers() const { return losses_.list(); }
 
   void begin_step() { merge_arrivals(); }
 
   void end_step() {
     this->count_step();
     merge_arrivals();
-    if (comm_.size() > 1 && std::bernoulli_distribution(options_.push_probability)(random_)) push(random_peer());
+    if (std::bernoulli_distribution(options_.push_probability)(random_))
+      if (const int peer = random_peer(); peer >= 0) push(peer);
   }
 
   // Collective: returns once this rank has merged every push that a peer
@@ -89,18 +105,19 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     for (int waiting = peer_without_cut(); waiting >= 0; waiting = peer_without_cut()) {
       const auto cut_arrived = [&] {
         merge_arrivals();
-        return at(waiting).cut_in;
+        return at(waiting).cut_in || at(waiting).lost;
       };
       comm_.progress_until(cut_arrived, "gosgd quiesce, waiting for the peer's cut (it enters quiesce() or finish())",
                            waiting);
     }
-    for (outgoing& sent : in_flight_) comm_.wait(sent.handle, "gosgd push");
+    for (outgoing& sent : in_flight_) comm_.wait(sent.handle, "gosgd push");  // pushes to lost peers were let go
     in_flight_.clear();
     for_each_peer([&](int peer, peer_state& state) {  // resume receiving past each cut
       comm_.wait(state.cut_send, "gosgd cut");
       state.cut_in = false;
       post(peer);
     });
+    if (losses_.tolerated()) renormalise();
   }
 
   // Collective: drain, then every rank takes the consensus sum a x / sum a.
@@ -111,11 +128,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       std::vector<double> weighted(model.size() + 1);
       for (std::size_t k = 0; k < model.size(); ++k) weighted[k] = weight_ * static_cast<double>(model[k]);
       weighted.back() = weight_;
-      allreduce(comm_, std::span<double>(weighted), op::sum{});
+      allreduce(group_, std::span<double>(weighted), op::sum{});
       for (std::size_t k = 0; k < model.size(); ++k) model[k] = static_cast<float>(weighted[k] / weighted.back());
       model_.copy_from(model);
     });
-    weight_ = 1.0 / comm_.size();
+    weight_ = 1.0 / group_.size();
   }
 
  private:
@@ -127,6 +144,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     std::uint64_t pushed_to = 0;    // pushes this rank sent the peer, ever
     std::uint64_t merged_from = 0;  // pushes merged from the peer, ever
     bool cut_in = false;            // its cut arrived: hold the rest until our quiesce() returns
+    bool lost = false;              // dead, and dropped (on_peer_failure = continue_)
     wire::message cut_out;
     request cut_send;
   };
@@ -141,7 +159,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   template <class F>
   void for_each_peer(F&& visit) {
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank()) visit(peer, at(peer));
+      if (peer != comm_.rank() && !at(peer).lost) visit(peer, at(peer));
   }
 
   void post(int peer) {
@@ -150,9 +168,14 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     state.receive = comm_.irecv(state.incoming.buffer(), peer, gossip_tag);
   }
 
+  // A live peer chosen uniformly, or -1 when none is left.
   int random_peer() {
-    const int pick = std::uniform_int_distribution<int>(0, comm_.size() - 2)(random_);
-    return pick >= comm_.rank() ? pick + 1 : pick;
+    const int live = comm_.size() - 1 - static_cast<int>(losses_.count());
+    if (live <= 0) return -1;
+    int pick = std::uniform_int_distribution<int>(0, live - 1)(random_);
+    for (int peer = 0; peer < comm_.size(); ++peer)
+      if (peer != comm_.rank() && !at(peer).lost && pick-- == 0) return peer;
+    return -1;
   }
 
   void push(int peer) {
@@ -162,13 +185,18 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     encode(message.bytes.payload());
     const auto bytes = message.bytes.write(wire::kind::push, ++at(peer).pushed_to, weight_, payload_bytes_);
     message.peer = peer;
-    this->metered([&] { message.handle = comm_.isend(bytes, peer, gossip_tag); });
+    try {
+      this->metered([&] { message.handle = comm_.isend(bytes, peer, gossip_tag); });
+    } catch (const error& failure) {
+      drop(losses_.absorb(comm_, failure, this->stats_.steps));  // the halved weight went with it
+      return;
+    }
     ++this->stats_.exchanges;
   }
 
   outgoing& free_buffer() {
     for (outgoing& sent : in_flight_)
-      if (comm_.test(sent.handle)) return sent;
+      if (sent_or_lost(sent)) return sent;
     if (in_flight_.size() < max_in_flight) return in_flight_.emplace_back();
     // A slow receiver: wait for the oldest push, merging meanwhile. Two ranks
     // pushing to each other each hold the other's previous model unmerged
@@ -178,10 +206,54 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     outgoing& oldest = in_flight_.front();
     const auto sent = [&] {
       merge_arrivals();
-      return comm_.test(oldest.handle);
+      return sent_or_lost(oldest);
     };
     comm_.progress_until(sent, "gosgd push", oldest.peer);
     return oldest;
+  }
+
+  // Whether a push's buffer is free: sent, or its peer died (let go).
+  bool sent_or_lost(outgoing& message) {
+    try {
+      return comm_.test(message.handle);
+    } catch (const error& failure) {
+      return drop(losses_.absorb(comm_, failure, this->stats_.steps)) == message.peer;
+    }
+  }
+
+  // Whether a peer's next message is in; a dead peer is dropped here
+  // when the policy goes on without it. (What it sent before it died has
+  // been received: the transport drains before it declares a peer failed.)
+  bool arrived(peer_state& state) {
+    try {
+      return comm_.test(state.receive);
+    } catch (const error& failure) {
+      drop(losses_.absorb(comm_, failure, this->stats_.steps));
+      return false;
+    }
+  }
+
+  // Forgets a dead peer: its posted receive, its cut and the pushes to it
+  // are let go (the transport closed its endpoint: they cannot complete).
+  int drop(int peer) {
+    peer_state& state = at(peer);
+    state.lost = true;
+    state.receive = request{};
+    state.cut_send = request{};
+    for (outgoing& sent : in_flight_)
+      if (sent.peer == peer) sent.handle = request{};
+    return peer;
+  }
+
+  // The survivors' weights, scaled to sum 1 again: the lost share (the dead
+  // peers' weights and their unmerged pushes) is spread over the survivors
+  // in proportion, which leaves the consensus sum a x / sum a as it was.
+  // Collective over the survivors, who agree on who is lost (quiesce's cuts).
+  void renormalise() {
+    group_ = group_.without(losses_.ranks());
+    double total = weight_;
+    this->metered([&] { allreduce(group_, std::span<double>(&total, 1), op::sum{}); });
+    weight_ /= total;
   }
 
   void encode(std::span<std::byte> out) {
@@ -195,7 +267,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   bool merge_arrivals() {
     bool took = false;
     for_each_peer([&](int peer, peer_state& state) {
-      while (!state.cut_in && comm_.test(state.receive)) {
+      while (!state.lost && !state.cut_in && arrived(state)) {
         take(peer, state);
         took = true;
       }
@@ -231,20 +303,26 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   void send_cuts() {
     for_each_peer([&](int peer, peer_state& state) {
-      state.cut_send = comm_.isend(state.cut_out.write(wire::kind::cut, state.pushed_to, 0.0, 0), peer, gossip_tag);
+      try {
+        state.cut_send = comm_.isend(state.cut_out.write(wire::kind::cut, state.pushed_to, 0.0, 0), peer, gossip_tag);
+      } catch (const error& failure) {
+        drop(losses_.absorb(comm_, failure, this->stats_.steps));
+      }
     });
   }
 
   // The first peer whose cut has not arrived, or -1.
   int peer_without_cut() const {
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank() && !peers_[static_cast<std::size_t>(peer)].cut_in) return peer;
+      if (peer != comm_.rank() && !peers_[static_cast<std::size_t>(peer)].cut_in && !peers_[static_cast<std::size_t>(peer)].lost)
+        return peer;
     return -1;
   }
 
   static constexpr std::size_t max_in_flight = 4;
 
-  Communicator comm_;
+  Communicator comm_;   // point to point with the peers, dead ones included
+  Communicator group_;  // collectives: the survivors (the same as comm_ until a loss)
   parameters model_;
   gosgd_options options_;
   double weight_;
@@ -252,6 +330,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   std::size_t payload_bytes_;
   std::vector<peer_state> peers_;
   std::deque<outgoing> in_flight_;
+  peer_losses losses_;
   std::vector<float> flat_;
   progress_thread::registration progress_;
 };

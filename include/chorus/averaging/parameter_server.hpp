@@ -30,17 +30,22 @@
 // so pass a no-op there).
 //
 // Servers work on the communicator's progress thread; finish() waits for
-// every worker's goodbye (bounded by the timeout), then assembles the
-// shards on every rank. A dead worker or server is a chorus::error (peer
-// failure or timeout) at the next wait.
+// every worker's goodbye (bounded by the timeout), then every server sends
+// its shard to every other rank. A dead worker or server is a chorus::error
+// (peer failure or timeout) at the next wait. With on_peer_failure =
+// continue_ (SSP and Downpour; BSP's rounds need every worker) a server
+// goes on without a dead worker: its pushes so far stay applied, it leaves
+// the slowest clock, finish() waits only for the live. A dead server stays
+// an error on every worker: shards are not replicated, so its part of the
+// model is gone (with a shard on every rank, every death is a server's).
 #pragma once
 
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/parameter_shard.hpp>
+#include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
-#include <chorus/collective/allreduce.hpp>
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>
@@ -63,6 +68,7 @@ struct parameter_server_options {
   std::uint64_t fetch_every = 1;  // Downpour: n_fetch
   int dedicated_servers = 0;      // 0: a shard on every rank; k: ranks 0..k-1 serve only
   sgd_options optimiser{.learning_rate = 0.05, .momentum = 0.9};  // the servers'
+  peer_failure_policy on_peer_failure = peer_failure_policy::raise;  // for dead workers (SSP, Downpour)
 };
 
 // A worker's view of the exchange, beside the servers' shard_stats.
@@ -80,7 +86,8 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // Collective: every rank starts from rank 0's model.
   parameter_server(Communicator& comm, parameters model, parameters gradients, parameter_server_options options = {})
       : comm_(comm.split(0, comm.rank())), model_(std::move(model)), gradients_(std::move(gradients)),
-        options_(options), servers_(options_.dedicated_servers > 0 ? options_.dedicated_servers : comm_.size()) {
+        options_(options), servers_(options_.dedicated_servers > 0 ? options_.dedicated_servers : comm_.size()),
+        losses_(options_.on_peer_failure) {
     check_options();
     model_.require_same_shape(gradients_, "parameter_server gradients");
     std::vector<float> start = model_.snapshot();
@@ -106,6 +113,20 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // What this rank's shard saw (zeros on a rank that serves none).
   shard_stats server_stats() const { return shard_ ? shard_->stats() : shard_stats{}; }
   const worker_wait_stats& worker_stats() const noexcept { return waits_; }
+  // The workers this rank's server went on without (on_peer_failure =
+  // continue_); `step`: the gradients its shard had applied when it noticed.
+  std::vector<lost_peer> lost_peers() const { return losses_.list(); }
+
+  // A learning-rate schedule without a message to the servers: this
+  // worker's pushes are scaled by rate / optimiser.learning_rate. Exact for
+  // plain SGD; with momentum the velocity carries the old scale for about
+  // 1 / (1 - momentum) steps.
+  void set_learning_rate(double rate) {
+    if (!(rate >= 0.0) || options_.optimiser.learning_rate <= 0.0)
+      throw error(errc::invalid_argument, "parameter_server: learning rate " + std::to_string(rate) +
+                                              " (servers' rate " + std::to_string(options_.optimiser.learning_rate) + ")");
+    gradient_scale_ = static_cast<float>(rate / options_.optimiser.learning_rate);
+  }
 
   void begin_step() {
     if (is_worker() && fetching_) take_fetch_if_arrived();
@@ -114,6 +135,8 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   void reduce_gradients() {
     if (!is_worker()) return;
     gradients_.copy_to(gradient_);
+    if (gradient_scale_ != 1.0f)
+      for (float& value : gradient_) value *= gradient_scale_;
     if (options_.mode != consistency::downpour) return push(gradient_);
     for (std::size_t k = 0; k < gradient_.size(); ++k) accumulated_[k] += gradient_[k];
     if (++accumulated_steps_ == options_.push_every) push_accumulated();
@@ -132,7 +155,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // becomes the servers' shards.
   void finish() {
     if (is_worker()) say_goodbye();
-    std::vector<float> assembled(model_.size(), 0.0f);
+    std::vector<float> assembled(model_.size());
     if (is_server()) {
       serving_.stop();  // from here on this thread serves
       const auto all_gone = [&] {
@@ -143,8 +166,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
       const std::span<const float> mine = shard_->values();
       std::copy(mine.begin(), mine.end(), assembled.begin() + static_cast<std::ptrdiff_t>(shard_offset(comm_.rank())));
     }
-    // Adding zeros is exact: every rank gets the shards' bits.
-    this->metered([&] { allreduce(comm_, std::span<float>(assembled), op::sum{}); });
+    this->metered([&] { exchange_shards(assembled); });
     model_.copy_from(assembled);
   }
 
@@ -159,8 +181,28 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     std::uint64_t version = 0;  // of the shard in the last reply
   };
 
+  static constexpr int shard_tag = 3;
+
+  // Every server sends its shard to every other live rank; every rank
+  // receives the shards it does not hold. Point to point, not a collective:
+  // only the servers know which workers were lost.
+  void exchange_shards(std::span<float> assembled) {
+    std::vector<request> moves;
+    for (int s = 0; s < servers_; ++s)
+      if (s != comm_.rank()) moves.push_back(comm_.irecv(assembled.subspan(shard_offset(s), shard_size(s)), s, shard_tag));
+    if (is_server()) {
+      const std::span<const float> mine = assembled.subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
+      for (int r = 0; r < comm_.size(); ++r)
+        if (r != comm_.rank() && !shard_->lost(r)) moves.push_back(comm_.isend(mine, r, shard_tag));
+    }
+    comm_.wait_all(moves, "parameter_server finish, exchanging the shards");
+  }
+
   void check_options() const {
     const int n = comm_.size();
+    if (options_.mode == consistency::bsp && options_.on_peer_failure == peer_failure_policy::continue_)
+      throw error(errc::invalid_argument, "parameter_server: BSP is synchronous (a round needs every worker) and cannot "
+                                          "go on without one; on_peer_failure = continue is for ssp and downpour");
     if (options_.dedicated_servers < 0 || options_.dedicated_servers >= n)
       throw error(errc::invalid_argument, "parameter_server: " + std::to_string(options_.dedicated_servers) +
                                               " dedicated servers leave no worker among " + std::to_string(n) + " ranks");
@@ -196,7 +238,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     std::vector<int> workers;
     for (int w = first_worker(); w < comm_.size(); ++w) workers.push_back(w);
     shard_ = std::make_unique<shard>(comm_, mine, std::move(workers),
-                                     shard_rules{options_.mode, options_.staleness, options_.optimiser});
+                                     shard_rules{options_.mode, options_.staleness, options_.optimiser}, losses_);
     serving_ = comm_.progress_thread().add([this] { return serve_counted(); });
   }
 
@@ -318,8 +360,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   std::vector<float> gradient_, accumulated_, flat_;
   std::uint64_t accumulated_steps_ = 0;
   std::uint64_t pushes_ = 0;
+  float gradient_scale_ = 1.0f;
   bool fetching_ = false;
   worker_wait_stats waits_;
+  peer_losses losses_;
   // Server side.
   std::unique_ptr<shard> shard_;
   std::atomic<std::uint64_t> served_bytes_{0};

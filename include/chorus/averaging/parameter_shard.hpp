@@ -25,10 +25,13 @@
 //
 // Staleness of an applied gradient: the shard's version when it is applied
 // minus the version it was computed on. Workers that said done leave the
-// rounds and the slowest-clock computation.
+// rounds and the slowest-clock computation; so do workers that died, when
+// the policy goes on without them (peer_loss.hpp): their pushes so far stay
+// applied.
 #pragma once
 
 #include <chorus/averaging/local_optimizer.hpp>
+#include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/core/error.hpp>
 
@@ -92,8 +95,9 @@ class parameter_shard {
   static constexpr int request_tag = 1;
   static constexpr int reply_tag = 2;
 
-  parameter_shard(Communicator& comm, std::span<const float> start, std::vector<int> workers, shard_rules rules)
-      : comm_(comm), rules_(rules), x_(start.begin(), start.end()), step_(x_.size()), workers_(std::move(workers)),
+  parameter_shard(Communicator& comm, std::span<const float> start, std::vector<int> workers, shard_rules rules,
+                  peer_losses& losses)
+      : comm_(comm), losses_(losses), rules_(rules), x_(start.begin(), start.end()), step_(x_.size()), workers_(std::move(workers)),
         links_(workers_.size()) {
     if (rules_.optimiser.momentum != 0.0) velocity_.assign(x_.size(), 0.0f);
     for (std::size_t w = 0; w < links_.size(); ++w) {
@@ -117,10 +121,23 @@ class parameter_shard {
     bool worked = false;
     for (bool again = true; again;) {  // a completed round may unblock pulls of workers already passed
       again = false;
-      for (std::size_t w = 0; w < links_.size(); ++w)
-        while (serve_one(w)) again = worked = true;
+      for (std::size_t w = 0; w < links_.size(); ++w) {
+        try {
+          while (serve_one(w)) again = worked = true;
+        } catch (const error& failure) {
+          drop(losses_.absorb(comm_, failure, stats().gradients_applied));
+          again = true;  // a lost worker leaves the rounds and the slowest clock
+        }
+      }
     }
     return worked;
+  }
+
+  // Whether `rank` is a worker this shard went on without.
+  bool lost(int rank) const {
+    for (std::size_t w = 0; w < links_.size(); ++w)
+      if (workers_[w] == rank) return links_[w].lost;
+    return false;
   }
 
  private:
@@ -135,8 +152,24 @@ class parameter_shard {
     wire::message reply;
     request reply_send;
     std::uint64_t replies = 0;
-    bool done = false;
+    bool done = false;  // said done, or lost
+    bool lost = false;
   };
+
+  // A dead worker (a rank of the communicator), under continue_.
+  void drop(int rank) {
+    for (std::size_t w = 0; w < links_.size(); ++w) {
+      worker_link& link = links_[w];
+      if (workers_[w] != rank || link.lost) continue;
+      link.receive = request{};
+      link.reply_send = request{};
+      link.holding = false;
+      link.lost = true;
+      if (!link.done) --live_;
+      link.done = true;
+      if (rules_.mode == consistency::bsp) finish_round_if_complete();
+    }
+  }
 
   void post(std::size_t w) { links_[w].receive = comm_.irecv(links_[w].incoming.buffer(), workers_[w], request_tag); }
 
@@ -265,6 +298,7 @@ class parameter_shard {
   }
 
   Communicator& comm_;
+  peer_losses& losses_;
   shard_rules rules_;
   std::vector<float> x_, velocity_, step_;
   std::uint64_t version_ = 0;  // optimiser steps taken (BSP: rounds)

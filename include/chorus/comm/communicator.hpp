@@ -244,6 +244,31 @@ class basic_communicator {
     }
   }
 
+  // Whether a peer (a rank of this communicator) has died or its connection
+  // broke, as far as the transport has seen: the question an asynchronous
+  // scheme asks before it waits on the peer, to go on without it.
+  bool peer_gone(int rank) const { return transport().peer_failure(world_rank(rank)).has_value(); }
+
+  // The group without the members whose transport (world) ranks are in
+  // `lost`, made locally, without a message: every survivor must pass the
+  // same set (a mismatch ends in a collective's timeout, not in wrong data:
+  // the survivors' tags then differ). It keeps this communicator's id and
+  // continues its sequence numbers, so it takes this one's place: the two
+  // must not both run collectives from here on. Not collective.
+  basic_communicator without(std::span<const int> lost) const {
+    basic_communicator survivors = *this;
+    survivors.members_.clear();
+    survivors.rank_ = -1;
+    for (int member : members_) {
+      if (std::find(lost.begin(), lost.end(), member) != lost.end()) continue;
+      if (member == world_rank(rank_)) survivors.rank_ = static_cast<int>(survivors.members_.size());
+      survivors.members_.push_back(member);
+    }
+    if (survivors.rank_ < 0)
+      throw error(errc::invalid_argument, "without: this rank is among the lost", {transport().rank(), -1, "without"});
+    return survivors;
+  }
+
   // Ranks with the same color form a new communicator, ordered by (key, old
   // rank). A negative color yields an empty communicator (valid() false).
   // Collective over this communicator.

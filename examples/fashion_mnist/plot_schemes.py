@@ -1,8 +1,17 @@
-"""Plots the CSVs of run_schemes: test accuracy against wall time and
-against bytes sent (rank 0), one line per scheme and codec; prints a
-Markdown table of the final accuracy, wall time and bytes per run."""
+"""Plots the runs of run_schemes and prints their summary table.
+
+    plot_schemes.py SHM_DIR IMAGE [SHAPED_DIR SHAPED_IMAGE RATE]
+
+Each directory holds one CSV per run (rank 0's test accuracy per epoch) and
+its log (the trainer's output: the parameter server's staleness line and
+any lost rank). IMAGE: test accuracy against wall time and against bytes
+sent, one line per scheme and codec, on shared memory; SHAPED_IMAGE:
+accuracy against wall time with each rank a host behind a RATE link.
+Prints a Markdown table per network: final accuracy, wall time, bytes,
+staleness statistics and lost ranks."""
 import csv
 import pathlib
+import re
 import sys
 
 import matplotlib
@@ -10,36 +19,81 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-directory, image = pathlib.Path(sys.argv[1]), sys.argv[2]
-runs = []
-for path in sorted(directory.glob("*.csv")):
-    rows = list(csv.DictReader(path.open()))
-    if rows:
-        runs.append(rows)
+SERVER = re.compile(r"staleness mean ([\d.]+) max (\d+), largest clock gap served (\d+); rank 0 waited ([\d.]+) s")
+LOST = re.compile(r"lost rank (\d+): noticed at step (\d+), ([\d.]+) s in")
 
-figure, (by_time, by_bytes) = plt.subplots(1, 2, figsize=(13, 5))
-for rows in runs:
-    epochs = [r for r in rows if r["epoch"] != "final"]
-    label = f'{rows[0]["scheme"]} ({rows[0]["codec"]})'
-    style = "-" if rows[0]["codec"] == "none" else "--"
-    accuracy = [float(r["test_accuracy"]) for r in epochs]
-    by_time.plot([float(r["wall_s"]) for r in epochs], accuracy, style, marker="o", markersize=3, label=label)
-    by_bytes.plot([int(r["bytes_sent_rank0"]) / 1e9 for r in epochs], accuracy, style, marker="o", markersize=3, label=label)
-for axis, name in ((by_time, "wall time (s)"), (by_bytes, "bytes sent by rank 0 (GB)")):
-    axis.set_xlabel(name)
+
+def load(directory):
+    runs = []
+    for path in sorted(pathlib.Path(directory).glob("*.csv")):
+        rows = list(csv.DictReader(path.open()))
+        if not rows:
+            continue
+        log = path.with_suffix(".log")
+        text = log.read_text() if log.exists() else ""
+        runs.append({"name": path.stem, "rows": rows, "server": SERVER.search(text), "lost": LOST.findall(text)})
+    return runs
+
+
+def label(run):
+    first = run["rows"][0]
+    killed = " (a rank killed)" if "killed" in run["name"] else ""
+    return f'{first["scheme"]} ({first["codec"]}){killed}'
+
+
+def curve(axis, run, x_of):
+    epochs = [r for r in run["rows"] if r["epoch"] != "final"]
+    style = "-" if run["rows"][0]["codec"] == "none" else "--"
+    axis.plot([x_of(r) for r in epochs], [float(r["test_accuracy"]) for r in epochs], style, marker="o",
+              markersize=3, label=label(run))
+
+
+def dress(axis, xlabel):
+    axis.set_xlabel(xlabel)
     axis.set_ylabel("test accuracy")
     axis.set_ylim(0.80, 0.91)
     axis.axhline(0.88, color="grey", linewidth=0.8)
     axis.grid(alpha=0.3)
+
+
+def table(runs, network):
+    print(f"\n{network}\n")
+    print("| scheme | codec | final test accuracy | wall (s) | sent by rank 0 (MB) | staleness mean / max | clock gap max | lost |")
+    print("|---|---|---|---|---|---|---|---|")
+    for run in runs:
+        final = run["rows"][-1]
+        server = run["server"]
+        stale = f"{float(server.group(1)):.2f} / {server.group(2)}" if server else ""
+        gap = server.group(3) if server else ""
+        lost = ", ".join(f"rank {rank} at step {step} ({float(seconds):.0f} s)" for rank, step, seconds in run["lost"])
+        print(f'| {label(run)} | {final["codec"]} | {float(final["test_accuracy"]):.4f} | {float(final["wall_s"]):.1f} | '
+              f'{int(final["bytes_sent_rank0"]) / 1e6:.1f} | {stale} | {gap} | {lost} |')
+
+
+shm = load(sys.argv[1])
+ranks = shm[0]["rows"][0]["ranks"] if shm else "?"
+figure, (by_time, by_bytes) = plt.subplots(1, 2, figsize=(13, 5))
+for run in shm:
+    curve(by_time, run, lambda r: float(r["wall_s"]))
+    curve(by_bytes, run, lambda r: int(r["bytes_sent_rank0"]) / 1e9)
+dress(by_time, "wall time (s)")
+dress(by_bytes, "bytes sent by rank 0 (GB)")
 by_bytes.set_xscale("log")
 by_time.legend(fontsize=7)
-figure.suptitle(f'Fashion-MNIST MLP 784-256-128-10, {runs[0][0]["ranks"] if runs else "?"} ranks')
+figure.suptitle(f"Fashion-MNIST MLP 784-256-128-10, {ranks} ranks on shared memory")
 figure.tight_layout()
-figure.savefig(image, dpi=110)
+figure.savefig(sys.argv[2], dpi=110)
+table(shm, "Shared memory (one host)")
 
-print("| scheme | codec | final test accuracy | wall (s) | sent by rank 0 (MB) |")
-print("|---|---|---|---|---|")
-for rows in runs:
-    final = rows[-1]
-    print(f'| {final["scheme"]} | {final["codec"]} | {float(final["test_accuracy"]):.4f} | '
-          f'{float(final["wall_s"]):.1f} | {int(final["bytes_sent_rank0"]) / 1e6:.1f} |')
+if len(sys.argv) > 5:
+    shaped, rate = load(sys.argv[3]), sys.argv[5]
+    figure, axis = plt.subplots(1, 1, figsize=(8, 5))
+    for run in shaped:
+        curve(axis, run, lambda r: float(r["wall_s"]))
+    dress(axis, "wall time (s)")
+    axis.set_xscale("log")
+    axis.legend(fontsize=7)
+    figure.suptitle(f"Fashion-MNIST MLP, {ranks} ranks, each a host behind a {rate} link (UCX over TCP)")
+    figure.tight_layout()
+    figure.savefig(sys.argv[4], dpi=110)
+    table(shaped, f"Each rank a host behind a {rate} link")

@@ -4,23 +4,32 @@
 //   chorus-run -n 4 fashion_mnist --scheme dpsgd --codec fp16 --epochs 12 --csv dpsgd.csv
 //
 // Each rank trains on its shard (every n-th image), takes its gradient and
-// its own SGD step (Nesterov momentum); the scheme does the rest. Rank 0
-// prints, per epoch, the test accuracy of the model it holds (allreduce-SGD:
-// the replica; EASGD: the centre; the others: rank 0's local model), the
-// wall time and the bytes it has sent, and at the end the accuracy of the
-// model a user would keep after finish(): the average (local SGD, D-PSGD),
-// the centre (EASGD) or the consensus (GoSGD).
+// its own SGD step (Nesterov momentum); the scheme does the rest. With a
+// parameter server (ps-bsp, ssp, downpour) the servers take that step on
+// their shards (the same Nesterov SGD) and the local step runs only between
+// Downpour's fetches. Rank 0 prints, per epoch, the test accuracy of the
+// model it holds (allreduce-SGD: the replica; EASGD: the centre; TreeEASGD:
+// the root's; the others: rank 0's local model), the wall time and the
+// bytes it has sent, and at the end the accuracy of the model a user would
+// keep after finish(): the average (local SGD, D-PSGD), the centre (EASGD),
+// the root's (TreeEASGD), the servers' (parameter server) or the consensus
+// (GoSGD).
 #include <chorus/chorus.hpp>
 
 #include "dataset.hpp"
 #include "mlp.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,7 +39,7 @@ namespace avg = chorus::averaging;
 namespace {
 
 struct settings {
-  std::string scheme = "allreduce";  // allreduce | local | dpsgd | easgd | easgd-sync | gosgd
+  std::string scheme = "allreduce";  // allreduce | local | dpsgd | easgd | easgd-sync | gosgd | ps-bsp | ssp | downpour | tree-easgd
   std::string codec = "none";
   std::string directory = fashion_mnist::default_directory;
   std::string csv;
@@ -42,17 +51,30 @@ struct settings {
   double alpha = 0.1;               // EASGD elastic force
   std::uint64_t tau = 4;            // EASGD steps between elastic updates
   double push_probability = 0.5;    // GoSGD p
+  std::uint64_t staleness = 3;      // SSP s
+  std::uint64_t push_every = 1;     // Downpour n_push
+  std::uint64_t fetch_every = 1;    // Downpour n_fetch
+  int fanout = 2;                   // TreeEASGD d
+  std::string on_peer_failure;      // raise | continue; continue where a rank is killed
+  int kill_rank = -1;               // the fault demonstration: this rank SIGKILLs itself
+  std::uint64_t kill_at_step = 0;   // ... at this step (counted over the run)
 };
+
+const char* const scheme_names = "allreduce|local|dpsgd|easgd|easgd-sync|gosgd|ps-bsp|ssp|downpour|tree-easgd";
 
 // An empty problem is --help: the usage on stdout, exit status 0.
 [[noreturn]] void usage(const std::string& problem) {
   std::ostream& out = problem.empty() ? std::cout : std::cerr;
   if (!problem.empty()) out << problem << "\n";
-  out << "usage: fashion_mnist [--scheme allreduce|local|dpsgd|easgd|easgd-sync|gosgd]"
-               " [--codec none|fp16|bf16|int8|onebit] [--epochs N] [--batch B] [--lr X] [--momentum X]"
-               " [--period H] [--alpha X] [--tau T] [--p X] [--data DIR] [--csv FILE]\n"
+  out << "usage: fashion_mnist [--scheme " << scheme_names << "]"
+               " [--codec none|fp16|bf16|int8|onebit|topk:R|randomk:R] [--epochs N] [--batch B] [--lr X] [--momentum X]"
+               " [--period H] [--alpha X] [--tau T] [--p X] [--staleness S] [--push-every N] [--fetch-every N]"
+               " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
+               " [--data DIR] [--csv FILE]\n"
          "Trains an MLP on Fashion-MNIST with one averaging scheme, e.g.\n"
-         "  chorus-run -n 4 fashion_mnist --scheme gosgd --epochs 12 --csv gosgd.csv\n";
+         "  chorus-run -n 4 fashion_mnist --scheme gosgd --epochs 12 --csv gosgd.csv\n"
+         "With --kill-rank R (not 0: it reports) rank R kills itself at step S, to show training that survives\n"
+         "a lost worker (gosgd, easgd, ssp, downpour; run under chorus-run --keep-going).\n";
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -73,10 +95,21 @@ settings parse(int argc, char** argv) {
     else if (flag == "--alpha") chosen.alpha = std::stod(value);
     else if (flag == "--tau") chosen.tau = std::stoul(value);
     else if (flag == "--p") chosen.push_probability = std::stod(value);
+    else if (flag == "--staleness") chosen.staleness = std::stoul(value);
+    else if (flag == "--push-every") chosen.push_every = std::stoul(value);
+    else if (flag == "--fetch-every") chosen.fetch_every = std::stoul(value);
+    else if (flag == "--fanout") chosen.fanout = std::stoi(value);
+    else if (flag == "--on-peer-failure") chosen.on_peer_failure = value;
+    else if (flag == "--kill-rank") chosen.kill_rank = std::stoi(value);
+    else if (flag == "--kill-at-step") chosen.kill_at_step = std::stoul(value);
     else if (flag == "--data") chosen.directory = value;
     else if (flag == "--csv") chosen.csv = value;
     else usage("unknown flag " + flag);
   }
+  if (chosen.on_peer_failure.empty()) chosen.on_peer_failure = chosen.kill_rank >= 0 ? "continue" : "raise";
+  if (chosen.on_peer_failure != "raise" && chosen.on_peer_failure != "continue")
+    usage("--on-peer-failure is raise or continue, not " + chosen.on_peer_failure);
+  if (chosen.kill_rank == 0) usage("--kill-rank 0: rank 0 evaluates and reports; kill another");
   return chosen;
 }
 
@@ -104,17 +137,21 @@ struct trainer {
   std::size_t steps_per_epoch() const { return shard.size() / config.batch; }
 
   // Trains `epochs` epochs with the scheme; `held` is the model rank 0
-  // evaluates after each epoch.
+  // evaluates after each epoch; `local_step`: whether the trainer's own
+  // optimiser step matters (not where a server's replaces the model).
   template <class Scheme>
-  void run(Scheme& scheme, const std::function<std::vector<float>()>& held) {
+  void run(Scheme& scheme, const std::function<std::vector<float>()>& held, bool local_step = true) {
     avg::sgd optimiser(avg::parameters(model.tensors()), {.learning_rate = config.learning_rate, .momentum = config.momentum, .nesterov = true});
     const avg::parameters gradients(model.gradient_tensors());
     std::vector<float> images(config.batch * fashion_mnist::pixels);
     std::vector<std::uint8_t> labels(config.batch);
+    std::uint64_t steps = 0;
     for (int epoch = 1; epoch <= config.epochs; ++epoch) {
       // Cosine decay of the learning rate over the run.
       const double progress = static_cast<double>(epoch - 1) / config.epochs;
-      optimiser.set_learning_rate(config.learning_rate * 0.5 * (1 + std::cos(3.14159265358979 * progress)));
+      const double rate = config.learning_rate * 0.5 * (1 + std::cos(3.14159265358979 * progress));
+      optimiser.set_learning_rate(rate);
+      if constexpr (requires { scheme.set_learning_rate(rate); }) scheme.set_learning_rate(rate);
       std::shuffle(shard.begin(), shard.end(), random);
       for (std::size_t step = 0; step < steps_per_epoch(); ++step) {
         for (std::size_t b = 0; b < config.batch; ++b) {
@@ -123,7 +160,10 @@ struct trainer {
                       images.begin() + static_cast<std::ptrdiff_t>(b * fashion_mnist::pixels));
           labels[b] = train.labels[sample];
         }
-        scheme.step([&] { model.train_batch(images, labels); }, [&] { optimiser.apply(gradients); });
+        if (comm.rank() == config.kill_rank && steps++ == config.kill_at_step) die();
+        scheme.step([&] { model.train_batch(images, labels); }, [&] {
+          if (local_step) optimiser.apply(gradients);
+        });
       }
       if (comm.rank() == 0) report(std::to_string(epoch), held(), scheme.stats());
     }
@@ -133,6 +173,34 @@ struct trainer {
       const double accuracy = report("final", kept, scheme.stats());
       std::printf("final test accuracy: %.4f\n", accuracy);
     }
+    if (comm.rank() != 0) return;
+    if constexpr (requires { scheme.server_stats(); }) report_server(scheme);
+    if constexpr (requires { scheme.lost_peers(); })
+      for (const avg::lost_peer& lost : scheme.lost_peers())
+        std::printf("lost rank %d: noticed at step %llu, %.1f s in; went on without it\n", lost.rank,
+                    static_cast<unsigned long long>(lost.step), lost.seconds);
+  }
+
+  // The fault demonstration: a crash, no cleanup, no goodbye.
+  [[noreturn]] void die() const {
+    std::printf("rank %d: killing myself (SIGKILL) at step %llu\n", comm.rank(),
+                static_cast<unsigned long long>(config.kill_at_step));
+    std::fflush(stdout);
+    ::kill(::getpid(), SIGKILL);
+    std::abort();
+  }
+
+  // Rank 0's shard of the parameter server: every push reaches every
+  // shard, so its staleness stands for the others'. (A reduction over the
+  // ranks would need every rank alive.)
+  template <class Scheme>
+  void report_server(const Scheme& scheme) const {
+    const avg::shard_stats served = scheme.server_stats();
+    std::printf("server (rank 0's shard): %llu gradients applied, staleness mean %.2f max %llu, largest clock gap "
+                "served %llu; rank 0 waited %.1f s in %llu pulls\n",
+                static_cast<unsigned long long>(served.gradients_applied), served.mean_staleness(),
+                static_cast<unsigned long long>(served.staleness_max), static_cast<unsigned long long>(served.clock_gap_max),
+                scheme.worker_stats().waited_seconds, static_cast<unsigned long long>(scheme.worker_stats().pulls));
   }
 
   double report(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats) {
@@ -152,11 +220,24 @@ struct trainer {
 
 std::vector<float> copy_of(std::span<const float> values) { return {values.begin(), values.end()}; }
 
+std::optional<avg::consistency> consistency_named(const std::string& scheme) {
+  if (scheme == "ps-bsp") return avg::consistency::bsp;
+  if (scheme == "ssp") return avg::consistency::ssp;
+  if (scheme == "downpour") return avg::consistency::downpour;
+  return std::nullopt;
+}
+
 void train(chorus::communicator& comm, const settings& config) {
   trainer job(comm, config);
   const avg::parameters model(job.model.tensors());
   const chorus::codec::any_codec wire = chorus::codec::by_name(config.codec);
   const auto local_model = [&] { return copy_of(job.model.values()); };
+  const avg::peer_failure_policy on_failure =
+      config.on_peer_failure == "continue" ? avg::peer_failure_policy::continue_ : avg::peer_failure_policy::raise;
+  const bool tolerant = config.scheme == "gosgd" || config.scheme == "easgd" || config.scheme == "ssp" ||
+                        config.scheme == "downpour";
+  if (on_failure == avg::peer_failure_policy::continue_ && !tolerant)
+    usage("--on-peer-failure continue: " + config.scheme + " raises on a lost rank (gosgd, easgd, ssp, downpour go on)");
   if (config.scheme == "allreduce") {
     avg::allreduce_sgd scheme(comm, model, avg::parameters(job.model.gradient_tensors()), {.codec = wire});
     job.run(scheme, local_model);
@@ -171,11 +252,25 @@ void train(chorus::communicator& comm, const settings& config) {
     job.run(scheme, [&] { return copy_of(scheme.centre()); });
   } else if (config.scheme == "easgd") {
     if (wire) throw chorus::error(chorus::errc::invalid_argument, "easgd (asynchronous) sends full-precision models; use --codec none");
-    avg::easgd_async scheme(comm, model, {.alpha = config.alpha, .tau = config.tau, .server = 0});
+    avg::easgd_async scheme(comm, model, {.alpha = config.alpha, .tau = config.tau, .server = 0, .on_peer_failure = on_failure});
     job.run(scheme, [&] { return scheme.centre_snapshot(); });
   } else if (config.scheme == "gosgd") {
-    avg::gosgd scheme(comm, model, {.push_probability = config.push_probability, .codec = wire});
+    avg::gosgd scheme(comm, model, {.push_probability = config.push_probability, .codec = wire, .on_peer_failure = on_failure});
     job.run(scheme, local_model);
+  } else if (config.scheme == "tree-easgd") {
+    avg::tree_easgd scheme(comm, model, {.alpha = config.alpha, .tau_up = config.tau, .tau_down = config.tau,
+                                         .fanout = config.fanout});
+    job.run(scheme, local_model);
+  } else if (const auto mode = consistency_named(config.scheme)) {
+    if (wire) throw chorus::error(chorus::errc::invalid_argument, "the parameter server sends full-precision gradients; use --codec none");
+    avg::parameter_server scheme(comm, model, avg::parameters(job.model.gradient_tensors()),
+                                 {.mode = *mode, .staleness = config.staleness,
+                                  .push_every = *mode == avg::consistency::downpour ? config.push_every : 1,
+                                  .fetch_every = *mode == avg::consistency::downpour ? config.fetch_every : 1,
+                                  .optimiser = {.learning_rate = config.learning_rate, .momentum = config.momentum,
+                                                .nesterov = true},
+                                  .on_peer_failure = on_failure});
+    job.run(scheme, local_model, *mode == avg::consistency::downpour);
   } else {
     usage("unknown scheme " + config.scheme);
   }

@@ -19,6 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.get_cmap("tab20").colors)  # a colour per run
+
 SERVER = re.compile(r"staleness mean ([\d.]+) max (\d+), largest clock gap served (\d+); rank 0 waited ([\d.]+) s")
 LOST = re.compile(r"lost rank (\d+): noticed at step (\d+), ([\d.]+) s in")
 

@@ -144,6 +144,7 @@ class basic_communicator {
   // Raw tagged byte transfers, for collectives.
   request isend_bytes(std::span<const std::byte> data, int peer, transport::tag_t wire) {
     request handle = transport().isend(peer_world_rank(peer, "send"), wire, data);
+    if (peer == rank_) return handle;  // traffic counts what leaves the rank (a server's own shard does not)
     traffic& counters = this_thread_traffic();
     counters.bytes_sent += data.size();
     ++counters.messages_sent;

@@ -1,5 +1,7 @@
 // Bytes and messages this thread has handed to the network through any
-// communicator: what averaging schemes report as their cost. Counted per
+// communicator, to other ranks (a message to itself, as a parameter
+// server's worker pushing to its own shard, moves nothing): what averaging
+// schemes report as their cost. Counted per
 // thread so that a scheme measures its own calls (a delta around them) even
 // while a progress thread or another rank-thread of the process sends too.
 #pragma once

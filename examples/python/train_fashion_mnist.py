@@ -120,6 +120,8 @@ class Trainer:
             return averaging.EASGD(self.comm, params, alpha=0.1, tau=1, codec=o.codec)
         if o.scheme == "easgd":
             return averaging.EASGDAsync(self.comm, params, alpha=0.1, tau=4)
+        if o.scheme == "tree-easgd":
+            return averaging.TreeEASGD(self.comm, params, alpha=0.1, tau_up=4, tau_down=4)
         return averaging.GoSGD(self.comm, params, push_probability=0.5, codec=o.codec)
 
     def traffic(self) -> str:

@@ -142,9 +142,13 @@ class EASGDAsync(Scheme):
     """Asynchronous elastic averaging: every `tau` steps a worker pulls with the server rank's centre."""
 
     def __init__(self, comm: Communicator, params: Iterable[Any], *, alpha: float = 0.05, tau: int = 4,
-                 server: int = 0) -> None:
+                 server: int = 0, on_peer_failure: str = "raise") -> None:
         arrays = _arrays(params)
-        super().__init__(_chorus.EASGDAsync(comm._impl, arrays, alpha, tau, server), arrays)
+        super().__init__(_chorus.EASGDAsync(comm._impl, arrays, alpha, tau, server, on_peer_failure), arrays)
+
+    def lost_peers(self) -> List[dict]:
+        """The workers the server went on without (on_peer_failure="continue"): rank, step, seconds."""
+        return self._impl.lost_peers()
 
     def centre(self) -> Any:
         """A NumPy copy of the centre (the server's; empty on workers)."""
@@ -155,9 +159,13 @@ class GoSGD(Scheme):
     """Gossip SGD: after each step, with probability `push_probability`, push half the model to a random peer."""
 
     def __init__(self, comm: Communicator, params: Iterable[Any], *, push_probability: float = 0.5, seed: int = 1,
-                 codec: CodecLike = None) -> None:
+                 codec: CodecLike = None, on_peer_failure: str = "raise") -> None:
         arrays = _arrays(params)
-        super().__init__(_chorus.GoSGD(comm._impl, arrays, push_probability, seed, codec), arrays)
+        super().__init__(_chorus.GoSGD(comm._impl, arrays, push_probability, seed, codec, on_peer_failure), arrays)
+
+    def lost_peers(self) -> List[dict]:
+        """The peers this rank went on without (on_peer_failure="continue"): rank, step, seconds."""
+        return self._impl.lost_peers()
 
     def quiesce(self) -> None:
         """Collective: a consistent cut (every push sent before any rank's
@@ -170,6 +178,47 @@ class GoSGD(Scheme):
         return self._impl.weight
 
 
+class TreeEASGD(Scheme):
+    """Elastic averaging on a tree of fan-out `fanout`: pull toward the parent every `tau_up` steps, push toward
+    the children every `tau_down`; finish() keeps the root's model."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], *, alpha: float = 0.05, tau_up: int = 4,
+                 tau_down: int = 4, fanout: int = 2) -> None:
+        arrays = _arrays(params)
+        super().__init__(_chorus.TreeEASGD(comm._impl, arrays, alpha, tau_up, tau_down, fanout), arrays)
+
+
+class ParameterServer(Scheme):
+    """A parameter server: shards on every rank (or on `dedicated_servers` ranks that only serve), SGD with
+    momentum on the servers, consistency `mode` "bsp", "ssp" (bound `staleness`) or "downpour" (push every
+    `push_every` steps, fetch every `fetch_every`). Each pull replaces the model by the servers'."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], grads: Iterable[Any], *,
+                 mode: str = "bsp", staleness: int = 3, push_every: int = 1, fetch_every: int = 1,
+                 dedicated_servers: int = 0, learning_rate: float = 0.05, momentum: float = 0.9,
+                 nesterov: bool = False, on_peer_failure: str = "raise") -> None:
+        arrays = _arrays(params)
+        self.grads = _arrays(grads)  # read at every reduce_gradients(): keep them where they are
+        super().__init__(_chorus.ParameterServer(comm._impl, arrays, self.grads, mode, staleness, push_every,
+                                                 fetch_every, dedicated_servers, learning_rate, momentum, nesterov,
+                                                 on_peer_failure), arrays)
+
+    @property
+    def is_worker(self) -> bool:
+        return self._impl.is_worker
+
+    def set_learning_rate(self, rate: float) -> None:
+        """Scales this worker's pushes by rate / the servers' learning rate (a schedule without a message)."""
+        self._impl.set_learning_rate(rate)
+
+    def server_stats(self) -> dict:
+        """What this rank's shard saw: gradients_applied, staleness_mean, staleness_max, clock_gap_max, pulls_served."""
+        return self._impl.server_stats()
+
+    def lost_peers(self) -> List[dict]:
+        return self._impl.lost_peers()
+
+
 SCHEMES = {
     "allreduce": AllreduceSGD,
     "local": LocalSGD,
@@ -177,6 +226,7 @@ SCHEMES = {
     "easgd-sync": EASGD,
     "easgd": EASGDAsync,
     "gosgd": GoSGD,
+    "tree-easgd": TreeEASGD,
 }
 
 

@@ -10,6 +10,8 @@
 #include <chorus/averaging/easgd_async.hpp>
 #include <chorus/averaging/gosgd.hpp>
 #include <chorus/averaging/local_sgd.hpp>
+#include <chorus/averaging/parameter_server.hpp>
+#include <chorus/averaging/tree_easgd.hpp>
 #include <chorus/averaging/topology.hpp>
 
 #include <nanobind/stl/optional.h>
@@ -102,6 +104,31 @@ void construct(py_scheme<Scheme>* self, py_communicator& given, nb::handle array
   }
 }
 
+avg::peer_failure_policy policy_named(const std::string& name) {
+  if (name == "raise") return avg::peer_failure_policy::raise;
+  if (name == "continue") return avg::peer_failure_policy::continue_;
+  throw chorus::error(chorus::errc::invalid_argument, "on_peer_failure is 'raise' or 'continue', not '" + name + "'");
+}
+
+avg::consistency consistency_named(const std::string& name) {
+  for (avg::consistency mode : {avg::consistency::bsp, avg::consistency::ssp, avg::consistency::downpour})
+    if (name == avg::to_string(mode)) return mode;
+  throw chorus::error(chorus::errc::invalid_argument, "mode is 'bsp', 'ssp' or 'downpour', not '" + name + "'");
+}
+
+// [{"rank": world rank, "step": .., "seconds": ..}] for lost_peers().
+nb::list lost_of(const std::vector<avg::lost_peer>& lost) {
+  nb::list made;
+  for (const avg::lost_peer& peer : lost) {
+    nb::dict entry;
+    entry["rank"] = peer.rank;
+    entry["step"] = peer.step;
+    entry["seconds"] = peer.seconds;
+    made.append(entry);
+  }
+  return made;
+}
+
 }  // namespace
 
 void bind_averaging(nb::module_& m) {
@@ -175,11 +202,17 @@ void bind_averaging(nb::module_& m) {
       .def(
           "__init__",
           [](py_scheme<avg::easgd_async<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             double alpha, std::uint64_t tau, int server) {
+             double alpha, std::uint64_t tau, int server, const std::string& on_peer_failure) {
             avg::parameters model = parameters_of(params, "params");
-            construct(self, comm, params, std::move(model), avg::easgd_async_options{alpha, tau, server});
+            construct(self, comm, params, std::move(model),
+                      avg::easgd_async_options{alpha, tau, server, policy_named(on_peer_failure)});
           },
-          nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau") = 4, nb::arg("server") = 0)
+          nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau") = 4, nb::arg("server") = 0,
+          nb::arg("on_peer_failure") = "raise")
+      .def(
+          "lost_peers",
+          [](py_scheme<avg::easgd_async<chorus::communicator>>& self) { return lost_of(self.get().lost_peers()); },
+          "The workers the server went on without (on_peer_failure='continue').")
       .def(
           "centre",
           [](py_scheme<avg::easgd_async<chorus::communicator>>& self) { return numpy_array(self.get().centre()); },
@@ -189,12 +222,16 @@ void bind_averaging(nb::module_& m) {
       .def(
           "__init__",
           [](py_scheme<avg::gosgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             double push_probability, std::uint64_t seed, nb::handle codec) {
+             double push_probability, std::uint64_t seed, nb::handle codec, const std::string& on_peer_failure) {
             avg::parameters model = parameters_of(params, "params");
-            construct(self, comm, params, std::move(model), avg::gosgd_options{push_probability, seed, wire_of(codec)});
+            construct(self, comm, params, std::move(model),
+                      avg::gosgd_options{push_probability, seed, wire_of(codec), policy_named(on_peer_failure)});
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("push_probability") = 0.5, nb::arg("seed") = 1,
-          nb::arg("codec").none() = nb::none())
+          nb::arg("codec").none() = nb::none(), nb::arg("on_peer_failure") = "raise")
+      .def(
+          "lost_peers", [](py_scheme<avg::gosgd<chorus::communicator>>& self) { return lost_of(self.get().lost_peers()); },
+          "The peers this rank went on without (on_peer_failure='continue').")
       .def(
           "quiesce",
           [](py_scheme<avg::gosgd<chorus::communicator>>& self) { without_gil([&] { self.get().quiesce(); }); },
@@ -203,6 +240,59 @@ void bind_averaging(nb::module_& m) {
       .def_prop_ro(
           "weight", [](py_scheme<avg::gosgd<chorus::communicator>>& self) { return self.get().weight(); },
           "This rank's share of the consensus: sum(weight * model) over the ranks is the model to keep.");
+
+  scheme_class<avg::tree_easgd<chorus::communicator>>(
+      m, "TreeEASGD", "Elastic averaging on a tree of fan-out d; the root's model is kept.")
+      .def(
+          "__init__",
+          [](py_scheme<avg::tree_easgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
+             double alpha, std::uint64_t tau_up, std::uint64_t tau_down, int fanout) {
+            avg::parameters model = parameters_of(params, "params");
+            construct(self, comm, params, std::move(model), avg::tree_easgd_options{alpha, tau_up, tau_down, fanout});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau_up") = 4, nb::arg("tau_down") = 4,
+          nb::arg("fanout") = 2);
+
+  using server = avg::parameter_server<chorus::communicator>;
+  scheme_class<server>(m, "ParameterServer",
+                       "Shards on server roles; workers push gradients and pull the model (bsp, ssp, downpour).")
+      .def(
+          "__init__",
+          [](py_scheme<server>* self, py_communicator& comm, model_list params, model_list grads,
+             const std::string& mode, std::uint64_t staleness, std::uint64_t push_every, std::uint64_t fetch_every,
+             int dedicated_servers, double learning_rate, double momentum, bool nesterov,
+             const std::string& on_peer_failure) {
+            avg::parameters model = parameters_of(params, "params");
+            avg::parameters gradients = parameters_of(grads, "grads");
+            construct(self, comm, nb::make_tuple(params, grads), std::move(model), std::move(gradients),
+                      avg::parameter_server_options{consistency_named(mode), staleness, push_every, fetch_every,
+                                                    dedicated_servers, {learning_rate, momentum, nesterov, 0.0},
+                                                    policy_named(on_peer_failure)});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("grads"), nb::arg("mode") = "bsp", nb::arg("staleness") = 3,
+          nb::arg("push_every") = 1, nb::arg("fetch_every") = 1, nb::arg("dedicated_servers") = 0,
+          nb::arg("learning_rate") = 0.05, nb::arg("momentum") = 0.9, nb::arg("nesterov") = false,
+          nb::arg("on_peer_failure") = "raise")
+      .def_prop_ro("is_worker", [](py_scheme<server>& self) { return self.get().is_worker(); })
+      .def(
+          "set_learning_rate", [](py_scheme<server>& self, double rate) { self.get().set_learning_rate(rate); },
+          nb::arg("rate"), "Scales this worker's pushes by rate / the servers' learning rate.")
+      .def(
+          "server_stats",
+          [](py_scheme<server>& self) {
+            const avg::shard_stats shard = self.get().server_stats();
+            nb::dict made;
+            made["gradients_applied"] = shard.gradients_applied;
+            made["staleness_mean"] = shard.mean_staleness();
+            made["staleness_max"] = shard.staleness_max;
+            made["clock_gap_max"] = shard.clock_gap_max;
+            made["pulls_served"] = shard.pulls_served;
+            return made;
+          },
+          "What this rank's shard saw: gradients applied, their staleness, the largest clock gap served.")
+      .def(
+          "lost_peers", [](py_scheme<server>& self) { return lost_of(self.get().lost_peers()); },
+          "The workers this rank's server went on without (on_peer_failure='continue').");
 }
 
 }  // namespace chorus::python

@@ -126,22 +126,19 @@ void bind_codecs(nb::module_& m) {
             if (nb::isinstance<nb::str>(codec)) wire = codec_named(nb::cast<std::string>(codec), block);
             else wire = nb::cast<py_codec&>(codec).wire;
             if (!wire) throw error(errc::invalid_argument, "error feedback needs a codec, not 'none'");
-            codec::visit(wire, [&](const auto& coder) {
-              using made = codec::error_feedback<std::remove_cvref_t<decltype(coder)>>;
-              new (self) py_feedback{made(coder), std::string(wire.name())};
-            });
+            new (self) py_feedback{codec::any_error_feedback(wire), std::string(wire.name())};
           },
           nb::arg("codec"), nb::arg("block") = nb::none())
       .def_ro("name", &py_feedback::name)
       .def(
           "residual",
           [](const py_feedback& self) {
-            const auto kept = std::visit([](const auto& state) { return state.residual(0); }, self.state);
+            const auto kept = self.state.visit([](const auto& state) { return state.residual(0); });
             return std::vector<float>(kept.begin(), kept.end());
           },
           "A copy of the residual carried to the next call (slot 0).")
       .def(
-          "reset", [](py_feedback& self) { std::visit([](auto& state) { state.reset(); }, self.state); },
+          "reset", [](py_feedback& self) { self.state.visit([](auto& state) { state.reset(); }); },
           "Forgets the residual.");
 }
 

@@ -6,9 +6,8 @@
 #include "binding.hpp"
 
 #include <chorus/codec/any_codec.hpp>
-#include <chorus/codec/error_feedback.hpp>
+#include <chorus/codec/any_error_feedback.hpp>
 
-#include <variant>
 
 namespace chorus::python {
 
@@ -19,10 +18,7 @@ struct py_codec {
 // One tensor's residual: use one object per tensor (per DDP bucket), on
 // one call at a time.
 struct py_feedback {
-  std::variant<codec::error_feedback<codec::identity>, codec::error_feedback<codec::fp16>,
-               codec::error_feedback<codec::bf16>, codec::error_feedback<codec::int8>,
-               codec::error_feedback<codec::onebit>>
-      state;
+  codec::any_error_feedback state;
   std::string name;
 };
 
@@ -37,7 +33,7 @@ struct codec_choice {
   // collectives take it.
   template <class F>
   decltype(auto) visit(F&& f) const {
-    if (feedback) return std::visit([&](auto& state) { return f(state); }, feedback->state);
+    if (feedback) return feedback->state.visit([&](auto& state) { return f(state); });
     return codec::visit(wire, [&](const auto& coder) { return f(coder); });
   }
 

@@ -28,18 +28,26 @@ class any_error_feedback {
   // f(error_feedback<C>&) for the codec held.
   template <class F>
   decltype(auto) visit(F&& f) {
-    using result = std::invoke_result_t<F&, error_feedback<identity>&>;
-    return std::visit(
-        [&](auto& held) -> result {
-          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(held)>, std::monostate>)
-            throw error(errc::invalid_argument, "any_error_feedback: no codec (none) to feed back through");
-          else
-            return f(held);
-        },
-        held_);
+    return visit_held<std::invoke_result_t<F&, error_feedback<identity>&>>(held_, f);
+  }
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return visit_held<std::invoke_result_t<F&, const error_feedback<identity>&>>(held_, f);
   }
 
  private:
+  template <class Result, class Held, class F>
+  static Result visit_held(Held& held, F& f) {
+    return std::visit(
+        [&](auto& state) -> Result {
+          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(state)>, std::monostate>)
+            throw error(errc::invalid_argument, "any_error_feedback: no codec (none) to feed back through");
+          else
+            return f(state);
+        },
+        held);
+  }
+
   std::variant<std::monostate, error_feedback<identity>, error_feedback<fp16>, error_feedback<bf16>, error_feedback<int8>,
                error_feedback<onebit>, error_feedback<topk>, error_feedback<randomk>>
       held_;

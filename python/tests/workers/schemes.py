@@ -160,6 +160,50 @@ def test_asynchronous() -> None:
     consensus_in_hull("async EASGD", model)
 
 
+def test_middle() -> None:
+    """TreeEASGD and the parameter server: the spectrum's middle."""
+    global checks
+    model = start(rank)
+    scheme = averaging.TreeEASGD(comm, model, alpha=0.3, tau_up=1, tau_down=2, fanout=2)
+    run(scheme, model, 4, update=False)
+    scheme.finish()
+    consensus_in_hull("TreeEASGD", model)
+
+    # BSP with plain SGD: every rank ends at start(0) - lr * sum_t mean_r g_r(t).
+    lr = 0.5
+    for mode in ("bsp", "ssp", "downpour"):
+        model = start(rank)
+        grads = [np.zeros(n, np.float32) for n in SHAPES]
+        policy = "raise" if mode == "bsp" else "continue"
+        scheme = averaging.ParameterServer(comm, model, grads, mode=mode, staleness=1, learning_rate=lr, momentum=0.0,
+                                           on_peer_failure=policy)
+        for t in range(3):
+            scheme.begin_step()
+            for g, d in zip(grads, step_of(rank, t)):
+                g[...] = d
+            scheme.reduce_gradients()
+            scheme.end_step()
+        scheme.finish()
+        everyone = comm.allgather(flat(model).astype(np.float32))
+        assert np.all(everyone == everyone[0]), f"{mode}: ranks differ after finish"
+        assert scheme.lost_peers() == []
+        checks += 1
+        if mode == "bsp":
+            want = flat(start(0)) - lr * sum(np.mean([flat(step_of(r, t)) for r in range(size)], axis=0) for t in range(3))
+            close("BSP parameter server", [flat(model)], [want])
+            served = scheme.server_stats()
+            assert served["staleness_max"] == 0 and served["gradients_applied"] == 3 * size, served
+
+    for options, why in (({"mode": "bogus"}, "mode"), ({"mode": "bsp", "on_peer_failure": "continue"}, "BSP")):
+        try:
+            averaging.ParameterServer(comm, start(rank), step_of(rank, 0), **options)
+        except chorus.InvalidArgument as failure:
+            assert why in str(failure), str(failure)
+            checks += 1
+        else:
+            raise AssertionError(f"ParameterServer took {options}")
+
+
 def test_bad_input() -> None:
     global checks
     for bad, why in (([np.zeros(3, np.float64)], "float32"), ([np.zeros(6, np.float32)[::2]], "contiguous"), ([], "no")):
@@ -177,6 +221,7 @@ test_local_sgd()
 test_dpsgd()
 test_easgd()
 test_asynchronous()
+test_middle()
 test_bad_input()
 comm.barrier()
 print(f"rank {rank}: passed {checks} checks", flush=True)

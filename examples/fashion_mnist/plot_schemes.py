@@ -72,30 +72,33 @@ def table(runs, network):
               f'{int(final["bytes_sent_rank0"]) / 1e6:.1f} | {stale} | {gap} | {lost} |')
 
 
+WALL = ("wall time (s)", lambda r: float(r["wall_s"]))
+BYTES = ("bytes sent by rank 0 (GB)", lambda r: int(r["bytes_sent_rank0"]) / 1e9)
+
+
+def plot(runs, panels, title, image):
+    """A panel per (axis, log scale), a line per run in each; the legend in the first."""
+    figure, axes = plt.subplots(1, len(panels), figsize=(13, 5) if len(panels) > 1 else (8, 5), squeeze=False)
+    for axis, ((xlabel, x_of), log) in zip(axes[0], panels):
+        for run in runs:
+            curve(axis, run, x_of)
+        dress(axis, xlabel)
+        if log:
+            axis.set_xscale("log")
+    axes[0][0].legend(fontsize=7)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(image, dpi=110)
+
+
 shm = load(sys.argv[1])
 ranks = shm[0]["rows"][0]["ranks"] if shm else "?"
-figure, (by_time, by_bytes) = plt.subplots(1, 2, figsize=(13, 5))
-for run in shm:
-    curve(by_time, run, lambda r: float(r["wall_s"]))
-    curve(by_bytes, run, lambda r: int(r["bytes_sent_rank0"]) / 1e9)
-dress(by_time, "wall time (s)")
-dress(by_bytes, "bytes sent by rank 0 (GB)")
-by_bytes.set_xscale("log")
-by_time.legend(fontsize=7)
-figure.suptitle(f"Fashion-MNIST MLP 784-256-128-10, {ranks} ranks on shared memory")
-figure.tight_layout()
-figure.savefig(sys.argv[2], dpi=110)
+plot(shm, [(WALL, False), (BYTES, True)], f"Fashion-MNIST MLP 784-256-128-10, {ranks} ranks on shared memory",
+     sys.argv[2])
 table(shm, "Shared memory (one host)")
 
 if len(sys.argv) > 5:
     shaped, rate = load(sys.argv[3]), sys.argv[5]
-    figure, axis = plt.subplots(1, 1, figsize=(8, 5))
-    for run in shaped:
-        curve(axis, run, lambda r: float(r["wall_s"]))
-    dress(axis, "wall time (s)")
-    axis.set_xscale("log")
-    axis.legend(fontsize=7)
-    figure.suptitle(f"Fashion-MNIST MLP, {ranks} ranks, each a host behind a {rate} link (UCX over TCP)")
-    figure.tight_layout()
-    figure.savefig(sys.argv[4], dpi=110)
+    plot(shaped, [(WALL, True)], f"Fashion-MNIST MLP, {ranks} ranks, each a host behind a {rate} link (UCX over TCP)",
+         sys.argv[4])
     table(shaped, f"Each rank a host behind a {rate} link")

@@ -105,8 +105,8 @@ void construct(py_scheme<Scheme>* self, py_communicator& given, nb::handle array
 }
 
 avg::peer_failure_policy policy_named(const std::string& name) {
-  if (name == "raise") return avg::peer_failure_policy::raise;
-  if (name == "continue") return avg::peer_failure_policy::continue_;
+  for (avg::peer_failure_policy policy : {avg::peer_failure_policy::raise, avg::peer_failure_policy::continue_})
+    if (name == avg::to_string(policy)) return policy;
   throw chorus::error(chorus::errc::invalid_argument, "on_peer_failure is 'raise' or 'continue', not '" + name + "'");
 }
 

@@ -220,9 +220,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   }
 
   // A dead worker, under continue_: its pulls so far stay in the centre.
-  // The server's own rank is never named (absorb() returns peers only).
   void drop(int w) {
-    if (w == options_.server) return;
     worker_slot& slot = workers_[static_cast<std::size_t>(w)];
     if (slot.lost) return;
     slot.receive = request{};

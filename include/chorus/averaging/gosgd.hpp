@@ -188,7 +188,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     try {
       this->metered([&] { message.handle = comm_.isend(bytes, peer, gossip_tag); });
     } catch (const error& failure) {
-      drop(losses_.absorb(comm_, failure, this->stats_.steps));  // the halved weight went with it
+      drop_named(failure);  // the halved weight went with it
       return;
     }
     ++this->stats_.exchanges;
@@ -217,7 +217,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     try {
       return comm_.test(message.handle);
     } catch (const error& failure) {
-      return drop(losses_.absorb(comm_, failure, this->stats_.steps)) == message.peer;
+      return drop_named(failure) == message.peer;
     }
   }
 
@@ -228,10 +228,14 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     try {
       return comm_.test(state.receive);
     } catch (const error& failure) {
-      drop(losses_.absorb(comm_, failure, this->stats_.steps));
+      drop_named(failure);
       return false;
     }
   }
+
+  // In a catch block: drops the dead peer `failure` names, when the policy
+  // goes on without it (else rethrows); returns that peer.
+  int drop_named(const error& failure) { return drop(losses_.absorb(comm_, failure, this->stats_.steps)); }
 
   // Forgets a dead peer: its posted receive, its cut and the pushes to it
   // are let go (the transport closed its endpoint: they cannot complete).
@@ -306,16 +310,17 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       try {
         state.cut_send = comm_.isend(state.cut_out.write(wire::kind::cut, state.pushed_to, 0.0, 0), peer, gossip_tag);
       } catch (const error& failure) {
-        drop(losses_.absorb(comm_, failure, this->stats_.steps));
+        drop_named(failure);
       }
     });
   }
 
   // The first peer whose cut has not arrived, or -1.
   int peer_without_cut() const {
-    for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank() && !peers_[static_cast<std::size_t>(peer)].cut_in && !peers_[static_cast<std::size_t>(peer)].lost)
-        return peer;
+    for (int peer = 0; peer < comm_.size(); ++peer) {
+      const peer_state& state = peers_[static_cast<std::size_t>(peer)];
+      if (peer != comm_.rank() && !state.cut_in && !state.lost) return peer;
+    }
     return -1;
   }
 

@@ -135,9 +135,8 @@ class parameter_shard {
 
   // Whether `rank` is a worker this shard went on without.
   bool lost(int rank) const {
-    for (std::size_t w = 0; w < links_.size(); ++w)
-      if (workers_[w] == rank) return links_[w].lost;
-    return false;
+    const std::size_t w = link_of(rank);
+    return w < links_.size() && links_[w].lost;
   }
 
  private:
@@ -156,19 +155,23 @@ class parameter_shard {
     bool lost = false;
   };
 
-  // A dead worker (a rank of the communicator), under continue_.
+  // The link of worker `rank` (a rank of the communicator), or links_.size().
+  std::size_t link_of(int rank) const {
+    return static_cast<std::size_t>(std::find(workers_.begin(), workers_.end(), rank) - workers_.begin());
+  }
+
+  // A dead worker, under continue_.
   void drop(int rank) {
-    for (std::size_t w = 0; w < links_.size(); ++w) {
-      worker_link& link = links_[w];
-      if (workers_[w] != rank || link.lost) continue;
-      link.receive = request{};
-      link.reply_send = request{};
-      link.holding = false;
-      link.lost = true;
-      if (!link.done) --live_;
-      link.done = true;
-      if (rules_.mode == consistency::bsp) finish_round_if_complete();
-    }
+    const std::size_t w = link_of(rank);
+    if (w == links_.size() || links_[w].lost) return;
+    worker_link& link = links_[w];
+    link.receive = request{};
+    link.reply_send = request{};
+    link.holding = false;
+    link.lost = true;
+    if (!link.done) --live_;
+    link.done = true;
+    if (rules_.mode == consistency::bsp) finish_round_if_complete();
   }
 
   void post(std::size_t w) { links_[w].receive = comm_.irecv(links_[w].incoming.buffer(), workers_[w], request_tag); }

@@ -252,8 +252,8 @@ class basic_communicator {
 
   // The group without the members whose transport (world) ranks are in
   // `lost`, made locally, without a message: every survivor must pass the
-  // same set (a mismatch ends in a collective's timeout, not in wrong data:
-  // the survivors' tags then differ). It keeps this communicator's id and
+  // same set, which nothing here checks (the caller agrees on it first, as
+  // GoSGD's quiesce() does through its cuts). It keeps this communicator's id and
   // continues its sequence numbers, so it takes this one's place: the two
   // must not both run collectives from here on. Not collective.
   basic_communicator without(std::span<const int> lost) const {

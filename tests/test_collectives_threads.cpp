@@ -11,6 +11,8 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
+#include <functional>
 
 using chorus::communicator;
 using namespace chorus_test;
@@ -19,7 +21,8 @@ using namespace std::chrono_literals;
 namespace {
 
 const chorus::algorithm allreduce_algorithms[] = {chorus::algo::ring, chorus::algo::recursive_doubling,
-                                                  chorus::algo::rabenseifner, chorus::algo::tree};
+                                                  chorus::algo::rabenseifner, chorus::algo::tree,
+                                                  chorus::algo::shared_memory};
 
 std::vector<std::size_t> counts_for(int n, bool large) {
   std::vector<std::size_t> counts{0, 1, static_cast<std::size_t>(n - 1 > 0 ? n - 1 : 2), static_cast<std::size_t>(n + 1)};
@@ -130,6 +133,93 @@ TEST_CASE("allreduce: every algorithm, type and op against the serial reference,
   });
   results.report();
   CHECK(prints.disagreements() == 0);
+}
+
+// Hosts simulated on this machine (options::local_size): h hosts of L ranks.
+void run_on_hosts(int hosts, int per_host, const std::function<void(communicator&)>& body) {
+  CAPTURE(hosts);
+  CAPTURE(per_host);
+  chorus::options settings = quick();
+  settings.local_size = per_host;
+  chorus::run_threads(hosts * per_host, body, settings);
+}
+
+TEST_CASE("hierarchical allreduce: hosts of 2 and 3 ranks, every type and op, odd counts, same bits everywhere") {
+  tally results;
+  fingerprints prints;
+  for (const auto& [hosts, per_host] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}, std::pair{3, 3}}) {
+    run_on_hosts(hosts, per_host, [&](communicator& comm) {
+      REQUIRE(comm.layout().hosts == hosts);
+      REQUIRE(comm.layout().ranks_per_host == per_host);
+      const auto algorithm = chorus::algo::hierarchical;
+      std::uint64_t seed = 300;
+      for (const std::size_t count : counts_for(comm.size(), true)) {
+        seed += 10;
+        allreduce_all_ops<float>(comm, algorithm, count, seed, results, prints);
+        allreduce_all_ops<std::int32_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<double>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<chorus::half>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<chorus::bfloat16>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<std::int8_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_type<std::uint64_t>(comm, algorithm, count, seed, results, prints);
+      }
+      // Several slots' worth, so the shared-memory steps wrap their two slots.
+      allreduce_case<float>(comm, algorithm, (3u << 20) / 4 + 7, chorus::op::sum{}, flavour::general, 7, results, prints);
+      // The table picks it for large buffers on such hosts, shared memory never.
+      std::vector<float> large(1u << 16, 1.0f);
+      results.record("automatic across hosts", chorus::allreduce(comm, large) != chorus::algo::hierarchical);
+      expect_error([&] { chorus::allreduce(comm, large, chorus::algo::shared_memory); }, chorus::errc::invalid_argument,
+                   "not one");
+    });
+  }
+  results.report();
+  CHECK(prints.disagreements() == 0);
+}
+
+TEST_CASE("shared memory: automatic on one host, unequal hosts fall back to the network, two jobs at once") {
+  tally results;
+  run_on_hosts(1, 4, [&](communicator& comm) {
+    std::vector<float> large(1u << 16, 1.0f);
+    results.record("automatic on one host", chorus::allreduce(comm, large) != chorus::algo::shared_memory);
+    std::vector<float> small(16, 1.0f);
+    results.record("small stays on the network", chorus::allreduce(comm, small) == chorus::algo::shared_memory);
+    // Non-blocking calls run through a segment of their own, overlapping the caller's blocking ones.
+    std::vector<float> overlapped(1u << 17, 2.0f);
+    auto pending = chorus::iallreduce(comm, std::span(large));
+    results.record("blocking beside non-blocking", chorus::allreduce(comm, overlapped) != chorus::algo::shared_memory);
+    pending.wait();
+    results.record("non-blocking result", count_different(large, std::vector<float>(large.size(), 16.0f)));
+    results.record("blocking result", count_different(overlapped, std::vector<float>(overlapped.size(), 8.0f)));
+  });
+  // 5 ranks in hosts of 2: 2, 2 and 1 rank: no hierarchical choice, and forcing it is a clear error.
+  chorus::options settings = quick();
+  settings.local_size = 2;
+  chorus::run_threads(5, [&](communicator& comm) {
+    std::vector<float> large(1u << 16, 1.0f);
+    const auto used = chorus::allreduce(comm, large);
+    results.record("unequal hosts: " + std::string(chorus::to_string(used)),
+                   (used == chorus::algo::hierarchical || used == chorus::algo::shared_memory) +
+                       count_different(large, std::vector<float>(large.size(), 5.0f)));
+    expect_error([&] { chorus::allreduce(comm, large, chorus::algo::hierarchical); }, chorus::errc::invalid_argument,
+                 "different numbers");
+  }, settings);
+  // Two jobs of this process at once, each with its own segment.
+  std::vector<std::thread> jobs;
+  for (int job = 0; job < 2; ++job)
+    jobs.emplace_back([&, job] {
+      chorus::run_threads(3 + job, [&](communicator& comm) {
+        for (int call = 0; call < 20; ++call) {
+          auto data = inputs<float>(comm.rank(), 200003, 60 + static_cast<std::uint64_t>(call), flavour::general);
+          chorus::allreduce(comm, std::span(data), chorus::algo::shared_memory);
+          results.record("job " + std::to_string(job),
+                         count_different(data, reference<float>(all_ranks(comm.size()), 200003,
+                                                                60 + static_cast<std::uint64_t>(call), flavour::general,
+                                                                chorus::op::sum{})));
+        }
+      }, quick());
+    });
+  for (std::thread& job : jobs) job.join();
+  results.report();
 }
 
 TEST_CASE("allreduce of random floats: within (n-1) u sum|x| of the exact sum, same bits everywhere") {

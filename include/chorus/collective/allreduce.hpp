@@ -10,8 +10,10 @@
 // bfloat16 are reduced in float and rounded once; integer avg truncates.
 #pragma once
 
+#include <chorus/collective/allreduce_hierarchical.hpp>
 #include <chorus/collective/allreduce_rabenseifner.hpp>
 #include <chorus/collective/allreduce_recursive_doubling.hpp>
+#include <chorus/collective/allreduce_shared_memory.hpp>
 #include <chorus/collective/allreduce_ring.hpp>
 #include <chorus/collective/allreduce_tree.hpp>
 #include <chorus/collective/arguments.hpp>
@@ -42,6 +44,10 @@ namespace collective {
 template <class X, class A, class Op, class Steps = host_steps>
 void allreduce_by(X& ex, std::span<A> work, const Op& op, algorithm chosen, staging_hooks* hooks,
                   const Steps& steps = {}) {
+  if constexpr (requires { ex.comm().layout(); }) {  // host buffers (the registry checked)
+    if (chosen == algorithm::shared_memory) return allreduce_shared_memory(ex, work, op);
+    if (chosen == algorithm::hierarchical) return allreduce_hierarchical(ex, work, op);
+  }
   switch (chosen) {
     case algorithm::ring: allreduce_ring(ex, work, op, {}, hooks, steps); break;
     case algorithm::rabenseifner: allreduce_rabenseifner(ex, work, op, steps); break;
@@ -53,33 +59,36 @@ void allreduce_by(X& ex, std::span<A> work, const Op& op, algorithm chosen, stag
 // The allreduce of a buffer that is not host memory, through `router`
 // (core/memory_router.hpp). The direct path where the router offers it
 // (element types that are their own accumulator, built-in ops): the buffer
-// goes to the transport as it is and the registry's algorithm, written
+// goes to the transport as it is and the registry's algorithm for device
+// memory (never shared memory, which copies through the host), written
 // against local_steps.hpp, runs each reduction where the memory lives. Else
-// staged: the ring part by part, so that the copies overlap the network,
-// the other algorithms whole. The path is reported (CHORUS_DEBUG=1).
+// staged: the host copy takes the host's algorithm (shared memory on one
+// host), the ring part by part, so that the copies overlap the network,
+// the others whole. The path is reported (CHORUS_DEBUG=1).
 template <class Communicator, element T, class Op>
 algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
   const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
-  const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
-  // Part by part only where the ring reduces the buffer itself (half and
-  // bfloat16 reduce in a widened copy, whose parts are not the buffer's).
-  const bool in_parts = made.chosen == algorithm::ring && std::is_same_v<accumulator_t<T>, T>;
   if constexpr (!std::is_same_v<accumulator_t<T>, T>) {
     report_path(comm, "allreduce", data.size_bytes(),
                 staged_because("reductions over " + std::string(element_traits<T>::name)));
+    return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
   } else {
+    const choice direct = choose(comm, "allreduce", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
     const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
-    if (run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
+    if (!moves_host_memory(direct.chosen) &&
+        run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
           check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
-          report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
+          report(comm, "allreduce", data.size_bytes(), dtype_of<T>, direct);
           exchange ex(comm, "allreduce");
           network_exchange on_network(ex, where);
-          allreduce_by(on_network, data, op, made.chosen, nullptr, routed_steps(where));
+          allreduce_by(on_network, data, op, direct.chosen, nullptr, routed_steps(where));
         }))
-      return made.chosen;
+      return direct.chosen;
+    // Part by part only where the ring reduces the buffer itself.
+    if (choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced).chosen == algorithm::ring)
+      return through_host_in_parts(router, comm, on_host, data);
+    return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
   }
-  if (in_parts) return through_host_in_parts(router, comm, on_host, data);
-  return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
 }
 
 }  // namespace collective

@@ -38,6 +38,31 @@ void reduce_into(std::span<A> accumulate, std::span<const A> incoming, const Op&
   for (; i < n; ++i) out[i] = combine(out[i], in[i]);
 }
 
+// out[i] = op(...op(op(inputs[0][i], inputs[1][i]), inputs[2][i])..., inputs[k-1][i]):
+// k contributions folded in their order (rank order: the same bits wherever
+// it runs), each lane block kept in registers, so `out` may be one of the
+// inputs and every input is read once.
+template <class A, class Op>
+void reduce_many(std::span<A> out, std::span<const A* const> inputs, const Op& op) {
+  const std::size_t n = out.size(), k = inputs.size();
+  A* target = out.data();
+  std::size_t i = 0;
+  for (; i + reduce_lanes <= n; i += reduce_lanes) {
+    A block[reduce_lanes];
+    for (std::size_t lane = 0; lane < reduce_lanes; ++lane) block[lane] = inputs[0][i + lane];
+    for (std::size_t j = 1; j < k; ++j) {
+      const A* in = inputs[j] + i;
+      for (std::size_t lane = 0; lane < reduce_lanes; ++lane) block[lane] = op(block[lane], in[lane]);
+    }
+    for (std::size_t lane = 0; lane < reduce_lanes; ++lane) target[i + lane] = block[lane];
+  }
+  for (; i < n; ++i) {
+    A value = inputs[0][i];
+    for (std::size_t j = 1; j < k; ++j) value = op(value, inputs[j][i]);
+    target[i] = value;
+  }
+}
+
 template <class A, class Op>
 void finalize_all(std::span<A> values, const Op& op, std::size_t contributions) {
   if constexpr (requires { op.finalize(values[0], contributions); })

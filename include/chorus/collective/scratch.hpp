@@ -5,7 +5,9 @@
 // for so far (release_scratch() gives it back).
 //
 // Slot 0 is the algorithm's own scratch; slot 1 holds work copies (float
-// working buffers for half/bfloat16, reduce_scatter's input copy). An
+// working buffers for half/bfloat16, reduce_scatter's input copy); slot 2
+// the hierarchical algorithms' packed slices, which outlive the network
+// algorithm they call. An
 // algorithm must not call another that uses the same slot while it holds it.
 #pragma once
 
@@ -17,8 +19,8 @@
 namespace chorus::collective {
 
 namespace detail {
-inline std::array<std::vector<std::byte>, 2>& scratch_slots() {
-  thread_local std::array<std::vector<std::byte>, 2> slots;
+inline std::array<std::vector<std::byte>, 3>& scratch_slots() {
+  thread_local std::array<std::vector<std::byte>, 3> slots;
   return slots;
 }
 }  // namespace detail

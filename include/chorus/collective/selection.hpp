@@ -37,7 +37,25 @@ struct workload {
   std::size_t bytes = 0;        // as CHORUS_TUNE counts them (core/tuning.hpp)
   bool reencodes_well = false;  // compressed_allreduce: the codec survives re-encoding (fp16, bf16)
   bool sparse = false;          // compressed_allreduce: the codec keeps a subset (top-k, random-k)
+  int hosts = 1;                // hosts the ranks are on (comm/host_layout.hpp)
+  int ranks_per_host = 0;       // ranks on each host when all hold the same number, else 0 (1 host: any)
+  bool host_memory = true;      // false for device buffers: the table keeps them off shared memory
 };
+
+// Whether `chosen` can run for `w`: shared memory needs every rank on one
+// host, the hierarchical algorithms hosts that hold equal numbers of ranks.
+inline bool feasible(algorithm chosen, const workload& w) noexcept {
+  if (chosen == algorithm::shared_memory) return w.hosts == 1;
+  if (chosen == algorithm::hierarchical) return w.hosts == 1 || w.ranks_per_host > 0;
+  return true;
+}
+
+// Algorithms that copy through a host's shared memory: the table keeps
+// device buffers off them (the direct path moves those without a host
+// copy), and a caller who forces one on device buffers gets them staged.
+constexpr bool moves_host_memory(algorithm chosen) noexcept {
+  return chosen == algorithm::shared_memory || chosen == algorithm::hierarchical;
+}
 
 struct algorithm_entry {
   algorithm id;
@@ -56,16 +74,32 @@ struct collective_entry {
 // 4 and 8 ranks, docs/performance.md the compressed ones).
 namespace tables {
 
+// Allreduce inside one host: shared memory from 16 KiB (below it recursive
+// doubling's few small messages through UCX are as fast); across hosts
+// that hold several ranks each, the hierarchical allreduce from the same
+// size (shared memory inside each host, the network only between them).
+inline constexpr std::size_t shared_memory_min_bytes = 16u << 10;
+inline algorithm by_host(const workload& w, std::size_t min_bytes) noexcept {
+  if (w.ranks < 2 || w.bytes < min_bytes || !w.host_memory) return algorithm::automatic;
+  if (w.hosts == 1) return algorithm::shared_memory;
+  if (w.ranks_per_host > 1) return algorithm::hierarchical;
+  return algorithm::automatic;
+}
+
 // Allreduce: up to 8 KiB (4 KiB at 2 ranks) latency dominates and recursive
 // doubling's log2(n) rounds win at every rank count (2x the ring at 4);
 // 2 ranks: the ring above that (pipelined segments beat one big swap);
 // 3+ ranks: Rabenseifner to 2 MiB (bandwidth-optimal with log(n) latency
 // where the ring pays 2(n-1)), the ring from 2 MiB, whose pipelining keeps
 // both directions busy (15-50% ahead of Rabenseifner at 4 and 8 ranks).
-inline algorithm allreduce(const workload& w) noexcept {
+inline algorithm allreduce_over_network(const workload& w) noexcept {
   if (w.ranks <= 1 || w.bytes <= (w.ranks == 2 ? 4u << 10 : 8u << 10)) return algorithm::recursive_doubling;
   if (w.ranks == 2) return algorithm::ring;
   return w.bytes < (2u << 20) ? algorithm::rabenseifner : algorithm::ring;
+}
+inline algorithm allreduce(const workload& w) noexcept {
+  const algorithm local = by_host(w, shared_memory_min_bytes);
+  return local != algorithm::automatic ? local : allreduce_over_network(w);
 }
 // Allgather and reduce_scatter (bytes: all n blocks): the log-round
 // algorithms up to 64 KiB, the pipelined ring above.
@@ -105,6 +139,11 @@ inline constexpr algorithm_entry allreduce_algorithms[] = {
     {algorithm::ring, "2 (n-1) alpha + 2 (n-1)/n S beta + (n-1)/n S gamma, pipelined in segments",
      "2 ranks above 4 KiB; 3+ ranks from 2 MiB"},
     {algorithm::tree, "2 ceil(log2 n) (alpha + S beta) + log2(n) S gamma", "never (forced or tuned only)"},
+    {algorithm::shared_memory, "3 flag round trips per 512 KiB step + about 4.5 S of memory traffic + S/n gamma",
+     "every rank on one host, from 16 KiB"},
+    {algorithm::hierarchical,
+     "shared memory in each host + allreduce of S/L among the h hosts' L-th ranks: 2 (h-1)/h S/L beta per rank",
+     "several hosts holding equal numbers (> 1) of ranks, from 16 KiB"},
 };
 inline constexpr algorithm_entry allgather_algorithms[] = {
     {algorithm::recursive_doubling, "ceil(log2 n) alpha + (n-1)/n S beta (Bruck, any n)", "up to 64 KiB in all"},
@@ -172,9 +211,25 @@ inline choice choose(std::string_view collective, const workload& work, algorith
 
 // The choice a communicator makes: its settings hold CHORUS_TUNE and
 // CHORUS_ALLREDUCE_ALGO, parsed once at init.
+// The communicator adds where its ranks are (host_layout); an algorithm
+// that cannot run there (forced, tuned or configured) is an error that
+// says why.
 template <class Communicator>
-choice choose(const Communicator& comm, std::string_view collective, const workload& work, algorithm forced) {
-  return choose(collective, work, forced, comm.config().tune, comm.config().allreduce_algorithm);
+choice choose(const Communicator& comm, std::string_view collective, workload work, algorithm forced) {
+  if constexpr (requires { comm.layout(); }) {
+    work.hosts = comm.layout().hosts;
+    work.ranks_per_host = comm.layout().ranks_per_host;
+  }
+  choice made = choose(collective, work, forced, comm.config().tune, comm.config().allreduce_algorithm);
+  if (!feasible(made.chosen, work))
+    throw error(errc::invalid_argument,
+                std::string(collective) + " with " + std::string(to_string(made.chosen)) + " (" + made.reason +
+                    "): " +
+                    (made.chosen == algorithm::shared_memory
+                         ? "the ranks are on " + std::to_string(work.hosts) + " hosts, not one"
+                         : std::string("the hosts hold different numbers of ranks")),
+                {comm.transport().rank(), -1, std::string(collective)});
+  return made;
 }
 
 // A prediction outside any communicator, from the environment as it is now.

@@ -12,6 +12,7 @@
 
 #include <chorus/bootstrap/store.hpp>
 #include <chorus/comm/background.hpp>
+#include <chorus/comm/host_layout.hpp>
 #include <chorus/comm/options.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -49,6 +51,14 @@ struct world_state {
   std::mutex background_mutex;
   std::unique_ptr<background_worker> background;  // started on first use
   std::unique_ptr<progress_thread> progress;       // started on first use
+  // The host of each transport rank (0, 1, ... in order of first rank), as
+  // connect() learns it; empty means one host.
+  std::vector<int> hosts;
+  std::uint64_t job = 0;  // a hash of the job's token: names what this job makes on a host
+  // What collectives attach to a group of this job (a shared-memory
+  // channel), by a key of their own; kept until the world ends.
+  std::mutex attachments_mutex;
+  std::map<std::string, std::shared_ptr<void>> attachments;
 
   world_state() = default;
   world_state(const world_state&) = delete;
@@ -97,6 +107,45 @@ class basic_communicator {
   std::chrono::milliseconds timeout() const noexcept { return world_->config.timeout; }
   transport::clock::time_point deadline() const { return transport::clock::now() + timeout(); }
 
+  // The host rank `rank` runs on, as a number the whole job agrees on (see
+  // connect.hpp: ranks that share a kernel and its namespaces, in groups of
+  // CHORUS_LOCAL_SIZE). Collectives go through shared memory among ranks
+  // of one host.
+  int host(int rank) const {
+    const std::vector<int>& hosts = world_->hosts;
+    return hosts.empty() ? 0 : hosts.at(static_cast<std::size_t>(world_rank(rank)));
+  }
+  // All of it, worked out once per communicator (host_layout.hpp).
+  const host_layout& layout() const {
+    if (!layout_) {
+      std::vector<int> host_of(members_.size());
+      for (int r = 0; r < size(); ++r) host_of[static_cast<std::size_t>(r)] = host(r);
+      layout_ = std::make_shared<const host_layout>(host_layout::of(host_of, rank_));
+    }
+    return *layout_;
+  }
+  // Whether this is a copy forked for the background thread (non-blocking
+  // collectives): its shared-memory collectives use a segment of their own,
+  // since they run in another order than the caller's.
+  bool is_background_copy() const noexcept { return forked_; }
+  std::uint64_t job() const noexcept { return world_->job; }
+
+  // What a collective keeps for this group of ranks under `key` (its
+  // shared-memory channel), made by `make()` on first use.
+  // make() runs without the lock: it may talk to the group (a setup
+  // handshake) while another thread attaches for another communicator.
+  template <class Attachment, class Make>
+  std::shared_ptr<Attachment> attachment(const std::string& key, Make&& make) {
+    {
+      std::lock_guard lock(world_->attachments_mutex);
+      if (const auto found = world_->attachments.find(key); found != world_->attachments.end())
+        return std::static_pointer_cast<Attachment>(found->second);
+    }
+    std::shared_ptr<void> made = make();
+    std::lock_guard lock(world_->attachments_mutex);
+    return std::static_pointer_cast<Attachment>(world_->attachments.try_emplace(key, std::move(made)).first->second);
+  }
+
   // A fresh sequence number for one collective call; see tag.hpp.
   std::uint32_t next_sequence() noexcept {
     const std::uint32_t current = sequence_;
@@ -116,6 +165,7 @@ class basic_communicator {
   basic_communicator fork_sequences(std::uint32_t count) {
     basic_communicator copy = *this;
     copy.world_ = std::shared_ptr<world_state<T>>(std::shared_ptr<world_state<T>>(), world_.get());
+    copy.forked_ = true;
     for (std::uint32_t i = 0; i < count; ++i) next_sequence();
     return copy;
   }
@@ -259,6 +309,7 @@ class basic_communicator {
   basic_communicator without(std::span<const int> lost) const {
     basic_communicator survivors = *this;
     survivors.members_.clear();
+    survivors.layout_.reset();
     survivors.rank_ = -1;
     for (int member : members_) {
       if (std::find(lost.begin(), lost.end(), member) != lost.end()) continue;
@@ -421,6 +472,8 @@ class basic_communicator {
   int rank_ = -1;
   std::uint32_t id_ = 0;
   std::uint32_t sequence_ = 1;
+  bool forked_ = false;  // a background copy (fork_sequences)
+  mutable std::shared_ptr<const host_layout> layout_;  // see layout()
 };
 
 }  // namespace chorus

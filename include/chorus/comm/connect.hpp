@@ -15,8 +15,13 @@
 #include <chorus/comm/options.hpp>
 #include <chorus/core/log.hpp>
 
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace chorus {
 
@@ -52,6 +57,22 @@ inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::
   world.store = store::join_store(std::move(joining));
 }
 
+// The host of each rank: ranks that share a kernel and its network and pid
+// namespaces (transport/peer_process.hpp), each such group cut into runs of
+// `per_host` ranks in rank order (CHORUS_LOCAL_SIZE: several simulated
+// hosts on one machine, or a launcher's word that fewer ranks share one).
+// Hosts are numbered in order of their first rank.
+inline std::vector<int> number_hosts(const std::vector<std::string>& keys, int per_host) {
+  std::vector<int> hosts(keys.size());
+  std::map<std::string, int> seen;  // key -> ranks of it so far
+  std::map<std::pair<std::string, int>, int> numbers;
+  for (std::size_t rank = 0; rank < keys.size(); ++rank) {
+    const int run = seen[keys[rank]]++ / std::max(per_host, 1);
+    hosts[rank] = numbers.try_emplace({keys[rank], run}, static_cast<int>(numbers.size())).first->second;
+  }
+  return hosts;
+}
+
 // Each rank publishes "<process identity>\n<UCX worker address>", so a peer
 // on the same host can watch its process (see transport/peer_process.hpp).
 inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
@@ -61,6 +82,7 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
     transport.connect(0, own);
     return;
   }
+  std::vector<std::string> host_keys(static_cast<std::size_t>(info.size));
   std::string published = transport::process_identity::self().encode() + "\n";
   published.append(reinterpret_cast<const char*>(own.data()), own.size());
   world.store->set(address_key(info.rank), published);
@@ -71,9 +93,11 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
     if (split == std::string::npos || !process)
       throw error(errc::mismatch, "the address rank " + std::to_string(peer) + " published does not parse",
                   {info.rank, peer, "connect"});
+    host_keys[static_cast<std::size_t>(peer)] = process->host;
     transport.watch_process(peer, *process);  // first: failing to reach a dead peer is its failure
     transport.connect(peer, std::as_bytes(std::span(value).subspan(split + 1)));
   }
+  world.hosts = number_hosts(host_keys, world.config.ranks_per_host);
 }
 
 }  // namespace detail
@@ -83,6 +107,9 @@ inline communicator connect(const bootstrap::launch_info& info, const options& g
   auto world = std::make_shared<world_state<ucx::ucx_transport>>();
   try {
     world->config = resolve(given, info.local_size);
+    world->config.ranks_per_host = given.local_size.value_or(info.local_size);
+    if (world->config.ranks_per_host < 1)
+      throw error(errc::invalid_argument, "options.local_size must be at least 1");
   } catch (const error& failure) {
     throw with_rank(failure, info.rank, "init");
   }
@@ -91,6 +118,7 @@ inline communicator connect(const bootstrap::launch_info& info, const options& g
                             std::string(to_string(world->config.progress)) + " (" +
                             world->config.progress_reason + "), timeout " +
                             std::to_string(world->config.timeout.count()) + " ms");
+  world->job = std::hash<std::string>{}(info.token);
   detail::join_store(*world, info);
   world->transport = std::make_shared<ucx::ucx_transport>(
       ucx::config{info.rank, info.size, world->config.progress});

@@ -36,6 +36,10 @@ struct options {
   std::optional<transport::progress_mode> progress;
   std::optional<bool> check;
   std::optional<std::string> tune;  // CHORUS_TUNE's form
+  // Ranks per host (CHORUS_LOCAL_SIZE's role): the ranks that share a
+  // machine form hosts of this many, in rank order, for shared-memory and
+  // hierarchical collectives; run_threads uses it to simulate hosts.
+  std::optional<int> local_size;
 };
 
 struct settings {
@@ -45,6 +49,7 @@ struct settings {
   bool check = true;
   algorithm allreduce_algorithm = algorithm::automatic;  // CHORUS_ALLREDUCE_ALGO
   tuning tune;                                           // CHORUS_TUNE
+  int ranks_per_host = 1 << 20;                          // see options::local_size
 };
 
 inline bool check_by_default() {

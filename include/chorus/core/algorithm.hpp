@@ -24,6 +24,8 @@ enum class algorithm {
   pairwise,            // alltoall
   nccl,                // every collective on a chorus::nccl::communicator: NCCL's own
   sparse,              // compressed allreduce of a sparse codec (top-k, random-k)
+  shared_memory,       // allreduce: every rank on one host
+  hierarchical,        // allreduce: hosts holding equal numbers of ranks
 };
 
 namespace algo {
@@ -39,9 +41,12 @@ inline constexpr algorithm encode_once = algorithm::encode_once;
 inline constexpr algorithm pairwise = algorithm::pairwise;
 inline constexpr algorithm nccl = algorithm::nccl;
 inline constexpr algorithm sparse = algorithm::sparse;
+inline constexpr algorithm shared_memory = algorithm::shared_memory;
+inline constexpr algorithm shm = algorithm::shared_memory;
+inline constexpr algorithm hierarchical = algorithm::hierarchical;
 }  // namespace algo
 
-inline constexpr std::array<std::pair<algorithm, std::string_view>, 13> algorithm_names{{
+inline constexpr std::array<std::pair<algorithm, std::string_view>, 16> algorithm_names{{
     {algorithm::automatic, "auto"},
     {algorithm::ring, "ring"},
     {algorithm::recursive_doubling, "recursive_doubling"},
@@ -55,6 +60,9 @@ inline constexpr std::array<std::pair<algorithm, std::string_view>, 13> algorith
     {algorithm::pairwise, "pairwise"},
     {algorithm::nccl, "nccl"},
     {algorithm::sparse, "sparse"},
+    {algorithm::shared_memory, "shared_memory"},
+    {algorithm::shared_memory, "shm"},
+    {algorithm::hierarchical, "hierarchical"},
 }};
 
 constexpr std::string_view to_string(algorithm choice) noexcept {
@@ -68,7 +76,7 @@ constexpr std::string_view to_string(algorithm choice) noexcept {
 // cost, when it is chosen, and the measured table).
 struct collective_algorithms {
   std::string_view collective;
-  std::array<algorithm, 4> offered;  // `automatic` marks an unused slot
+  std::array<algorithm, 6> offered;  // `automatic` marks an unused slot
 
   constexpr bool offers(algorithm choice) const noexcept {
     for (std::size_t i = 0; i < offered.size(); ++i)
@@ -84,7 +92,8 @@ struct collective_algorithms {
 };
 
 inline constexpr std::array<collective_algorithms, 7> collectives{{
-    {"allreduce", {algorithm::ring, algorithm::recursive_doubling, algorithm::rabenseifner, algorithm::tree}},
+    {"allreduce", {algorithm::ring, algorithm::recursive_doubling, algorithm::rabenseifner, algorithm::tree,
+                   algorithm::shared_memory, algorithm::hierarchical}},
     {"allgather", {algorithm::ring, algorithm::recursive_doubling}},
     {"reduce_scatter", {algorithm::ring, algorithm::recursive_halving}},
     {"broadcast", {algorithm::tree, algorithm::chain}},
@@ -119,7 +128,7 @@ inline algorithm parse_algorithm(std::string_view text, std::string_view source)
   throw error(errc::invalid_argument,
               std::string(source) + "='" + std::string(text) +
                   "' is not an algorithm (auto, ring, rd, recursive_doubling, rabenseifner, tree, "
-                  "recursive_halving, chain, once, encode_once, pairwise, sparse)");
+                  "recursive_halving, chain, once, encode_once, pairwise, sparse, shared_memory, shm, hierarchical)");
 }
 
 }  // namespace chorus

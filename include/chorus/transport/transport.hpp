@@ -80,6 +80,9 @@ concept Transport =
       // progresses until predicate() is true or the deadline passes, in the
       // calling thread's progress mode; returns predicate().
       { transport.progress_until(predicate, deadline) } -> std::same_as<bool>;
+      // The same for a condition the network does not signal (a flag in
+      // shared memory): never sleeps on the network's events.
+      { transport.poll_until(predicate, deadline) } -> std::same_as<bool>;
       // Sets the calling thread's progress mode (a background thread should
       // not spin; the progress thread blocks).
       { T::set_thread_progress_mode(mode) } -> std::same_as<void>;

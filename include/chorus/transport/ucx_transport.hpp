@@ -203,7 +203,21 @@ class ucx_transport {
   // Progresses until `done()` is true or the deadline passes; returns done().
   template <class Predicate>
   bool progress_until(Predicate&& done, clock::time_point deadline) {
-    progress_mode mode = thread_mode().value_or(mode_);
+    return wait_in(thread_mode().value_or(mode_), done, deadline);
+  }
+
+  // The same wait for a condition the network does not signal (a flag in
+  // shared memory): a thread that would block on the network's event
+  // descriptor yields instead, so the flag is seen within a time slice.
+  template <class Predicate>
+  bool poll_until(Predicate&& done, clock::time_point deadline) {
+    const progress_mode mode = thread_mode().value_or(mode_);
+    return wait_in(mode == progress_mode::block ? progress_mode::yield : mode, done, deadline);
+  }
+
+ private:
+  template <class Predicate>
+  bool wait_in(progress_mode mode, Predicate&& done, clock::time_point deadline) {
     if (mode == progress_mode::block && context_.event_fd() < 0) mode = progress_mode::yield;
     const auto watch = [&](clock::time_point now) {
       std::lock_guard lock(mutex_);
@@ -215,7 +229,6 @@ class ucx_transport {
     return wait_until(mode, done, deadline, [&] { return progress(); }, watch, sleep);
   }
 
- private:
   static constexpr auto abandon_budget = std::chrono::milliseconds(500);
   static constexpr int polls_per_watch = 256;
 

@@ -1,0 +1,98 @@
+// Hierarchical allreduce: shared memory inside each host, the network only
+// between hosts.
+//
+// With h hosts of L ranks each: (1) inside each host, a shared-memory
+// reduce-scatter (allreduce_shared_memory.hpp's steps): local rank i ends
+// with slice i of every chunk reduced over its host; (2) the h ranks with
+// local rank i, one per host, allreduce their slices over the network
+// (ring, Rabenseifner or recursive doubling, by the table for h ranks), all
+// L groups at once, each over its own links; (3) inside each host, a
+// shared-memory allgather of the final slices. Every slice is reduced in
+// one order (host's ranks in rank order, then the network algorithm, whose
+// result is the same bits on every rank of the group), so every rank ends
+// with the same bits.
+//
+// Cost, S bytes: the network carries 2 (h-1)/h S/L per rank, 2 (h-1)/h S
+// per host in all, the least any allreduce can move between hosts, where a
+// flat ring over all h L ranks carries 2 (hL-1)/(hL) S per rank, L times as
+// much through each host's link; plus the shared-memory steps.
+//
+// Chosen when the ranks span several hosts holding equal numbers (> 1) of
+// ranks, from 16 KiB.
+#pragma once
+
+#include <chorus/collective/allreduce_rabenseifner.hpp>
+#include <chorus/collective/allreduce_recursive_doubling.hpp>
+#include <chorus/collective/allreduce_ring.hpp>
+#include <chorus/collective/allreduce_shared_memory.hpp>
+#include <chorus/collective/scratch.hpp>
+#include <chorus/collective/selection.hpp>
+#include <chorus/collective/subgroup_exchange.hpp>
+
+#include <algorithm>
+#include <span>
+
+namespace chorus::collective {
+
+// An operator's combining without its finishing step (avg's division): the
+// parts of a hierarchical reduction combine partial results, and the whole
+// is finished once, over every rank's contribution.
+template <class Op>
+struct combining_only {
+  const Op& op;
+  template <class A>
+  A operator()(const A& a, const A& b) const {
+    return op(a, b);
+  }
+};
+
+// Allreduce of `data` among the ranks of `ex` in `members` over the network,
+// by the table's algorithm for that many ranks (never shared memory).
+template <class X, class A, class Op>
+void allreduce_over_network(X& ex, std::span<const int> members, std::span<A> data, const Op& op) {
+  subgroup_exchange<X> group(ex, members);
+  switch (tables::allreduce_over_network({group.size(), data.size_bytes()})) {
+    case algorithm::ring: allreduce_ring(group, data, op); break;
+    case algorithm::rabenseifner: allreduce_rabenseifner(group, data, op); break;
+    default: allreduce_recursive_doubling(group, data, op); break;
+  }
+}
+
+template <class Communicator, class A, class Op>
+void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const Op& op) {
+  namespace steps = shared_memory_steps;
+  const host_layout& layout = ex.comm().layout();
+  const std::size_t per_step = shared_memory_channel::default_slot_bytes / sizeof(A);
+  const std::uint64_t chunks = std::max<std::uint64_t>(steps_for(data.size(), per_step), 1);
+  shared_memory_call call(ex, layout.local, 2 * chunks, data.size_bytes());
+  // (1) each chunk's own slice reduced over the host, where it is.
+  std::size_t slice_total = 0;
+  for (std::uint64_t k = 0; k < chunks; ++k) {
+    const std::span<A> chunk = chunk_of(data, k, per_step);
+    steps::post(call, call.step(k), std::span<const A>(chunk));
+    slice_total += steps::reduce_slice(call, call.step(k), chunk, combining_only<Op>{op}).size();
+    call.publish(steps::stage::consumed, call.step(k));
+  }
+  // (2) the slices, packed, over the network among the hosts' ranks with this local rank.
+  const std::span<A> packed = scratch<A>(slice_total, 2);
+  const auto each_slice = [&](auto&& visit) {
+    std::size_t at = 0;
+    for (std::uint64_t k = 0; k < chunks; ++k) {
+      const std::span<A> mine = steps::own_slice(call, chunk_of(data, k, per_step));
+      visit(mine, packed.subspan(at, mine.size()));
+      at += mine.size();
+    }
+  };
+  each_slice([](std::span<A> mine, std::span<A> packed_part) { std::copy(mine.begin(), mine.end(), packed_part.begin()); });
+  allreduce_over_network(ex, layout.across, packed, combining_only<Op>{op});
+  finalize_all(packed, op, static_cast<std::size_t>(ex.size()));
+  each_slice([](std::span<A> mine, std::span<A> packed_part) { std::copy(packed_part.begin(), packed_part.end(), mine.begin()); });
+  // (3) the final slices to every rank of the host.
+  for (std::uint64_t k = 0; k < chunks; ++k) {
+    const std::span<A> chunk = chunk_of(data, k, per_step);
+    steps::share_slice(call, call.step(chunks + k), std::span<const A>(chunk), false);
+    steps::gather_slices(call, call.step(chunks + k), chunk);
+  }
+}
+
+}  // namespace chorus::collective

@@ -1,0 +1,150 @@
+// Shared-memory allreduce: the ranks of one host meet in a segment they all
+// map (shared_memory_channel.hpp) instead of sending each other messages.
+//
+// In steps of one slot (512 KiB): every rank copies its chunk into its slot
+// (all but its own slice, which only it reads); each rank reduces its 1/n
+// slice of the chunk in its own buffer, reading the others' slots in place,
+// in rank order, and puts the result in its slot; every rank then copies
+// the others' reduced slices out. Each element is reduced once, by
+// one rank, in rank order, so every rank ends with the same bits. Two slots
+// per rank let a fast rank fill step g + 1 while others finish step g.
+//
+// Cost per rank, S bytes, m per byte of memory traffic: (n-1)/n S m to copy
+// in, S m + 2 S/n m to reduce and share its slice, (n-1)/n S m to copy out,
+// and 3 flag round trips per step (about a microsecond each), where UCX's
+// shared-memory ring copies 2 (n-1)/n S twice (into its FIFO and out) and
+// reduces besides.
+//
+// Chosen when every rank of the communicator is on one host, from 16 KiB
+// (below that recursive doubling's log2(n) small messages are as fast).
+#pragma once
+
+#include <chorus/collective/blocks.hpp>
+#include <chorus/collective/exchange.hpp>
+#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/shared_memory_channel.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+#include <span>
+#include <vector>
+
+namespace chorus::collective {
+
+// The ranks 0, ..., n-1.
+inline std::vector<int> every_rank(int n) {
+  std::vector<int> ranks(static_cast<std::size_t>(n));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
+
+// Steps of `per_step` elements that `count` elements take.
+inline std::uint64_t steps_for(std::size_t count, std::size_t per_step) {
+  return (count + per_step - 1) / per_step;
+}
+
+// The k-th chunk of `per_step` elements of `data` (the last may be short or,
+// for empty data, empty).
+template <class A>
+std::span<A> chunk_of(std::span<A> data, std::uint64_t k, std::size_t per_step) {
+  const std::size_t offset = std::min<std::size_t>(k * per_step, data.size());
+  return data.subspan(offset, std::min(per_step, data.size() - offset));
+}
+
+// The pieces of one allreduce step, shared with the hierarchical allreduce.
+// A rank's own slice of a chunk never goes through its slot as input: it
+// reduces that slice where it is, in the caller's buffer, and only the
+// result goes to the slot for the others.
+namespace shared_memory_steps {
+
+using stage = shared_memory_channel::stage;
+
+template <class Call>
+block_partition slices_of(const Call& call, std::size_t count) {
+  return {count, static_cast<std::size_t>(call.size())};
+}
+template <class Call, class A>
+std::span<A> own_slice(const Call& call, std::span<A> chunk) {
+  const block_partition slices = slices_of(call, chunk.size());
+  const auto me = static_cast<std::size_t>(call.rank());
+  return chunk.subspan(slices.offset(me), slices.size(me));
+}
+
+// Waits until the slot of `step` is free (everyone consumed step - 2),
+// copies the chunk but this rank's own slice into its slot and says so.
+template <class Call, class A>
+void post(Call& call, std::uint64_t step, std::span<const A> chunk) {
+  if (step >= 2) call.wait_all(stage::consumed, step - 2);
+  const block_partition slices = slices_of(call, chunk.size());
+  const auto me = static_cast<std::size_t>(call.rank());
+  const std::span<A> slot = call.channel().template slot<A>(call.rank(), step);
+  std::copy_n(chunk.begin(), slices.offset(me), slot.begin());
+  std::copy(chunk.begin() + static_cast<std::ptrdiff_t>(slices.offset(me + 1)), chunk.end(),
+            slot.begin() + static_cast<std::ptrdiff_t>(slices.offset(me + 1)));
+  call.publish(stage::posted, step);
+}
+
+// Once every rank has posted `step`: reduces this rank's slice of `chunk`
+// over every rank's contribution, in rank order, where it is, and returns
+// it (not finalised, not yet shared).
+template <class Call, class A, class Op>
+std::span<A> reduce_slice(Call& call, std::uint64_t step, std::span<A> chunk, const Op& op) {
+  const int n = call.size();
+  const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
+  const std::span<A> mine = own_slice(call, chunk);
+  std::vector<const A*> inputs(static_cast<std::size_t>(n));
+  for (int owner = 0; owner < n; ++owner) {
+    if (owner != call.rank()) call.wait(owner, stage::posted, step);
+    inputs[static_cast<std::size_t>(owner)] =
+        owner == call.rank() ? mine.data() : call.channel().template slot<A>(owner, step).data() + offset;
+  }
+  reduce_many(mine, std::span<const A* const>(inputs), op);
+  return mine;
+}
+
+// Puts this rank's final slice of `chunk` in its slot for the others; a
+// step that did not post first waits for its slot to be free.
+template <class Call, class A>
+void share_slice(Call& call, std::uint64_t step, std::span<const A> chunk, bool posted = true) {
+  if (!posted && step >= 2) call.wait_all(stage::consumed, step - 2);
+  const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
+  const std::span<const A> mine = own_slice(call, chunk);
+  std::copy(mine.begin(), mine.end(), call.channel().template slot<A>(call.rank(), step).begin() + static_cast<std::ptrdiff_t>(offset));
+  call.publish(stage::reduced, step);
+}
+
+// Once the others have shared their slices of `step`: copies them into
+// `chunk` and says this rank is done with the step.
+template <class Call, class A>
+void gather_slices(Call& call, std::uint64_t step, std::span<A> chunk) {
+  const block_partition slices = slices_of(call, chunk.size());
+  for (int owner = 0; owner < call.size(); ++owner) {
+    if (owner == call.rank()) continue;
+    call.wait(owner, stage::reduced, step);
+    const auto block = static_cast<std::size_t>(owner);
+    const std::span<const A> reduced = call.channel().template slot<A>(owner, step).subspan(slices.offset(block), slices.size(block));
+    std::copy(reduced.begin(), reduced.end(), chunk.begin() + static_cast<std::ptrdiff_t>(slices.offset(block)));
+  }
+  call.publish(stage::consumed, step);
+}
+
+}  // namespace shared_memory_steps
+
+template <class Communicator, class A, class Op>
+void allreduce_shared_memory(exchange<Communicator>& ex, std::span<A> data, const Op& op) {
+  const std::size_t per_step = shared_memory_channel::default_slot_bytes / sizeof(A);
+  const std::uint64_t steps = steps_for(data.size(), per_step);
+  const std::vector<int> group = every_rank(ex.size());
+  shared_memory_call call(ex, group, steps, data.size_bytes());
+  for (std::uint64_t k = 0; k < std::max<std::uint64_t>(steps, 1); ++k) {
+    const std::span<A> chunk = chunk_of(data, k, per_step);
+    const std::uint64_t step = call.step(k);
+    shared_memory_steps::post(call, step, std::span<const A>(chunk));
+    finalize_all(shared_memory_steps::reduce_slice(call, step, chunk, op), op, static_cast<std::size_t>(ex.size()));
+    shared_memory_steps::share_slice(call, step, std::span<const A>(chunk));
+    shared_memory_steps::gather_slices(call, step, chunk);
+  }
+}
+
+}  // namespace chorus::collective

@@ -1,0 +1,145 @@
+// shared_segment: one POSIX shared-memory segment mapped into this process.
+//
+// The ranks of a host that run collectives through shared memory map one
+// segment: the first creates it (/dev/shm/chorus_<creator pid>_<job>_...),
+// the others open it by name, and the creator unlinks the name as soon as
+// every one has mapped it. From then on the segment lives exactly as long
+// as some rank maps it, so no crash afterwards can leak it. A crash inside
+// the short window before the unlink leaves a name behind; since the
+// creator's pid is in the name, remove_orphaned_segments() (run by every
+// creator before it creates, and by chorus-run when a job ends) removes the
+// names whose creator has exited: nobody can attach to them any more.
+#pragma once
+
+#include <chorus/core/error.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace chorus::transport {
+
+inline constexpr std::string_view segment_prefix = "chorus_";
+
+class shared_segment {
+ public:
+  shared_segment() = default;
+  shared_segment(const shared_segment&) = delete;
+  shared_segment& operator=(const shared_segment&) = delete;
+  shared_segment(shared_segment&& other) noexcept { *this = std::move(other); }
+  shared_segment& operator=(shared_segment&& other) noexcept {
+    std::swap(name_, other.name_);
+    std::swap(base_, other.base_);
+    std::swap(bytes_, other.bytes_);
+    std::swap(linked_, other.linked_);
+    return *this;
+  }
+  ~shared_segment() {
+    unlink();
+    if (base_ != nullptr) ::munmap(base_, bytes_);
+  }
+
+  // A name for a segment made by this process: "/chorus_<pid>_<what>".
+  static std::string name_for(std::string_view what) {
+    return "/" + std::string(segment_prefix) + std::to_string(::getpid()) + "_" + std::string(what);
+  }
+
+  // Creates and maps `bytes` of zeroed shared memory; the space is
+  // allocated now, so a full /dev/shm is this error, not a SIGBUS later.
+  static shared_segment create(const std::string& name, std::size_t bytes) {
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) throw failure("shm_open(create) " + name, errno);
+    shared_segment segment;
+    segment.name_ = name;
+    segment.linked_ = true;
+    const int allocated = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (allocated != 0) {
+      ::close(fd);
+      throw failure("allocating " + std::to_string(bytes >> 10) + " KiB for " + name +
+                        " (is /dev/shm full or too small?)",
+                    allocated);
+    }
+    segment.map(fd, bytes);
+    return segment;
+  }
+
+  // Maps an existing segment of `bytes`; false while it does not exist yet
+  // (or is not yet its full size).
+  bool open(const std::string& name, std::size_t bytes) {
+    const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      if (errno == ENOENT) return false;
+      throw failure("shm_open " + name, errno);
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) < bytes) {
+      ::close(fd);
+      return false;
+    }
+    name_ = name;
+    map(fd, bytes);
+    return true;
+  }
+
+  // Removes the name (the creator, once everyone has mapped it).
+  void unlink() noexcept {
+    if (linked_) ::shm_unlink(name_.c_str());
+    linked_ = false;
+  }
+
+  std::byte* data() const noexcept { return static_cast<std::byte*>(base_); }
+  std::size_t size() const noexcept { return bytes_; }
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  static error failure(const std::string& what, int code) {
+    return error(errc::transport, what + ": " + std::strerror(code));
+  }
+
+  void map(int fd, std::size_t bytes) {
+    void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int code = errno;
+    ::close(fd);
+    if (base == MAP_FAILED) throw failure("mmap " + name_, code);
+    base_ = base;
+    bytes_ = bytes;
+  }
+
+  std::string name_;
+  void* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  bool linked_ = false;  // this process created the name and has not removed it
+};
+
+// Removes /dev/shm/chorus_<pid>_* names of our user whose creator has
+// exited; returns how many. Cost: one read of /dev/shm.
+inline std::size_t remove_orphaned_segments() {
+  std::size_t removed = 0;
+  DIR* directory = ::opendir("/dev/shm");
+  if (directory == nullptr) return 0;
+  while (const dirent* entry = ::readdir(directory)) {
+    const std::string_view name(entry->d_name);
+    if (!name.starts_with(segment_prefix)) continue;
+    const std::string_view rest = name.substr(segment_prefix.size());
+    const long pid = std::strtol(std::string(rest.substr(0, rest.find('_'))).c_str(), nullptr, 10);
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    const std::string path = "/dev/shm/" + std::string(name);
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0 || info.st_uid != ::getuid()) continue;
+    if (::unlink(path.c_str()) == 0) ++removed;
+  }
+  ::closedir(directory);
+  return removed;
+}
+
+}  // namespace chorus::transport

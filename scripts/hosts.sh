@@ -41,10 +41,19 @@ hosts_create() {
     ip -n "$switch" link set "p$i" master br0
     ip -n "$switch" link set "p$i" up
     if [[ -n $rate ]]; then
-      ip netns exec "$ns" tc qdisc add dev wire root tbf rate "$rate" burst 256kb latency 100ms
-      ip netns exec "$switch" tc qdisc add dev "p$i" root tbf rate "$rate" burst 256kb latency 100ms
+      ip netns exec "$ns" tc qdisc add dev wire root tbf rate "$rate" burst "$(hosts_burst "$rate")" latency 100ms
+      ip netns exec "$switch" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$(hosts_burst "$rate")" latency 100ms
     fi
   done
+}
+
+# The token bucket must hold a timer tick's worth of the rate, else it caps
+# below it: 256 KiB is enough to 1 Gbit/s, 10 Gbit/s needs a few MiB.
+hosts_burst() {
+  case "$1" in
+    *gbit) (( ${1%gbit} >= 10 )) && echo 4mb || echo 256kb ;;
+    *) echo 256kb ;;
+  esac
 }
 
 hosts_address() { echo "$hosts_subnet.$(($1 + 1))"; }

@@ -135,6 +135,45 @@ TEST_CASE("allreduce: every algorithm, type and op against the serial reference,
   CHECK(prints.disagreements() == 0);
 }
 
+// Allgather, reduce_scatter (sum and integer avg) and broadcast from three
+// roots, hierarchical, against the serial references.
+void hierarchical_gather_scatter_broadcast(communicator& comm, tally& results) {
+  const auto algorithm = chorus::algo::hierarchical;
+  const int n = comm.size();
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{40009}, std::size_t{200003}}) {
+    const std::size_t total = count * static_cast<std::size_t>(n);
+    std::vector<float> expected_all;
+    for (int r = 0; r < n; ++r) {
+      const auto theirs = inputs<float>(r, count, 21, flavour::general);
+      expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+    }
+    std::vector<float> all(total, -5.0f);
+    const auto used = chorus::allgather(comm, std::span<const float>(inputs<float>(comm.rank(), count, 21, flavour::general)), std::span(all), algorithm);
+    results.record("hierarchical allgather", count_different(all, expected_all) + (used != algorithm));
+
+    const auto input = inputs<chorus::bfloat16>(comm.rank(), total, 23, flavour::general);
+    std::vector<chorus::bfloat16> output(count);
+    chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
+    const auto full = reference<chorus::bfloat16>(all_ranks(n), total, 23, flavour::general, chorus::op::sum{});
+    results.record("hierarchical reduce_scatter",
+                   count_different(output, std::vector<chorus::bfloat16>(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+                                                                         full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)))));
+    const auto ints = inputs<std::int32_t>(comm.rank(), total, 25, flavour::general);
+    std::vector<std::int32_t> averaged(count);
+    chorus::reduce_scatter(comm, std::span(ints), std::span(averaged), chorus::op::avg{}, algorithm);
+    const auto full_avg = reference<std::int32_t>(all_ranks(n), total, 25, flavour::general, chorus::op::avg{});
+    results.record("hierarchical reduce_scatter avg",
+                   count_different(averaged, std::vector<std::int32_t>(full_avg.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+                                                                       full_avg.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)))));
+    for (const int root : {0, n - 1, n / 2}) {
+      auto data = comm.rank() == root ? inputs<chorus::half>(root, count, 9, flavour::general)
+                                      : std::vector<chorus::half>(count, chorus::half(-99.0f));
+      chorus::broadcast(comm, std::span(data), root, algorithm);
+      results.record("hierarchical broadcast", count_different(data, inputs<chorus::half>(root, count, 9, flavour::general)));
+    }
+  }
+}
+
 // Hosts simulated on this machine (options::local_size): h hosts of L ranks.
 void run_on_hosts(int hosts, int per_host, const std::function<void(communicator&)>& body) {
   CAPTURE(hosts);
@@ -165,6 +204,7 @@ TEST_CASE("hierarchical allreduce: hosts of 2 and 3 ranks, every type and op, od
       }
       // Several slots' worth, so the shared-memory steps wrap their two slots.
       allreduce_case<float>(comm, algorithm, (3u << 20) / 4 + 7, chorus::op::sum{}, flavour::general, 7, results, prints);
+      hierarchical_gather_scatter_broadcast(comm, results);
       // The table picks it for large buffers on such hosts, shared memory never.
       std::vector<float> large(1u << 16, 1.0f);
       results.record("automatic across hosts", chorus::allreduce(comm, large) != chorus::algo::hierarchical);
@@ -295,7 +335,7 @@ TEST_CASE("broadcast, reduce, gather and scatter from every kind of root") {
     const int n = comm.size();
     for (const int root : {0, n - 1, n / 2}) {
       for (const std::size_t count : counts_for(n, true)) {
-        for (const auto algorithm : {chorus::algo::tree, chorus::algo::chain}) {
+        for (const auto algorithm : {chorus::algo::tree, chorus::algo::chain, chorus::algo::shared_memory}) {
           auto data = comm.rank() == root ? inputs<chorus::half>(root, count, 9, flavour::general)
                                           : std::vector<chorus::half>(count, chorus::half(-99.0f));
           chorus::broadcast(comm, std::span(data), root, algorithm);
@@ -394,13 +434,13 @@ TEST_CASE("allgather, reduce_scatter and alltoall with every algorithm") {
         const auto theirs = inputs<float>(r, count, 21, flavour::general);
         expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
       }
-      for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling}) {
+      for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling, chorus::algo::shared_memory}) {
         const auto mine = inputs<float>(comm.rank(), count, 21, flavour::general);
         std::vector<float> all(count * static_cast<std::size_t>(n), -5.0f);
         chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
         results.record("allgather " + std::string(chorus::to_string(algorithm)), count_different(all, expected_all));
       }
-      for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
+      for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving, chorus::algo::shared_memory}) {
         const std::size_t total = count * static_cast<std::size_t>(n);
         const auto input = inputs<chorus::bfloat16>(comm.rank(), total, 23, flavour::general);
         std::vector<chorus::bfloat16> output(count);
@@ -451,7 +491,7 @@ void rooted_and_scattered_reductions(communicator& comm, std::size_t count, Op o
   const auto full = reference<T>(all_ranks(n), total, seed + 1, flavour::general, op);
   const std::vector<T> expected(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
                                 full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
-  for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
+  for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving, chorus::algo::shared_memory}) {
     std::vector<T> mine(count);
     chorus::reduce_scatter(comm, std::span(everything), std::span(mine), op, algorithm);
     results.record("reduce_scatter " + type + " " + name, count_different(mine, expected));
@@ -714,7 +754,7 @@ TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, 
   CHECK(pick("allgather", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::ring);
   CHECK(pick("reduce_scatter", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::recursive_halving);
   expect_error([&] { pick("broadcast", 3, 8, algorithm::ring, algorithm::automatic); }, chorus::errc::invalid_argument,
-               "the caller names ring, which is not an algorithm of broadcast (it has tree, chain)");
+               "the caller names ring, which is not an algorithm of broadcast (it has tree, chain, shared_memory, hierarchical)");
 
   ::setenv("CHORUS_TUNE", "broadcast:0-:chain", 1);
   CHECK(chorus::choose("broadcast", {2, 8}).chosen == algorithm::chain);

@@ -217,7 +217,7 @@ TEST_CASE("CHORUS_TUNE: rules by collective, rank count and size; every mistake 
       {"allreduce", "no ':' after the collective"},
       {"allreduc:0-:ring", "'allreduc' is not a collective (allreduce, allgather"},
       {"allreduce:0-:fastest", "'fastest' is not an algorithm"},
-      {"allgather:0-:rabenseifner", "rabenseifner is not an algorithm of allgather (it has ring, recursive_doubling)"},
+      {"allgather:0-:rabenseifner", "rabenseifner is not an algorithm of allgather (it has ring, recursive_doubling, shared_memory, hierarchical)"},
       {"broadcast:0-:auto", "auto is not an algorithm of broadcast"},
       {"allreduce:8K:ring", "rule '8K:ring' is not low-high:algorithm"},
       {"allreduce:x-:ring", "'x' is not a size"},

@@ -15,6 +15,7 @@
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/token.hpp>
 #include <chorus/core/env.hpp>
+#include <chorus/transport/shared_segment.hpp>
 #include <chorus/transport/ucx_shm_orphans.hpp>
 
 #include <fcntl.h>
@@ -369,8 +370,11 @@ int main(int argc, char** argv) {
   try {
     const int status = launcher(parse(argc, argv)).run();
     // A rank killed while UCX was creating a shared-memory segment leaves
-    // it in /dev/shm; the job is over, so sweep what nobody uses.
+    // it in /dev/shm; the job is over, so sweep what nobody uses, and the
+    // names of chorus's own segments whose creator died before removing
+    // them (transport/shared_segment.hpp).
     chorus::transport::remove_orphaned_ucx_segments(std::chrono::seconds(0));
+    chorus::transport::remove_orphaned_segments();
     return status;
   } catch (const std::exception& failure) {
     std::fprintf(stderr, "chorus-run: %s\n", failure.what());

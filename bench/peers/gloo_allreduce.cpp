@@ -1,7 +1,8 @@
 // Gloo's allreduce algorithms over its TCP transport (in place, float sum),
 // printing the same columns as chorus-perf (peer_sweep.hpp). Ranks come from
 // CHORUS_RANK/CHORUS_SIZE (start it with chorus-run); they meet through a
-// Gloo FileStore in --store DIR (empty, shared by the ranks).
+// Gloo FileStore in --store DIR (empty, shared by the ranks), each listening
+// on --bind ADDRESS (default 127.0.0.1; a host's own address across hosts).
 //   chorus-run -n 4 gloo_allreduce --store /tmp/gloo.XXXX --algo ring|ring_chunked|halving_doubling
 #include "peer_sweep.hpp"
 
@@ -30,10 +31,11 @@ int env_int(const char* name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string store_dir;
+  std::string store_dir, listen_address = "127.0.0.1";
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--store" && i + 1 < argc) store_dir = argv[++i];
+    else if (std::string_view(argv[i]) == "--bind" && i + 1 < argc) listen_address = argv[++i];
     else rest.push_back(argv[i]);
   }
   if (store_dir.empty()) {
@@ -47,7 +49,7 @@ int main(int argc, char** argv) {
   lib.size = env_int("CHORUS_SIZE");
   lib.name = "Gloo " + settings.algorithm;
 
-  gloo::transport::tcp::attr attributes("127.0.0.1");
+  gloo::transport::tcp::attr attributes(listen_address.c_str());
   auto device = gloo::transport::tcp::CreateDevice(attributes);
   gloo::rendezvous::FileStore file_store(store_dir);
   auto context = std::make_shared<gloo::rendezvous::Context>(lib.rank, lib.size);

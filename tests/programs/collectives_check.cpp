@@ -1,11 +1,15 @@
-// Run under chorus-run -n N: allreduce with every algorithm and the other
-// collectives, as separate processes, against the serial references of
+// Run under chorus-run -n N (or across hosts, tests/cross_host): allreduce
+// with every algorithm and the other collectives, each with every algorithm
+// it has (shared memory when every rank is on one host, hierarchical where
+// the hosts hold equal numbers of ranks), as separate processes, against the serial references of
 // collective_cases.hpp; results must also be bitwise identical across
 // ranks (compared through an allgather of fingerprints). Exit code 0 only if
 // everything matched.
 #include "../collective_cases.hpp"
 
 #include <cstdio>
+#include <initializer_list>
+#include <vector>
 
 using namespace chorus_test;
 
@@ -13,6 +17,16 @@ namespace {
 
 std::size_t wrong = 0;
 std::vector<std::uint64_t> prints;
+
+// `network` and the host algorithms this job's layout allows.
+std::vector<chorus::algorithm> with_host_algorithms(const chorus::communicator& comm,
+                                                    std::initializer_list<chorus::algorithm> network) {
+  std::vector<chorus::algorithm> algorithms(network);
+  const chorus::host_layout& layout = comm.layout();
+  if (layout.hosts == 1) algorithms.push_back(chorus::algo::shared_memory);
+  if (layout.hosts == 1 || layout.ranks_per_host > 0) algorithms.push_back(chorus::algo::hierarchical);
+  return algorithms;
+}
 
 template <class T, class Op>
 void allreduce_case(chorus::communicator& comm, chorus::algorithm algorithm, std::size_t count, Op op,
@@ -36,14 +50,14 @@ void data_movement(chorus::communicator& comm, std::size_t count) {
     }
     return all;
   };
-  for (const auto algorithm : {chorus::algo::tree, chorus::algo::chain}) {
+  for (const auto algorithm : with_host_algorithms(comm, {chorus::algo::tree, chorus::algo::chain})) {
     auto data = comm.rank() == n - 1 ? inputs<float>(n - 1, count, 3, flavour::general) : std::vector<float>(count);
     chorus::broadcast(comm, std::span(data), n - 1, algorithm);
     wrong += count_different(data, inputs<float>(n - 1, count, 3, flavour::general));
   }
   const auto mine = inputs<std::int32_t>(comm.rank(), count, 4, flavour::general);
   const auto expected_all = blocks_of([&](int r) { return inputs<std::int32_t>(r, count, 4, flavour::general); });
-  for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling}) {
+  for (const auto algorithm : with_host_algorithms(comm, {chorus::algo::ring, chorus::algo::recursive_doubling})) {
     std::vector<std::int32_t> all(count * static_cast<std::size_t>(n));
     chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
     wrong += count_different(all, expected_all);
@@ -51,7 +65,7 @@ void data_movement(chorus::communicator& comm, std::size_t count) {
   const std::size_t total = count * static_cast<std::size_t>(n);
   const auto input = inputs<double>(comm.rank(), total, 5, flavour::general);
   const auto full = reference<double>(all_ranks(n), total, 5, flavour::general, chorus::op::sum{});
-  for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
+  for (const auto algorithm : with_host_algorithms(comm, {chorus::algo::ring, chorus::algo::recursive_halving})) {
     std::vector<double> output(count);
     chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
     for (std::size_t i = 0; i < count; ++i) wrong += output[i] != full[count * comm.rank() + i];
@@ -83,8 +97,9 @@ int main() {
     chorus::communicator comm = chorus::init();
     const std::size_t n = static_cast<std::size_t>(comm.size());
     const std::vector<std::size_t> counts{0, 1, n - 1, n + 1, 99991, (3u << 20) / 4 + 7};
-    for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling, chorus::algo::rabenseifner,
-                                 chorus::algo::tree, chorus::algo::automatic}) {
+    for (const auto algorithm : with_host_algorithms(comm, {chorus::algo::ring, chorus::algo::recursive_doubling,
+                                                            chorus::algo::rabenseifner, chorus::algo::tree,
+                                                            chorus::algo::automatic})) {
       std::uint64_t seed = 1;
       for (const std::size_t count : counts) {
         allreduce_case<float>(comm, algorithm, count, chorus::op::sum{}, ++seed);

@@ -4,12 +4,16 @@
 //   chorus::allgather(comm, mine, all);      // all.size() >= size * mine.size()
 //   chorus::allgather(comm, all);            // in place: own block at rank * count
 //
-// Algorithms (collective/selection.hpp): recursive doubling (Bruck, any n)
-// for up to 64 KiB in total, the pipelined ring above; force one with
-// chorus::algo::ring / chorus::algo::rd, or tune with CHORUS_TUNE.
+// Algorithms (collective/selection.hpp): shared memory when every rank is on
+// one host, hierarchical across hosts of equal rank counts (both from 16
+// KiB in all, host buffers); else recursive doubling (Bruck, any n) up to
+// 64 KiB in total, the pipelined ring above; force one with
+// chorus::algo::ring / rd / shm / hierarchical, or tune with CHORUS_TUNE.
 #pragma once
 
+#include <chorus/collective/allgather_hierarchical.hpp>
 #include <chorus/collective/allgather_recursive_doubling.hpp>
+#include <chorus/collective/allgather_shared_memory.hpp>
 #include <chorus/collective/allgather_ring.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
@@ -42,6 +46,10 @@ std::size_t allgather_block(const Communicator& comm, std::span<T> all) {
 // on the direct path), its local copies where `steps` says.
 template <class X, element T, class Steps = host_steps>
 void allgather_by(X& ex, std::span<T> all, std::size_t block, algorithm chosen, const Steps& steps = {}) {
+  if constexpr (requires { ex.comm().layout(); }) {  // host buffers (the registry checked)
+    if (chosen == algorithm::shared_memory) return allgather_shared_memory(ex, all, block);
+    if (chosen == algorithm::hierarchical) return allgather_hierarchical(ex, all, block);
+  }
   if (chosen == algorithm::ring) allgather_ring(ex, all, block);
   else allgather_recursive_doubling(ex, all, block, steps);
 }
@@ -50,10 +58,10 @@ void allgather_by(X& ex, std::span<T> all, std::size_t block, algorithm chosen, 
 // it (allgather only moves and copies bytes: no device kernels needed), else staged.
 template <class Communicator, element T>
 algorithm allgather_through(memory_router& router, Communicator& comm, std::span<T> all, algorithm forced) {
-  const choice made = choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced);
+  const choice made = choose(comm, "allgather", {.ranks = comm.size(), .bytes = all.size_bytes(), .host_memory = false}, forced);
   const std::size_t block = allgather_block(comm, all);
   const routed_buffer view{all.data(), all.size_bytes(), buffer_use::read_write};
-  if (run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
+  if (!moves_host_memory(made.chosen) && run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
         check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1});
         report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
         exchange ex(comm, "allgather");

@@ -63,7 +63,7 @@ void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const
   namespace steps = shared_memory_steps;
   const host_layout& layout = ex.comm().layout();
   const std::size_t per_step = shared_memory_channel::default_slot_bytes / sizeof(A);
-  const std::uint64_t chunks = std::max<std::uint64_t>(steps_for(data.size(), per_step), 1);
+  const std::uint64_t chunks = steps_for(data.size(), per_step);
   shared_memory_call call(ex, layout.local, 2 * chunks, data.size_bytes());
   // (1) each chunk's own slice reduced over the host, where it is.
   std::size_t slice_total = 0;

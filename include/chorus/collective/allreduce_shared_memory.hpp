@@ -32,26 +32,6 @@
 
 namespace chorus::collective {
 
-// The ranks 0, ..., n-1.
-inline std::vector<int> every_rank(int n) {
-  std::vector<int> ranks(static_cast<std::size_t>(n));
-  std::iota(ranks.begin(), ranks.end(), 0);
-  return ranks;
-}
-
-// Steps of `per_step` elements that `count` elements take.
-inline std::uint64_t steps_for(std::size_t count, std::size_t per_step) {
-  return (count + per_step - 1) / per_step;
-}
-
-// The k-th chunk of `per_step` elements of `data` (the last may be short or,
-// for empty data, empty).
-template <class A>
-std::span<A> chunk_of(std::span<A> data, std::uint64_t k, std::size_t per_step) {
-  const std::size_t offset = std::min<std::size_t>(k * per_step, data.size());
-  return data.subspan(offset, std::min(per_step, data.size() - offset));
-}
-
 // The pieces of one allreduce step, shared with the hierarchical allreduce.
 // A rank's own slice of a chunk never goes through its slot as input: it
 // reduces that slice where it is, in the caller's buffer, and only the
@@ -137,7 +117,7 @@ void allreduce_shared_memory(exchange<Communicator>& ex, std::span<A> data, cons
   const std::uint64_t steps = steps_for(data.size(), per_step);
   const std::vector<int> group = every_rank(ex.size());
   shared_memory_call call(ex, group, steps, data.size_bytes());
-  for (std::uint64_t k = 0; k < std::max<std::uint64_t>(steps, 1); ++k) {
+  for (std::uint64_t k = 0; k < steps; ++k) {
     const std::span<A> chunk = chunk_of(data, k, per_step);
     const std::uint64_t step = call.step(k);
     shared_memory_steps::post(call, step, std::span<const A>(chunk));

@@ -2,13 +2,17 @@
 //
 //   chorus::broadcast(comm, data, root);
 //
-// Algorithms (collective/selection.hpp): binomial tree up to 256 KiB (and
-// at 2 ranks), pipelined chain above; force one with chorus::algo::tree /
-// chorus::algo::chain, or tune with CHORUS_TUNE.
+// Algorithms (collective/selection.hpp): shared memory when every rank is on
+// one host, hierarchical across hosts of equal rank counts (both from 16
+// KiB, host buffers); else binomial tree up to 256 KiB (and at 2 ranks),
+// pipelined chain above; force one with chorus::algo::tree / chain / shm /
+// hierarchical, or tune with CHORUS_TUNE.
 #pragma once
 
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/broadcast_chain.hpp>
+#include <chorus/collective/broadcast_hierarchical.hpp>
+#include <chorus/collective/broadcast_shared_memory.hpp>
 #include <chorus/collective/broadcast_tree.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
@@ -29,6 +33,10 @@ namespace collective {
 template <class X, element T>
 void broadcast_by(X& ex, std::span<T> data, int root, algorithm chosen) {
   if (ex.size() == 1) return;
+  if constexpr (requires { ex.comm().layout(); }) {  // host buffers (the registry checked)
+    if (chosen == algorithm::shared_memory) return broadcast_shared_memory(ex, data, root);
+    if (chosen == algorithm::hierarchical) return broadcast_hierarchical(ex, data, root);
+  }
   if (chosen == algorithm::chain) broadcast_chain(ex, data, root);
   else broadcast_tree(ex, data, root);
 }
@@ -39,9 +47,9 @@ void broadcast_by(X& ex, std::span<T> data, int root, algorithm chosen) {
 template <class Communicator, element T>
 algorithm broadcast_through(memory_router& router, Communicator& comm, std::span<T> data, int root, algorithm forced) {
   check_root(root, comm.size(), comm.transport().rank(), "broadcast");
-  const choice made = choose(comm, "broadcast", {comm.size(), data.size_bytes()}, forced);
+  const choice made = choose(comm, "broadcast", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
   const routed_buffer view{data.data(), data.size_bytes(), comm.rank() == root ? buffer_use::read : buffer_use::write};
-  if (run_direct(router, comm, "broadcast", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
+  if (!moves_host_memory(made.chosen) && run_direct(router, comm, "broadcast", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
         check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root});
         report(comm, "broadcast", data.size_bytes(), dtype_of<T>, made);
         exchange ex(comm, "broadcast");

@@ -3,9 +3,12 @@
 //
 //   chorus::reduce_scatter(comm, input, output);   // output.size() >= input.size() / size
 //
-// Algorithms (collective/selection.hpp): recursive halving (any n, by
-// folding) up to 64 KiB of input, the pipelined ring above; force one with
-// chorus::algo::recursive_halving / ring, or tune with CHORUS_TUNE.
+// Algorithms (collective/selection.hpp): shared memory when every rank is on
+// one host, hierarchical across hosts of equal rank counts (both from 16
+// KiB of input, host buffers); else recursive halving (any n, by folding)
+// up to 64 KiB of input, the pipelined ring above; force one with
+// chorus::algo::recursive_halving / ring / shm / hierarchical, or tune with
+// CHORUS_TUNE.
 #pragma once
 
 #include <chorus/collective/arguments.hpp>
@@ -13,6 +16,8 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/scratch.hpp>
 #include <chorus/collective/reduce_scatter_halving.hpp>
+#include <chorus/collective/reduce_scatter_hierarchical.hpp>
+#include <chorus/collective/reduce_scatter_shared_memory.hpp>
 #include <chorus/collective/reduce_scatter_ring.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/collective/local_steps.hpp>
@@ -48,6 +53,10 @@ std::size_t reduce_scatter_block(const Communicator& comm, std::span<const T> in
 template <class X, class A, class Op, class Steps = host_steps>
 void reduce_scatter_by(X& ex, std::span<A> work, std::size_t block, const Op& op, algorithm chosen,
                        const Steps& steps = {}) {
+  if constexpr (requires { ex.comm().layout(); }) {  // host buffers (the registry checked)
+    if (chosen == algorithm::shared_memory) return reduce_scatter_shared_memory(ex, work, block, op);
+    if (chosen == algorithm::hierarchical) return reduce_scatter_hierarchical(ex, work, block, op);
+  }
   if (chosen == algorithm::ring) reduce_scatter_ring(ex, work, block, op, {}, steps);
   else reduce_scatter_halving(ex, work, block, op, steps);
 }
@@ -59,12 +68,12 @@ template <class Communicator, element T, class Op>
 algorithm reduce_scatter_through(memory_router& router, Communicator& comm, std::span<const T> input,
                                  std::span<T> output, const Op& op, algorithm forced) {
   const auto n = static_cast<std::size_t>(comm.size());
-  const choice made = choose(comm, "reduce_scatter", {comm.size(), input.size_bytes()}, forced);
+  const choice made = choose(comm, "reduce_scatter", {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = false}, forced);
   if constexpr (std::is_same_v<accumulator_t<T>, T>) {
     const std::size_t block = reduce_scatter_block(comm, input, output);
     const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
     const routed_buffer out{output.data(), block * sizeof(T), buffer_use::write};
-    const bool direct = run_direct(router, comm, "reduce_scatter", {in, out}, dtype_of<T>, op::name_of<Op>(),
+    const bool direct = !moves_host_memory(made.chosen) && run_direct(router, comm, "reduce_scatter", {in, out}, dtype_of<T>, op::name_of<Op>(),
                                    [&](local_arithmetic& where) {
                                      check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1});
                                      report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);

@@ -74,10 +74,12 @@ struct collective_entry {
 // 4 and 8 ranks, docs/performance.md the compressed ones).
 namespace tables {
 
-// Allreduce inside one host: shared memory from 16 KiB (below it recursive
-// doubling's few small messages through UCX are as fast); across hosts
-// that hold several ranks each, the hierarchical allreduce from the same
-// size (shared memory inside each host, the network only between them).
+// Inside one host, shared memory from 16 KiB for allreduce, allgather,
+// reduce_scatter and broadcast (below it the network algorithms' few small
+// messages through UCX are as fast); across hosts that hold several ranks
+// each, the hierarchical algorithms from the same size (shared memory
+// inside each host, the network only between them). Each table below is
+// this, then its network table.
 inline constexpr std::size_t shared_memory_min_bytes = 16u << 10;
 inline algorithm by_host(const workload& w, std::size_t min_bytes) noexcept {
   if (w.ranks < 2 || w.bytes < min_bytes || !w.host_memory) return algorithm::automatic;
@@ -103,16 +105,28 @@ inline algorithm allreduce(const workload& w) noexcept {
 }
 // Allgather and reduce_scatter (bytes: all n blocks): the log-round
 // algorithms up to 64 KiB, the pipelined ring above.
-inline algorithm allgather(const workload& w) noexcept {
+inline algorithm allgather_over_network(const workload& w) noexcept {
   return w.bytes <= (64u << 10) ? algorithm::recursive_doubling : algorithm::ring;
 }
-inline algorithm reduce_scatter(const workload& w) noexcept {
+inline algorithm reduce_scatter_over_network(const workload& w) noexcept {
   return w.bytes <= (64u << 10) ? algorithm::recursive_halving : algorithm::ring;
+}
+inline algorithm allgather(const workload& w) noexcept {
+  const algorithm local = by_host(w, shared_memory_min_bytes);
+  return local != algorithm::automatic ? local : allgather_over_network(w);
+}
+inline algorithm reduce_scatter(const workload& w) noexcept {
+  const algorithm local = by_host(w, shared_memory_min_bytes);
+  return local != algorithm::automatic ? local : reduce_scatter_over_network(w);
 }
 // Broadcast: the binomial tree up to 256 KiB (and always at 2 ranks, where
 // it is one message), the pipelined chain above.
-inline algorithm broadcast(const workload& w) noexcept {
+inline algorithm broadcast_over_network(const workload& w) noexcept {
   return w.ranks <= 2 || w.bytes <= (256u << 10) ? algorithm::tree : algorithm::chain;
+}
+inline algorithm broadcast(const workload& w) noexcept {
+  const algorithm local = by_host(w, shared_memory_min_bytes);
+  return local != algorithm::automatic ? local : broadcast_over_network(w);
 }
 // Compressed allreduce (bytes: encoded): below 1 MiB encoded the encode-once
 // scheme's 2 latency terms beat the ring's 2 (n-1); above it the ring's
@@ -148,15 +162,27 @@ inline constexpr algorithm_entry allreduce_algorithms[] = {
 inline constexpr algorithm_entry allgather_algorithms[] = {
     {algorithm::recursive_doubling, "ceil(log2 n) alpha + (n-1)/n S beta (Bruck, any n)", "up to 64 KiB in all"},
     {algorithm::ring, "(n-1) alpha + (n-1)/n S beta, pipelined in segments", "above 64 KiB"},
+    {algorithm::shared_memory, "S/n + (n-1)/n S of memory traffic per rank, a flag round trip per step",
+     "every rank on one host, from 16 KiB in all"},
+    {algorithm::hierarchical, "allgather of S/L among the h hosts' L-th ranks, (h-1)/h S/L beta, then shared memory",
+     "several hosts holding equal numbers (> 1) of ranks, from 16 KiB in all"},
 };
 inline constexpr algorithm_entry reduce_scatter_algorithms[] = {
     {algorithm::recursive_halving, "log2(p) alpha + (p-1)/p S beta + (p-1)/p S gamma, + folding",
      "up to 64 KiB of input"},
     {algorithm::ring, "(n-1) alpha + (n-1)/n S beta + (n-1)/n S gamma, pipelined in segments", "above 64 KiB"},
+    {algorithm::shared_memory, "(n-1)/n S + S of memory traffic per rank + S/n gamma, 2 flag round trips per step",
+     "every rank on one host, from 16 KiB of input"},
+    {algorithm::hierarchical, "shared memory, then reduce_scatter of S/L among the h hosts' L-th ranks, (h-1)/h S/L beta",
+     "several hosts holding equal numbers (> 1) of ranks, from 16 KiB of input"},
 };
 inline constexpr algorithm_entry broadcast_algorithms[] = {
     {algorithm::tree, "ceil(log2 n) (alpha + S beta)", "2 ranks, or up to 256 KiB"},
     {algorithm::chain, "(n - 2 + S/s) (alpha + s beta), segments of s bytes", "3+ ranks above 256 KiB"},
+    {algorithm::shared_memory, "S of memory traffic per rank, a flag round trip per 512 KiB",
+     "every rank on one host, from 16 KiB"},
+    {algorithm::hierarchical, "tree or chain among the root's local peers on each host (S into each host once), then shared memory",
+     "several hosts holding equal numbers (> 1) of ranks, from 16 KiB"},
 };
 inline constexpr algorithm_entry compressed_allreduce_algorithms[] = {
     {algorithm::encode_once, "n alpha + 2 (n-1)/n S_enc beta + S gamma_codec, each contribution encoded once",

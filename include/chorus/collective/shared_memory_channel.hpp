@@ -31,6 +31,7 @@
 #include <chorus/core/error.hpp>
 #include <chorus/transport/shared_segment.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -78,13 +79,18 @@ class shared_memory_channel {
     return {reinterpret_cast<A*>(base), slot_bytes_ / sizeof(A)};
   }
 
-  // Takes `steps` steps for one call of `bytes`; returns the first. Every
-  // call takes at least one, so that ranks meet (and compare sizes) once.
-  std::uint64_t begin_call(std::uint64_t steps, std::uint64_t bytes) noexcept {
+  // Takes `steps` steps for one call; returns the first. Every call takes
+  // at least one, so that ranks meet (and compare sizes) once.
+  std::uint64_t begin_call(std::uint64_t steps) noexcept {
     const std::uint64_t first = next_step_;
     next_step_ += steps < 1 ? 1 : steps;
-    control(rank_).call_bytes[first % 2].store(bytes, std::memory_order_relaxed);
     return first;
+  }
+  // Records the byte count of the call whose first step is `first`; only
+  // once every rank has consumed step first - 2, whose call's count the
+  // same parity held (a rank that reads it may be that far behind).
+  void record_call_bytes(std::uint64_t first, std::uint64_t bytes) noexcept {
+    control(rank_).call_bytes[first % 2].store(bytes, std::memory_order_relaxed);
   }
 
   void publish(stage which, std::uint64_t step) noexcept {
@@ -125,6 +131,27 @@ class shared_memory_channel {
   std::uint64_t next_step_ = 0;
 };
 
+// The ranks 0, ..., n-1.
+inline std::vector<int> every_rank(int n) {
+  std::vector<int> ranks(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  return ranks;
+}
+
+// Steps of `per_step` elements that `count` elements take (at least one:
+// every call meets once).
+inline std::uint64_t steps_for(std::size_t count, std::size_t per_step) {
+  return std::max<std::uint64_t>((count + per_step - 1) / per_step, 1);
+}
+
+// The k-th chunk of `per_step` elements of `data` (the last may be short or,
+// for empty data, empty).
+template <class A>
+std::span<A> chunk_of(std::span<A> data, std::uint64_t k, std::size_t per_step) {
+  const std::size_t offset = std::min<std::size_t>(k * per_step, data.size());
+  return data.subspan(offset, std::min(per_step, data.size() - offset));
+}
+
 // One collective call's use of a channel by the ranks `group` (ranks of
 // ex's communicator, all on this host; this rank among them): it attaches
 // (setting the channel up on first use) and waits on the others' flags.
@@ -139,8 +166,10 @@ class shared_memory_call {
       : ex_(ex), group_(group.begin(), group.end()) {
     const tag::phase setup = ex.phase(shared_memory_channel::setup_steps, "shared memory setup");
     channel_ = attach(setup);
-    first_ = channel_->begin_call(steps, bytes);
+    first_ = channel_->begin_call(steps);
     bytes_ = bytes;
+    if (first_ >= 2) wait_all(stage::consumed, first_ - 2);
+    channel_->record_call_bytes(first_, bytes);
   }
 
   shared_memory_channel& channel() const noexcept { return *channel_; }

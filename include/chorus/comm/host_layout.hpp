@@ -15,28 +15,36 @@ struct host_layout {
   int local_rank = 0;      // this rank's place among its host's ranks
   std::vector<int> local;  // the ranks on this rank's host, in rank order
   std::vector<int> across; // the ranks with this local_rank on each host, in host order (equal hosts only)
+  std::vector<std::vector<int>> members;  // each host's ranks, hosts in order
+
+  // The ranks with local rank `local_rank` on each host, in host order
+  // (equal hosts only).
+  std::vector<int> with_local_rank(int index) const {
+    std::vector<int> ranks;
+    for (const std::vector<int>& group : members) ranks.push_back(group.at(static_cast<std::size_t>(index)));
+    return ranks;
+  }
 
   // From host_of[r], any number per rank (what the communicator knows).
   static host_layout of(const std::vector<int>& host_of, int rank) {
     host_layout layout;
     std::map<int, int> numbers;  // host id -> 0, 1, ... in order of first rank
     std::vector<int> place(host_of.size());
-    std::vector<std::vector<int>> members;
+    std::vector<std::vector<int>>& groups = layout.members;
     for (std::size_t r = 0; r < host_of.size(); ++r) {
-      const auto [at, fresh] = numbers.try_emplace(host_of[r], static_cast<int>(members.size()));
-      if (fresh) members.emplace_back();
+      const auto [at, fresh] = numbers.try_emplace(host_of[r], static_cast<int>(groups.size()));
+      if (fresh) groups.emplace_back();
       place[r] = at->second;
-      members[static_cast<std::size_t>(at->second)].push_back(static_cast<int>(r));
+      groups[static_cast<std::size_t>(at->second)].push_back(static_cast<int>(r));
     }
-    layout.hosts = static_cast<int>(members.size());
+    layout.hosts = static_cast<int>(groups.size());
     layout.host = place[static_cast<std::size_t>(rank)];
-    layout.local = members[static_cast<std::size_t>(layout.host)];
+    layout.local = groups[static_cast<std::size_t>(layout.host)];
     while (layout.local[static_cast<std::size_t>(layout.local_rank)] != rank) ++layout.local_rank;
-    layout.ranks_per_host = static_cast<int>(members[0].size());
-    for (const std::vector<int>& group : members)
-      if (group.size() != members[0].size()) layout.ranks_per_host = 0;
-    if (layout.ranks_per_host > 0)
-      for (const std::vector<int>& group : members) layout.across.push_back(group[static_cast<std::size_t>(layout.local_rank)]);
+    layout.ranks_per_host = static_cast<int>(groups[0].size());
+    for (const std::vector<int>& group : groups)
+      if (group.size() != groups[0].size()) layout.ranks_per_host = 0;
+    if (layout.ranks_per_host > 0) layout.across = layout.with_local_rank(layout.local_rank);
     return layout;
   }
 };

@@ -24,8 +24,8 @@ enum class algorithm {
   pairwise,            // alltoall
   nccl,                // every collective on a chorus::nccl::communicator: NCCL's own
   sparse,              // compressed allreduce of a sparse codec (top-k, random-k)
-  shared_memory,       // allreduce: every rank on one host
-  hierarchical,        // allreduce: hosts holding equal numbers of ranks
+  shared_memory,       // allreduce, allgather, reduce_scatter, broadcast: every rank on one host
+  hierarchical,        // allreduce, allgather, reduce_scatter, broadcast: hosts holding equal numbers of ranks
 };
 
 namespace algo {
@@ -94,9 +94,9 @@ struct collective_algorithms {
 inline constexpr std::array<collective_algorithms, 7> collectives{{
     {"allreduce", {algorithm::ring, algorithm::recursive_doubling, algorithm::rabenseifner, algorithm::tree,
                    algorithm::shared_memory, algorithm::hierarchical}},
-    {"allgather", {algorithm::ring, algorithm::recursive_doubling}},
-    {"reduce_scatter", {algorithm::ring, algorithm::recursive_halving}},
-    {"broadcast", {algorithm::tree, algorithm::chain}},
+    {"allgather", {algorithm::ring, algorithm::recursive_doubling, algorithm::shared_memory, algorithm::hierarchical}},
+    {"reduce_scatter", {algorithm::ring, algorithm::recursive_halving, algorithm::shared_memory, algorithm::hierarchical}},
+    {"broadcast", {algorithm::tree, algorithm::chain, algorithm::shared_memory, algorithm::hierarchical}},
     {"compressed_allreduce", {algorithm::ring, algorithm::encode_once, algorithm::sparse}},
     {"reduce", {algorithm::tree}},
     {"alltoall", {algorithm::pairwise}},

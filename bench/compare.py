@@ -65,8 +65,9 @@ def main(raw_dir, out_dir):
         gloo = [v for (t, a, r), v in series.items() if t == "gloo" and r == ranks]
         ucx = series.get(("ucx", "tag_bw", ranks), {})
         lines.append(f"\n### {ranks} ranks: busbw (GB/s) and chorus/peer ratios\n")
-        header = "| size (B) | chorus auto | Open MPI | ratio | best Gloo | ratio |"
-        rule = "|---|---|---|---|---|---|"
+        network = [v for (t, a, r), v in series.items() if t == "chorus" and r == ranks and a in ("ring", "rd", "rabenseifner", "tree")]
+        header = "| size (B) | chorus auto | best network algorithm | auto/network | Open MPI | ratio | best Gloo | ratio |"
+        rule = "|---|---|---|---|---|---|---|---|"
         if ucx:
             header += " ucx_perftest | chorus/ucx |"
             rule += "---|---|"
@@ -76,7 +77,8 @@ def main(raw_dir, out_dir):
             m = mpi.get(size, (None, None))[1]
             g = max((s.get(size, (0, 0))[1] for s in gloo), default=None)
             ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
-            row = f"| {size} | {c:.4g} | {m if m is None else f'{m:.4g}'} | {ratio(c, m)} | " \
+            w = max((s.get(size, (0, 0))[1] for s in network), default=None)
+            row = f"| {size} | {c:.4g} | {w if w is None else f'{w:.4g}'} | {ratio(c, w)} | {m if m is None else f'{m:.4g}'} | {ratio(c, m)} | " \
                   f"{g if g is None else f'{g:.4g}'} | {ratio(c, g)} |"
             if ucx:
                 u = ucx.get(size, (None, None))[1]

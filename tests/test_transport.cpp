@@ -3,6 +3,7 @@
 // shared-memory segments UCX left behind, and the pieces of the UCX
 // transport that stand alone (defaults, errors, the waiting policy).
 #include <chorus/transport/peer_process.hpp>
+#include <chorus/transport/shared_segment.hpp>
 #include <chorus/transport/ucx/defaults.hpp>
 #include <chorus/transport/ucx/errors.hpp>
 #include <chorus/transport/ucx/waiting.hpp>
@@ -93,6 +94,39 @@ TEST_CASE("UCX segments nobody maps or holds open are removed; others stay") {
   CHECK(::access(other.c_str(), F_OK) == 0);  // not UCX's
   ::close(holder);
   for (const std::string& path : {held, young, other}) ::unlink(path.c_str());
+}
+
+TEST_CASE("chorus segments: made, mapped by name, unlinked; names of dead creators swept, live ones kept") {
+  namespace transport = chorus::transport;
+  const std::string name = transport::shared_segment::name_for("test_" + std::to_string(::getpid()));
+  transport::shared_segment made = transport::shared_segment::create(name, 8192);
+  made.data()[100] = std::byte{42};
+  transport::shared_segment opened;
+  CHECK_FALSE(opened.open(name, 1u << 20));  // not that large
+  REQUIRE(opened.open(name, 8192));
+  CHECK(opened.data()[100] == std::byte{42});  // the same memory
+  made.unlink();
+  CHECK(::access(("/dev/shm" + name).c_str(), F_OK) != 0);
+  opened.data()[200] = std::byte{7};
+  CHECK(made.data()[200] == std::byte{7});  // still shared after the name is gone
+
+  // A name whose creator has exited (a reaped child's pid) is swept; one of a live process stays.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string dead = "/dev/shm/chorus_" + std::to_string(child) + "_test_orphan";
+  const std::string live = "/dev/shm" + transport::shared_segment::name_for("test_live");
+  for (const std::string& path : {dead, live}) {
+    std::FILE* file = std::fopen(path.c_str(), "w");
+    REQUIRE(file != nullptr);
+    std::fclose(file);
+  }
+  transport::remove_orphaned_segments();
+  CHECK(::access(dead.c_str(), F_OK) != 0);
+  CHECK(::access(live.c_str(), F_OK) == 0);
+  ::unlink(live.c_str());
+  ::unlink(dead.c_str());
 }
 
 TEST_CASE("UCX defaults: a UCX_TLS list is TCP-only when it names tcp and nothing but self besides") {

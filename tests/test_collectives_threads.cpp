@@ -96,6 +96,22 @@ void allreduce_all_ops(communicator& comm, chorus::algorithm algorithm, std::siz
   allreduce_case<T>(comm, algorithm, count, chorus::op::prod{}, flavour::product, seed + 4, results, prints);
 }
 
+// Every element type (float and int32 with every op, the others with sum and max).
+void allreduce_every_type(communicator& comm, chorus::algorithm algorithm, std::size_t count, std::uint64_t seed,
+                          tally& results, fingerprints& prints) {
+  allreduce_all_ops<float>(comm, algorithm, count, seed, results, prints);
+  allreduce_all_ops<std::int32_t>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<double>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<chorus::half>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<chorus::bfloat16>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<std::int8_t>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<std::int16_t>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<std::int64_t>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<std::uint8_t>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<std::uint32_t>(comm, algorithm, count, seed, results, prints);
+  allreduce_type<std::uint64_t>(comm, algorithm, count, seed, results, prints);
+}
+
 void run_for_each_rank_count(const std::function<void(communicator&)>& body) {
   for (int ranks = 1; ranks <= 9; ++ranks) {
     CAPTURE(ranks);
@@ -113,17 +129,7 @@ TEST_CASE("allreduce: every algorithm, type and op against the serial reference,
       std::uint64_t seed = 100;
       for (const std::size_t count : counts_for(comm.size(), true)) {
         seed += 10;
-        allreduce_all_ops<float>(comm, algorithm, count, seed, results, prints);
-        allreduce_all_ops<std::int32_t>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<double>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<chorus::half>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<chorus::bfloat16>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<std::int8_t>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<std::int16_t>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<std::int64_t>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<std::uint8_t>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<std::uint32_t>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<std::uint64_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_every_type(comm, algorithm, count, seed, results, prints);
       }
       // Several MiB, so the ring cuts blocks into many pipelined segments.
       const std::size_t large = (3u << 20) / 4 + 7;
@@ -194,13 +200,7 @@ TEST_CASE("hierarchical allreduce: hosts of 2 and 3 ranks, every type and op, od
       std::uint64_t seed = 300;
       for (const std::size_t count : counts_for(comm.size(), true)) {
         seed += 10;
-        allreduce_all_ops<float>(comm, algorithm, count, seed, results, prints);
-        allreduce_all_ops<std::int32_t>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<double>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<chorus::half>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<chorus::bfloat16>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<std::int8_t>(comm, algorithm, count, seed, results, prints);
-        allreduce_type<std::uint64_t>(comm, algorithm, count, seed, results, prints);
+        allreduce_every_type(comm, algorithm, count, seed, results, prints);
       }
       // Several slots' worth, so the shared-memory steps wrap their two slots.
       allreduce_case<float>(comm, algorithm, (3u << 20) / 4 + 7, chorus::op::sum{}, flavour::general, 7, results, prints);

@@ -81,11 +81,12 @@ namespace tables {
 // inside each host, the network only between them). Each table below is
 // this, then its network table.
 inline constexpr std::size_t shared_memory_min_bytes = 16u << 10;
-inline algorithm by_host(const workload& w, std::size_t min_bytes) noexcept {
-  if (w.ranks < 2 || w.bytes < min_bytes || !w.host_memory) return algorithm::automatic;
-  if (w.hosts == 1) return algorithm::shared_memory;
-  if (w.ranks_per_host > 1) return algorithm::hierarchical;
-  return algorithm::automatic;
+inline algorithm by_host_then(const workload& w, algorithm (*over_network)(const workload&)) noexcept {
+  if (w.ranks >= 2 && w.bytes >= shared_memory_min_bytes && w.host_memory) {
+    if (w.hosts == 1) return algorithm::shared_memory;
+    if (w.ranks_per_host > 1) return algorithm::hierarchical;
+  }
+  return over_network(w);
 }
 
 // Allreduce: up to 8 KiB (4 KiB at 2 ranks) latency dominates and recursive
@@ -99,10 +100,7 @@ inline algorithm allreduce_over_network(const workload& w) noexcept {
   if (w.ranks == 2) return algorithm::ring;
   return w.bytes < (2u << 20) ? algorithm::rabenseifner : algorithm::ring;
 }
-inline algorithm allreduce(const workload& w) noexcept {
-  const algorithm local = by_host(w, shared_memory_min_bytes);
-  return local != algorithm::automatic ? local : allreduce_over_network(w);
-}
+inline algorithm allreduce(const workload& w) noexcept { return by_host_then(w, allreduce_over_network); }
 // Allgather and reduce_scatter (bytes: all n blocks): the log-round
 // algorithms up to 64 KiB, the pipelined ring above.
 inline algorithm allgather_over_network(const workload& w) noexcept {
@@ -111,23 +109,14 @@ inline algorithm allgather_over_network(const workload& w) noexcept {
 inline algorithm reduce_scatter_over_network(const workload& w) noexcept {
   return w.bytes <= (64u << 10) ? algorithm::recursive_halving : algorithm::ring;
 }
-inline algorithm allgather(const workload& w) noexcept {
-  const algorithm local = by_host(w, shared_memory_min_bytes);
-  return local != algorithm::automatic ? local : allgather_over_network(w);
-}
-inline algorithm reduce_scatter(const workload& w) noexcept {
-  const algorithm local = by_host(w, shared_memory_min_bytes);
-  return local != algorithm::automatic ? local : reduce_scatter_over_network(w);
-}
+inline algorithm allgather(const workload& w) noexcept { return by_host_then(w, allgather_over_network); }
+inline algorithm reduce_scatter(const workload& w) noexcept { return by_host_then(w, reduce_scatter_over_network); }
 // Broadcast: the binomial tree up to 256 KiB (and always at 2 ranks, where
 // it is one message), the pipelined chain above.
 inline algorithm broadcast_over_network(const workload& w) noexcept {
   return w.ranks <= 2 || w.bytes <= (256u << 10) ? algorithm::tree : algorithm::chain;
 }
-inline algorithm broadcast(const workload& w) noexcept {
-  const algorithm local = by_host(w, shared_memory_min_bytes);
-  return local != algorithm::automatic ? local : broadcast_over_network(w);
-}
+inline algorithm broadcast(const workload& w) noexcept { return by_host_then(w, broadcast_over_network); }
 // Compressed allreduce (bytes: encoded): below 1 MiB encoded the encode-once
 // scheme's 2 latency terms beat the ring's 2 (n-1); above it the ring's
 // steady use of one link each way wins, for codecs that re-encode well.

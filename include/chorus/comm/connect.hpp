@@ -107,9 +107,6 @@ inline communicator connect(const bootstrap::launch_info& info, const options& g
   auto world = std::make_shared<world_state<ucx::ucx_transport>>();
   try {
     world->config = resolve(given, info.local_size);
-    world->config.ranks_per_host = given.local_size.value_or(info.local_size);
-    if (world->config.ranks_per_host < 1)
-      throw error(errc::invalid_argument, "options.local_size must be at least 1");
   } catch (const error& failure) {
     throw with_rank(failure, info.rank, "init");
   }

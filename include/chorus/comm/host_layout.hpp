@@ -17,8 +17,8 @@ struct host_layout {
   std::vector<int> across; // the ranks with this local_rank on each host, in host order (equal hosts only)
   std::vector<std::vector<int>> members;  // each host's ranks, hosts in order
 
-  // The ranks with local rank `local_rank` on each host, in host order
-  // (equal hosts only).
+  // The ranks with local rank `index` on each host, in host order (equal
+  // hosts only).
   std::vector<int> with_local_rank(int index) const {
     std::vector<int> ranks;
     for (const std::vector<int>& group : members) ranks.push_back(group.at(static_cast<std::size_t>(index)));
@@ -29,16 +29,14 @@ struct host_layout {
   static host_layout of(const std::vector<int>& host_of, int rank) {
     host_layout layout;
     std::map<int, int> numbers;  // host id -> 0, 1, ... in order of first rank
-    std::vector<int> place(host_of.size());
     std::vector<std::vector<int>>& groups = layout.members;
     for (std::size_t r = 0; r < host_of.size(); ++r) {
       const auto [at, fresh] = numbers.try_emplace(host_of[r], static_cast<int>(groups.size()));
       if (fresh) groups.emplace_back();
-      place[r] = at->second;
       groups[static_cast<std::size_t>(at->second)].push_back(static_cast<int>(r));
     }
     layout.hosts = static_cast<int>(groups.size());
-    layout.host = place[static_cast<std::size_t>(rank)];
+    layout.host = numbers.at(host_of[static_cast<std::size_t>(rank)]);
     layout.local = groups[static_cast<std::size_t>(layout.host)];
     while (layout.local[static_cast<std::size_t>(layout.local_rank)] != rank) ++layout.local_rank;
     layout.ranks_per_host = static_cast<int>(groups[0].size());

@@ -75,6 +75,8 @@ inline settings resolve(const options& given, int local_ranks) {
   // Read once here: the collectives consult these on every call.
   chosen.allreduce_algorithm = variables::allreduce_algorithm();
   chosen.tune = given.tune ? parse_tuning(*given.tune, "options.tune") : tuning_from_environment();
+  chosen.ranks_per_host = given.local_size.value_or(local_ranks);
+  if (chosen.ranks_per_host < 1) throw error(errc::invalid_argument, "options.local_size must be at least 1");
   chosen.check = given.check.value_or(env::get_integer("CHORUS_CHECK", 0, 1).value_or(check_by_default() ? 1 : 0) == 1);
   using transport::progress_mode;
   if (given.progress) {

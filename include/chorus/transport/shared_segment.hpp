@@ -12,8 +12,8 @@
 #pragma once
 
 #include <chorus/core/error.hpp>
+#include <chorus/transport/ucx_shm_orphans.hpp>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -22,6 +22,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -125,20 +126,16 @@ class shared_segment {
 // exited; returns how many. Cost: one read of /dev/shm.
 inline std::size_t remove_orphaned_segments() {
   std::size_t removed = 0;
-  DIR* directory = ::opendir("/dev/shm");
-  if (directory == nullptr) return 0;
-  while (const dirent* entry = ::readdir(directory)) {
-    const std::string_view name(entry->d_name);
+  for (const std::string& name : detail::directory_names("/dev/shm")) {  // ucx_shm_orphans.hpp's
     if (!name.starts_with(segment_prefix)) continue;
-    const std::string_view rest = name.substr(segment_prefix.size());
+    const std::string_view rest = std::string_view(name).substr(segment_prefix.size());
     const long pid = std::strtol(std::string(rest.substr(0, rest.find('_'))).c_str(), nullptr, 10);
     if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    const std::string path = "/dev/shm/" + std::string(name);
+    const std::string path = "/dev/shm/" + name;
     struct stat info {};
     if (::stat(path.c_str(), &info) != 0 || info.st_uid != ::getuid()) continue;
     if (::unlink(path.c_str()) == 0) ++removed;
   }
-  ::closedir(directory);
   return removed;
 }
 

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -571,6 +572,39 @@ TEST_CASE("store protocol: a session that ends while waiting leaves no waiter be
   CHECK(waiter.wait_expired().empty());
 }
 
+TEST_CASE("store protocol: a rank that ends without LEAVE answers every WAIT with its failure") {
+  protocol_rig rig;
+  store::session_protocol& rank_one = rig.open();
+  store::session_protocol& waiter = rig.open();
+  store::session_protocol& leaver = rig.open();
+  for (store::session_protocol* session : {&rank_one, &waiter, &leaver}) rig.trickle(*session, hello_frame("secret"));
+  const auto join = [](std::uint32_t rank) { return store::frame_writer(store::opcode::join).put_u32(rank).finish(); };
+  CHECK(rig.trickle(rank_one, join(1)) == std::vector{store::opcode::reply_ok});
+  CHECK(rig.trickle(leaver, join(2)) == std::vector{store::opcode::reply_ok});
+  CHECK(rig.trickle(waiter, join(1)) == std::vector{store::opcode::reply_error});  // rank 1 joined already
+  store::session_protocol& second = rig.open();
+  rig.trickle(second, hello_frame("secret"));
+  rig.trickle(second, wait_frame("k", 1000));
+  CHECK(rig.trickle(leaver, store::frame_writer(store::opcode::leave).finish()) == std::vector{store::opcode::reply_ok});
+  CHECK(leaver.end().empty());  // it left: no failure
+  CHECK_FALSE(rig.values.failure());
+  const std::vector<store::session_id> woken = rank_one.end();
+  CHECK(woken == std::vector<store::session_id>{second.id()});
+  REQUIRE(rig.values.failure());
+  CHECK(rig.values.failure()->rank == 1);
+  const std::vector<std::byte> reply = second.deliver_failure();
+  REQUIRE(reply.size() > 4);
+  CHECK(static_cast<store::opcode>(reply[4]) == store::opcode::reply_peer_failure);
+  CHECK_FALSE(second.waiting());
+  CHECK(rig.values.waiting_keys() == 0);
+  // Later: a WAIT for a key that is there still gets it; one that is not, the failure.
+  store::session_protocol& late = rig.open();
+  rig.trickle(late, hello_frame("secret"));
+  rig.trickle(late, store::frame_writer(store::opcode::set).put_string("here").put_string("v").finish());
+  CHECK(rig.trickle(late, wait_frame("here", 1000)) == std::vector{store::opcode::reply_value});
+  CHECK(rig.trickle(late, wait_frame("absent", 1000)) == std::vector{store::opcode::reply_peer_failure});
+}
+
 TEST_CASE("discovery: a bad rendezvous address names the rank") {
   clean_environment clean;
   ::setenv("CHORUS_RANK", "2", 1);
@@ -578,4 +612,49 @@ TEST_CASE("discovery: a bad rendezvous address names the rank") {
   ::setenv("CHORUS_ADDR", "node01", 1);
   chorus_test::expect_error([] { chorus::bootstrap::discover(); }, chorus::errc::invalid_argument,
                             "rank 2, in bootstrap: CHORUS_ADDR='node01' has no host:port form");
+}
+
+TEST_CASE("store: a rank whose connection closes without leaving fails every wait at once, naming it") {
+  store::server host(server_settings());
+  store::client waiter(client_settings(host, "secret"));
+  waiter.join_as(0);
+  std::optional<store::client> doomed;
+  doomed.emplace(client_settings(host));
+  doomed->join_as(2);
+  doomed->set("published-before-dying", "v");
+  std::thread dies([&] {
+    std::this_thread::sleep_for(200ms);
+    doomed.reset();  // closes without leave(): a rank that died before the job was complete
+  });
+  const auto start = steady::now();
+  chorus_test::expect_error([&] { waiter.wait("chorus/address/2", 30000ms); }, chorus::errc::peer_failure,
+                            "rank 2 closed its connection to the store without leaving");
+  const auto waited = steady::now() - start;
+  dies.join();
+  CHECK(waited < 10s);  // at once, not at the wait's 30 s timeout
+  MESSAGE("the waiter heard of rank 2's failure after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count() << " ms");
+  try {
+    waiter.wait("never-set", 30000ms);
+    FAIL("a wait after the failure did not fail");
+  } catch (const chorus::error& failure) {
+    CHECK(failure.category() == chorus::errc::peer_failure);
+    CHECK(failure.peer() == 2);
+  }
+  CHECK(waiter.wait("published-before-dying", 100ms) == "v");  // what is there is still served
+}
+
+TEST_CASE("store: a rank that leaves is no failure; a rank joins once") {
+  store::server host(server_settings());
+  store::client waiter(client_settings(host));
+  {
+    store::client done(client_settings(host));
+    done.join_as(1);
+    done.leave();
+  }
+  chorus_test::expect_error([&] { waiter.wait("never", 300ms); }, chorus::errc::timeout, "'never'");
+  store::client first(client_settings(host));
+  first.join_as(3);
+  store::client impostor(client_settings(host));
+  chorus_test::expect_error([&] { impostor.join_as(3); }, chorus::errc::invalid_argument, "rank 3 has joined");
 }

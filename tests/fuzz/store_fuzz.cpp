@@ -5,7 +5,8 @@
 // Input layout: byte 0 picks how the stream is cut into reads; the rest is
 // the stream. Two sessions share one table: the first starts greeted (so
 // the fuzzer reaches SET/GET/WAIT/ADD without having to guess the token),
-// the second starts cold; reads alternate between them. Checked on every
+// the second starts cold; reads alternate between them (JOIN and LEAVE
+// included: a joined session that ends without LEAVE fails the waits). Checked on every
 // step, beyond "no crash, no sanitizer report":
 // - every reply is a well-formed frame with a reply opcode;
 // - a closed session says nothing more;
@@ -36,8 +37,17 @@ void check_replies(std::span<const std::byte> bytes) {
     store::frame_reader frame(bytes.subspan(4, length));
     const auto code = static_cast<std::uint8_t>(frame.code());
     require(code >= static_cast<std::uint8_t>(store::opcode::reply_ok) &&
-            code <= static_cast<std::uint8_t>(store::opcode::reply_integer));
+            code <= static_cast<std::uint8_t>(store::opcode::reply_peer_failure));
     bytes = bytes.subspan(4 + length);
+  }
+}
+
+// A joined session ended without LEAVE: the waits its failure answers.
+void deliver_failures(std::vector<std::unique_ptr<store::session_protocol>>& sessions,
+                      const std::vector<store::session_id>& waiting) {
+  for (store::session_id id : waiting) {
+    require(id >= 1 && id <= sessions.size());
+    check_replies(sessions[id - 1]->deliver_failure());
   }
 }
 
@@ -81,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool was_closed = session.closed();
     store::session_protocol::effects effects = session.feed(stream.first(count));
     stream = stream.subspan(count);
-    if (was_closed) require(effects.send.empty() && !effects.close && effects.woken.empty());
+    if (was_closed) require(effects.send.empty() && !effects.close && effects.woken.empty() && effects.failed_waits.empty());
     check_replies(effects.send);
     require(!session.partial() || !session.closed());
     for (store::session_id woken : effects.woken) {
@@ -89,9 +99,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       require(value != nullptr && woken >= 1 && woken <= 2);
       check_replies(sessions[woken - 1]->deliver(effects.woken_key, *value));
     }
+    deliver_failures(sessions, effects.failed_waits);
     if (turn % 5 == 4) check_replies(sessions[(turn / 5) % 2]->wait_expired());
   }
-  for (auto& session : sessions) session->end();
+  for (auto& session : sessions) deliver_failures(sessions, session->end());
   require(values.waiting_keys() == 0);
   return 0;
 }

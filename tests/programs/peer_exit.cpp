@@ -9,17 +9,56 @@
 //                        wait on each other, both alive: peer_failure naming
 //                        rank 2 well before the timeout (an exchange with a
 //                        dead peer can never complete), never a timeout
+//   peer_exit startup    rank 2 joins the job's store and dies before it
+//                        publishes its address: init() on ranks 0 and 1 is
+//                        a peer_failure naming rank 2 at once (the store saw
+//                        its connection close), not a wait for the timeout
+#include <chorus/bootstrap/store_open.hpp>
 #include <chorus/chorus.hpp>
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string_view>
 #include <thread>
 
+namespace {
+
+// Rank 2 does what init() does up to joining the store, then dies; the
+// others' init() must fail naming it, long before the timeout.
+int die_during_startup() {
+  const chorus::bootstrap::launch_info info = chorus::bootstrap::discover();
+  if (info.rank == 2) {
+    chorus::store::client_options joining;
+    joining.host = info.store->host;
+    joining.port = info.store->port;
+    joining.token = info.token;
+    joining.rank = info.rank;
+    std::unique_ptr<chorus::store::connection> store = chorus::store::join_store(std::move(joining));
+    store->join_as(info.rank);
+    ::_exit(0);  // its connection closes without leave()
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    chorus::communicator comm = chorus::init();
+    std::printf("rank %d: init() succeeded without rank 2\n", info.rank);
+    return 1;
+  } catch (const chorus::error& failure) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const bool ok = failure.category() == chorus::errc::peer_failure && failure.peer() == 2 && waited < 10.0;
+    std::printf("rank %d: %s after %.3f s: %s\n", info.rank, ok ? "ok" : "WRONG", waited, failure.what());
+    return ok ? 0 : 1;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  const bool pending = argc > 1 && std::string_view(argv[1]) == "pending";
+  const std::string_view mode = argc > 1 ? argv[1] : "";
+  if (mode == "startup") return die_during_startup();
+  const bool pending = mode == "pending";
   chorus::communicator comm = chorus::init();
   const std::array<int, 3> first{1, 2, 3};
   if (comm.rank() == 2) {

@@ -201,7 +201,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
 
   void post(int w) {
     worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-    slot.receive = comm_.irecv(slot.incoming.buffer(), w, request_tag);
+    slot.receive = comm_.irecv(slot.incoming.buffer(), w, request_tag, receive_kind::standing);
   }
 
   // Answers every pull that has arrived (on the progress thread, or on the

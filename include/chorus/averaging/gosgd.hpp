@@ -165,7 +165,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void post(int peer) {
     peer_state& state = at(peer);
     if (state.incoming.capacity() != payload_bytes_) state.incoming = wire::message(payload_bytes_);
-    state.receive = comm_.irecv(state.incoming.buffer(), peer, gossip_tag);
+    state.receive = comm_.irecv(state.incoming.buffer(), peer, gossip_tag, receive_kind::standing);
   }
 
   // A live peer chosen uniformly, or -1 when none is left.

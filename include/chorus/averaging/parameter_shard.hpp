@@ -174,7 +174,9 @@ class parameter_shard {
     if (rules_.mode == consistency::bsp) finish_round_if_complete();
   }
 
-  void post(std::size_t w) { links_[w].receive = comm_.irecv(links_[w].incoming.buffer(), workers_[w], request_tag); }
+  void post(std::size_t w) {
+    links_[w].receive = comm_.irecv(links_[w].incoming.buffer(), workers_[w], request_tag, receive_kind::standing);
+  }
 
   wire::reader reader_for(std::size_t w) const {
     return {comm_.world_rank(comm_.rank()), comm_.world_rank(workers_[w]), "parameter server"};

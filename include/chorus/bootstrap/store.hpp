@@ -41,7 +41,8 @@ struct server_options {
 };
 
 // A joined store. Every call is bounded by the connection's timeout; a lost
-// store is errc::peer_failure, an absent key in wait() errc::timeout.
+// store is errc::peer_failure, an absent key in wait() errc::timeout, or
+// errc::peer_failure naming the rank when a rank that joined failed first.
 class connection {
  public:
   virtual ~connection() = default;
@@ -53,6 +54,12 @@ class connection {
   std::string wait(std::string_view key) { return wait(key, timeout()); }
   // Adds atomically and returns the new value (a missing key counts as 0).
   virtual std::int64_t add(std::string_view key, std::int64_t delta) = 0;
+  // Declares this connection rank `rank`'s own: if it closes without
+  // leave() (the process died, or failed during start-up), every wait in
+  // the store fails at once with a peer_failure naming the rank.
+  virtual void join_as(int rank) = 0;
+  // The rank is done with the store and goes cleanly; bounded, never throws.
+  virtual void leave() noexcept = 0;
 };
 
 // A store this process serves, on its own thread, until destroyed.

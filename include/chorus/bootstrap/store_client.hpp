@@ -69,6 +69,9 @@ class client final : public connection {
       throw error(errc::timeout,
                   "key did not appear within " + std::to_string(timeout.count()) + " ms",
                   {options_.rank, -1, "store wait '" + std::string(key) + "'"});
+    if (answer.code == opcode::reply_peer_failure)
+      throw error(errc::peer_failure, answer.text, {options_.rank, static_cast<int>(answer.integer),
+                                                    "store wait '" + std::string(key) + "'"});
     expect(answer, opcode::reply_value, "wait", key);
     return answer.text;
   }
@@ -80,6 +83,22 @@ class client final : public connection {
         options_.timeout, "add", key);
     expect(answer, opcode::reply_integer, "add", key);
     return answer.integer;
+  }
+
+  void join_as(int rank) override {
+    if (rank < 0) throw error(errc::invalid_argument, "rank " + std::to_string(rank), {options_.rank, -1, "store join"});
+    expect(transact(frame_writer(opcode::join).put_u32(static_cast<std::uint32_t>(rank)), options_.timeout, "join", ""),
+           opcode::reply_ok, "join", "");
+  }
+
+  void leave() noexcept override {
+    try {
+      if (socket_.is_open())
+        transact(frame_writer(opcode::leave), std::min<clock::duration>(options_.timeout, std::chrono::seconds(5)),
+                 "leave", "");
+    } catch (const error&) {
+      // The store went first (its host finished): nobody is left to tell.
+    }
   }
 
  private:
@@ -220,6 +239,10 @@ class client final : public connection {
         answer.text = frame.string(options_.limits.max_value_bytes, "value");
       else if (answer.code == opcode::reply_integer)
         answer.integer = static_cast<std::int64_t>(frame.u64());
+      else if (answer.code == opcode::reply_peer_failure) {
+        answer.integer = frame.u32();  // the rank
+        answer.text = frame.string(options_.limits.max_value_bytes, "reason");
+      }
       frame.expect_end();
       return answer;
     } catch (const protocol_error& problem) {

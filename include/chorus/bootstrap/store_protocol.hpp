@@ -6,6 +6,12 @@
 // (protocol version and the job's token); anything else first, a wrong token,
 // a frame over the limit, an unknown opcode, a short or over-long body are
 // answered with ERROR naming the problem, and the connection is closed.
+//
+// A rank's own connection says JOIN (its rank) after HELLO and LEAVE when it
+// is done. A joined connection that closes without LEAVE is the rank's
+// failure (its process died, or failed during start-up): every WAIT pending
+// then, and every later WAIT for a key that is not there, is answered with
+// PEER_FAILURE naming the rank, instead of waiting out its timeout.
 #pragma once
 
 #include <chorus/core/error.hpp>
@@ -28,12 +34,15 @@ enum class opcode : std::uint8_t {
   get = 3,
   wait = 4,
   add = 5,
+  join = 6,
+  leave = 7,
   reply_ok = 100,
   reply_value = 101,
   reply_missing = 102,
   reply_timeout = 103,
   reply_error = 104,
   reply_integer = 105,
+  reply_peer_failure = 106,  // u32 rank, string reason
 };
 
 struct limits {

@@ -9,7 +9,9 @@
 // goes on serving everyone else. The protocol itself lives in
 // store_session.hpp; this file moves bytes and runs timers:
 // - every session always has a read outstanding, so a client that closes
-//   (even one waiting on a key) ends its session at once;
+//   (even one waiting on a key) ends its session at once; a rank's session
+//   that ends without LEAVE answers every pending WAIT with its failure
+//   (store_protocol.hpp) there and then;
 // - a frame that stops arriving for `frame_timeout` closes the session;
 // - accept errors (EMFILE, ENFILE, ...) are logged once and retried with a
 //   back-off, never the end of accepting.
@@ -153,14 +155,27 @@ class server::session : public std::enable_shared_from_this<session> {
   }
 
   // Called when a key this session may wait on is set.
-  void deliver(const std::string& key, const std::string& value) {
-    std::vector<std::byte> reply = protocol_.deliver(key, value);
+  void deliver(const std::string& key, const std::string& value) { answer_wait(protocol_.deliver(key, value)); }
+
+  // Called when a rank failed while this session may wait.
+  void deliver_failure() { answer_wait(protocol_.deliver_failure()); }
+
+ private:
+  void answer_wait(std::vector<std::byte> reply) {
     if (reply.empty()) return;
     wait_timer_.cancel();
     send(std::move(reply), false);
   }
 
- private:
+  // Answers the WAITs of the sessions a rank's failure ends.
+  void deliver_failures(const std::vector<session_id>& waiting) {
+    for (session_id other : waiting) {
+      const auto found = owner_.sessions_.find(other);
+      if (found == owner_.sessions_.end()) continue;
+      if (auto waiting_session = found->second.lock()) waiting_session->deliver_failure();
+    }
+  }
+
   void read() {
     socket_.async_read_some(boost::asio::buffer(incoming_),
                             [self = shared_from_this()](boost::system::error_code failure, std::size_t count) {
@@ -185,6 +200,7 @@ class server::session : public std::enable_shared_from_this<session> {
         if (!reply.empty()) self->send(std::move(reply), false);
       });
     }
+    deliver_failures(effects.failed_waits);
     if (!effects.send.empty() || effects.close) send(std::move(effects.send), effects.close);
     arm_frame_timer();
   }
@@ -224,7 +240,7 @@ class server::session : public std::enable_shared_from_this<session> {
   }
 
   void close() {
-    protocol_.end();
+    deliver_failures(protocol_.end());
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);

@@ -13,7 +13,9 @@
 // - a byte that arrives while a WAIT is pending is a protocol error (the
 //   client protocol is strictly one request, one reply), and the server
 //   keeps reading while waiting, so a client that closes ends its session;
-// - ADD on a non-integer or past the int64 range is an error frame.
+// - ADD on a non-integer or past the int64 range is an error frame;
+// - a rank may JOIN once per store: a second connection claiming it is
+//   refused (two processes started with one CHORUS_RANK).
 #pragma once
 
 #include <chorus/bootstrap/store.hpp>
@@ -42,6 +44,12 @@ inline bool same_token(std::string_view expected, std::string_view offered) noex
 }
 
 using session_id = std::uint64_t;
+
+// A rank whose connection closed without LEAVE (store_protocol.hpp).
+struct rank_failure {
+  std::uint32_t rank = 0;
+  std::string reason;
+};
 
 // Values and waiters, shared by every session of one server (one thread).
 class table {
@@ -87,9 +95,26 @@ class table {
   }
   std::size_t waiting_keys() const noexcept { return waiters_.size(); }
 
+  // False if the rank has joined already.
+  bool join(std::uint32_t rank) { return joined_.insert(rank).second; }
+
+  // The rank failed: it is recorded (the first failure is the one every
+  // later WAIT reports), and every pending WAIT is dropped; returns their
+  // sessions, to be answered with the failure.
+  std::vector<session_id> fail(std::uint32_t rank, std::string reason) {
+    if (!failure_) failure_ = rank_failure{rank, std::move(reason)};
+    std::vector<session_id> waiting;
+    for (const auto& [key, sessions] : waiters_) waiting.insert(waiting.end(), sessions.begin(), sessions.end());
+    waiters_.clear();
+    return waiting;
+  }
+  const std::optional<rank_failure>& failure() const noexcept { return failure_; }
+
  private:
   std::unordered_map<std::string, std::string> values_;
   std::map<std::string, std::set<session_id>> waiters_;
+  std::set<std::uint32_t> joined_;
+  std::optional<rank_failure> failure_;
 };
 
 // One connection's protocol. feed() returns what to do next.
@@ -101,6 +126,7 @@ class session_protocol {
     std::optional<std::chrono::milliseconds> start_wait;  // a WAIT is now pending: arm its timer
     std::vector<session_id> woken; // sessions whose WAIT the key just stored answers
     std::string woken_key;
+    std::vector<session_id> failed_waits;  // sessions whose WAIT a rank's failure answers (table().failure())
   };
 
   session_protocol(table& values, const server_options& options, session_id id)
@@ -140,6 +166,13 @@ class session_protocol {
     return frame_writer(opcode::reply_value).put_string(value).finish();
   }
 
+  // A rank failed (table::failure()): the reply, if this session still waits.
+  std::vector<std::byte> deliver_failure() {
+    if (!waiting_ || !table_.failure()) return {};
+    waiting_.reset();  // the table dropped its waiters already
+    return failure_frame().finish();
+  }
+
   // The WAIT's timer fired: the reply, if it still waits.
   std::vector<std::byte> wait_expired() {
     if (!waiting_) return {};
@@ -147,10 +180,17 @@ class session_protocol {
     return frame_writer(opcode::reply_timeout).finish();
   }
 
-  // The connection is gone (or about to be closed by the server).
-  void end() {
+  // The connection is gone (or about to be closed by the server). A joined
+  // rank that did not LEAVE has failed: returns the sessions whose WAIT
+  // that answers (deliver_failure()).
+  std::vector<session_id> end() {
     stop_waiting();
+    if (closed_) return {};
     closed_ = true;
+    if (!joined_ || left_) return {};
+    return table_.fail(*joined_, "rank " + std::to_string(*joined_) +
+                                     " closed its connection to the store without leaving the job (its process "
+                                     "died, or failed before the job was complete)");
   }
 
  private:
@@ -223,6 +263,7 @@ class session_protocol {
         frame.expect_end();
         if (const std::string* value = table_.find(key))
           return reply(out, frame_writer(opcode::reply_value).put_string(*value));
+        if (table_.failure()) return reply(out, failure_frame());  // it will never be set
         table_.wait_for(key, id_);
         waiting_ = std::move(key);
         out.start_wait = std::chrono::milliseconds(std::min<std::uint64_t>(timeout_ms, std::uint64_t{1} << 40));
@@ -237,9 +278,28 @@ class session_protocol {
         out.woken = std::move(woken);
         return reply(out, frame_writer(opcode::reply_integer).put_u64(static_cast<std::uint64_t>(value)));
       }
+      case opcode::join: {
+        const std::uint32_t rank = frame.u32();
+        frame.expect_end();
+        if (joined_) throw protocol_error("JOIN sent twice");
+        if (!table_.join(rank))
+          throw protocol_error("rank " + std::to_string(rank) +
+                               " has joined this store already (two processes with the same rank?)");
+        joined_ = rank;
+        return reply(out, frame_writer(opcode::reply_ok));
+      }
+      case opcode::leave:
+        frame.expect_end();
+        left_ = true;
+        return reply(out, frame_writer(opcode::reply_ok));
       default:
         throw protocol_error("unknown opcode " + std::to_string(static_cast<int>(code)));
     }
+  }
+
+  frame_writer failure_frame() const {
+    const rank_failure& failed = *table_.failure();
+    return std::move(frame_writer(opcode::reply_peer_failure).put_u32(failed.rank).put_string(failed.reason));
   }
 
   void handle_hello(frame_reader& frame, effects& out) {
@@ -264,7 +324,7 @@ class session_protocol {
   void refuse(effects& out, const std::string& reason) {
     reply(out, frame_writer(opcode::reply_error).put_string(reason));
     out.close = true;
-    end();
+    out.failed_waits = end();
     buffer_.clear();
   }
 
@@ -280,6 +340,8 @@ class session_protocol {
   std::uint32_t body_length_ = 0;
   bool greeted_ = false;
   bool closed_ = false;
+  std::optional<std::uint32_t> joined_;  // the rank this connection joined as
+  bool left_ = false;
   std::optional<std::string> waiting_;  // the key of a pending WAIT
 };
 

@@ -40,6 +40,8 @@
 
 namespace chorus {
 
+using transport::receive_kind;
+
 // What every communicator of one job on this process shares.
 template <transport::Transport T>
 struct world_state {
@@ -67,12 +69,15 @@ struct world_state {
   // Leave the store first, then (if hosting) wait for the other ranks to
   // leave too, so a fast rank 0 does not pull the store from under them;
   // but not after an error: the others are failing too, and waiting for
-  // them would hold this rank up to a whole timeout.
+  // them would hold this rank up to a whole timeout. A failing rank closes
+  // its store connection without leaving: the store tells whoever waits in
+  // it (store_protocol.hpp).
   ~world_state() {
     const bool failing = std::uncaught_exceptions() > 0 || (transport && transport->failed());
     if (failing && transport) transport->abandon();
     background.reset();  // finishes queued collectives while the transport lives
     progress.reset();
+    if (store && !failing) store->leave();
     store.reset();
     if (store_host && !failing) store_host->wait_until_no_clients(config.timeout);
     transport.reset();
@@ -200,11 +205,15 @@ class basic_communicator {
     ++counters.messages_sent;
     return handle;
   }
-  request irecv_bytes(std::span<std::byte> data, int peer, transport::tag_t wire) {
-    return transport().irecv(peer_world_rank(peer, "recv"), wire, data);
+  request irecv_bytes(std::span<std::byte> data, int peer, transport::tag_t wire,
+                      receive_kind kind = receive_kind::awaited) {
+    return transport().irecv(peer_world_rank(peer, "recv"), wire, data, kind);
   }
 
-  // Typed point-to-point; `user_tag` in [0, 65535] separates streams.
+  // Typed point-to-point; `user_tag` in [0, 65535] separates streams. A
+  // receive posted ahead for a message that may never come (a scheme's
+  // gossip, a server's next request) is `receive_kind::standing`: its
+  // peer's death or departure then fails only a wait or test on it.
   // Non-blocking calls take memory the transport moves (host and pinned;
   // device memory only with a CUDA-built UCX, after the caller's pending
   // work on its stream); send and recv take any.
@@ -217,11 +226,11 @@ class basic_communicator {
     });
   }
   template <class U, std::size_t E>
-  request irecv(std::span<U, E> data, int peer, int user_tag = 0) {
+  request irecv(std::span<U, E> data, int peer, int user_tag = 0, receive_kind kind = receive_kind::awaited) {
     static_assert(std::is_trivially_copyable_v<U> && !std::is_const_v<U>);
     const std::span<std::byte> bytes = std::as_writable_bytes(data);
     return start_moving(bytes, buffer_use::write, "irecv", [&](std::span<std::byte> moved) {
-      return irecv_bytes(moved, peer, user_wire_tag(user_tag, "recv"));
+      return irecv_bytes(moved, peer, user_wire_tag(user_tag, "recv"), kind);
     });
   }
 

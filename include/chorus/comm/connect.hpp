@@ -55,6 +55,7 @@ inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::
   joining.timeout = world.config.timeout;
   joining.rank = info.rank;
   world.store = store::join_store(std::move(joining));
+  world.store->join_as(info.rank);  // a death before the job is complete fails the others' waits at once
 }
 
 // The host of each rank: ranks that share a kernel and its network and pid
@@ -75,6 +76,9 @@ inline std::vector<int> number_hosts(const std::vector<std::string>& keys, int p
 
 // Each rank publishes "<process identity>\n<UCX worker address>", so a peer
 // on the same host can watch its process (see transport/peer_process.hpp).
+// Every address is in before the first endpoint is made: a rank that died
+// during start-up is then the store's peer_failure naming it on every
+// rank, not a failed connect to a survivor that gave up on it first.
 inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
   ucx::ucx_transport& transport = *world.transport;
   const auto own = transport.address();
@@ -86,8 +90,11 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
   std::string published = transport::process_identity::self().encode() + "\n";
   published.append(reinterpret_cast<const char*>(own.data()), own.size());
   world.store->set(address_key(info.rank), published);
+  std::vector<std::string> values(static_cast<std::size_t>(info.size));
+  for (int peer = 0; peer < info.size; ++peer)
+    values[static_cast<std::size_t>(peer)] = peer == info.rank ? published : world.store->wait(address_key(peer));
   for (int peer = 0; peer < info.size; ++peer) {
-    const std::string value = peer == info.rank ? published : world.store->wait(address_key(peer));
+    const std::string& value = values[static_cast<std::size_t>(peer)];
     const std::size_t split = value.find('\n');
     const auto process = transport::process_identity::decode(std::string_view(value).substr(0, split));
     if (split == std::string::npos || !process)

@@ -48,6 +48,15 @@ constexpr std::string_view to_string(progress_mode mode) noexcept {
   return "unknown";
 }
 
+// What a receive waits for. An awaited receive belongs to an exchange its
+// caller waits on (a collective's step, a reply). A standing one is posted
+// ahead for a message that may never come (a gossip push, a server's next
+// request): a peer that dies or leaves with only standing receives pending
+// fails a wait or test on those receives, and nothing else, where an awaited
+// operation in flight with a dead peer fails every wait (it can never
+// complete, and what the caller waits for likely depends on it).
+enum class receive_kind { awaited, standing };
+
 template <class R>
 concept Request = std::movable<R> && requires(const R& request) {
   { request.done() } -> std::same_as<bool>;

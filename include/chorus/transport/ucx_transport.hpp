@@ -119,7 +119,7 @@ class ucx_transport {
     check_peer(peer, "send");
     check_tag(tag, peer, "send");
     if (peer_failure(peer)) raise_gone(peer, "send");
-    ucp_request_param_t params = operation_params(peer);
+    ucp_request_param_t params = operation_params(peers_[peer].in_flight);
     params.cb.send = &detail::on_send_done;
     std::lock_guard lock(mutex_);
     ucp_ep_h endpoint = peers_[peer].endpoint;
@@ -127,22 +127,24 @@ class ucx_transport {
       if (peer_failure(peer)) raise_gone(peer, "send");  // closed by a failure noticed since the check above
       throw error(errc::invalid_argument, "no endpoint: connect() was not called", {rank_, peer, "send"});
     }
-    request handle = start(peer, tag, false);
+    request handle = start(peer, tag, false, false);
     track(handle, ucp_tag_send_nbx(endpoint, data.empty() ? static_cast<const void*>(&empty_) : data.data(),
                                    data.size(), wire_tag(rank_, tag), &params));
     return handle;
   }
 
-  request irecv(int peer, tag_t tag, std::span<std::byte> data) {
+  request irecv(int peer, tag_t tag, std::span<std::byte> data,
+                transport::receive_kind kind = transport::receive_kind::awaited) {
     check_peer(peer, "recv");
     check_tag(tag, peer, "recv");
-    ucp_request_param_t params = operation_params(peer);
+    const bool standing = kind == transport::receive_kind::standing;
+    ucp_request_param_t params = operation_params(counter(peer, standing));
     // UCX 1.13 leaves recv_info empty when a receive completes inside the
     // call, so the length would be lost: always complete through the callback.
     params.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     params.cb.recv = &detail::on_recv_done;
     std::lock_guard lock(mutex_);
-    request handle = start(peer, tag, true);
+    request handle = start(peer, tag, true, standing);
     track(handle, ucp_tag_recv_nbx(context_.worker(), data.empty() ? static_cast<void*>(&empty_) : data.data(),
                                    data.size(), wire_tag(peer, tag), ~tag_t{0}, &params));
     return handle;
@@ -244,23 +246,29 @@ class ucx_transport {
     return (static_cast<tag_t>(sender) << transport::user_tag_bits) | tag;
   }
 
-  // The callbacks learn the peer's in-flight count through user_data.
-  ucp_request_param_t operation_params(int peer) noexcept {
+  // The count an operation with `peer` is in flight on.
+  std::atomic<int>& counter(int peer, bool standing) noexcept {
+    return standing ? peers_[peer].standing : peers_[peer].in_flight;
+  }
+
+  // The callbacks learn the operation's in-flight count through user_data.
+  static ucp_request_param_t operation_params(std::atomic<int>& in_flight) noexcept {
     ucp_request_param_t params{};
     params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    params.user_data = &peers_[peer].in_flight;
+    params.user_data = &in_flight;
     return params;
   }
 
   // Counted in flight before the UCP call: its callback may run inside it.
-  request start(int peer, tag_t tag, bool is_receive) {
+  request start(int peer, tag_t tag, bool is_receive, bool standing) {
     request handle;
     handle.owner_ = this;
     handle.peer_ = peer;
     handle.tag_ = tag;
     handle.is_receive_ = is_receive;
+    handle.standing_ = standing;
     handle.settled_ = UCS_INPROGRESS;
-    peers_[peer].in_flight.fetch_add(1, std::memory_order_acq_rel);
+    counter(peer, standing).fetch_add(1, std::memory_order_acq_rel);
     return handle;
   }
 
@@ -272,7 +280,7 @@ class ucx_transport {
       handle.state_ = static_cast<detail::operation_state*>(result);
       return;
     }
-    peers_[handle.peer_].in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    counter(handle.peer_, handle.standing_).fetch_sub(1, std::memory_order_acq_rel);
     handle.settled_ = result == nullptr ? UCS_OK : UCS_PTR_STATUS(result);
   }
 
@@ -346,9 +354,13 @@ class ucx_transport {
 
   // Asks UCX to cancel and waits for the acknowledgement: up to a second
   // in normal operation, but after a failure only until the shared abandon
-  // budget runs out. An abandoned request stays UCX's until its callback
-  // (shared ownership, request.hpp), and the endpoints are force-closed at
-  // teardown, so UCX never writes into a request chorus has let go of.
+  // budget runs out, and not at all for a failed peer's operation: its
+  // endpoint is closed, and UCX never completes a receive that matched the
+  // first fragments of a message whose sender died (a scheme dropping a
+  // dead worker held its server 0.5 s on it). An abandoned request stays
+  // UCX's until its callback (shared ownership, request.hpp), and the
+  // endpoints are force-closed at teardown, so UCX never writes into a
+  // request chorus has let go of; the failed peer sends nothing more.
   void cancel(request& handle) noexcept {
     {
       std::lock_guard lock(mutex_);
@@ -356,6 +368,7 @@ class ucx_transport {
     }
     auto deadline = clock::now() + std::chrono::seconds(1);
     if (failed()) deadline = std::min(deadline, clock::time_point(clock::duration(abandon_by_.load())));
+    if (peer_failure(handle.peer())) deadline = clock::now();
     wait_until(progress_mode::spin, [&] { return handle.done(); }, deadline, [&] { return progress(); },
                [](clock::time_point) {}, [](clock::duration) {});
   }

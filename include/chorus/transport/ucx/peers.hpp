@@ -41,7 +41,8 @@ struct peer_slot {
   std::atomic<ucs_status_t> failure{UCS_OK};
   std::optional<transport::process_identity> process;  // watched when on this host
   std::atomic<bool> process_exited{false};
-  std::atomic<int> in_flight{0};  // operations with this peer not yet over
+  std::atomic<int> in_flight{0};  // operations with this peer not yet over, standing receives aside
+  std::atomic<int> standing{0};   // standing receives from this peer not yet over
 };
 
 class peer_table {
@@ -90,6 +91,9 @@ class peer_table {
   // and whatever the caller waits for depends on them (a collective waits on
   // one peer while its exchange with the dead one is pending), so every wait
   // fails. A peer that finished and left has nothing in flight: no error.
+  // Standing receives do not count: a scheme posts them for messages that
+  // may never come, so a peer that finished and left still has one pending
+  // here (transport.hpp, receive_kind).
   int doomed() const noexcept {
     if (failed_peers_.load(std::memory_order_acquire) == 0) return -1;
     for (int peer = 0; peer < ranks_; ++peer)

@@ -50,7 +50,8 @@ inline bool let_go(operation_state* state) noexcept {
   return true;
 }
 
-// The callbacks' user_data: the peer's count of operations in flight.
+// The callbacks' user_data: the peer's count of operations in flight (of
+// its kind: standing receives are counted apart).
 inline void finish(void* request, ucs_status_t status, std::size_t received, void* in_flight) noexcept {
   auto* state = static_cast<operation_state*>(request);
   static_cast<std::atomic<int>*>(in_flight)->fetch_sub(1, std::memory_order_acq_rel);
@@ -84,6 +85,7 @@ class request {
       peer_ = other.peer_;
       tag_ = other.tag_;
       is_receive_ = other.is_receive_;
+      standing_ = other.standing_;
     }
     return *this;
   }
@@ -96,6 +98,7 @@ class request {
   int peer() const noexcept { return peer_; }
   tag_t tag() const noexcept { return tag_; }
   bool is_receive() const noexcept { return is_receive_; }
+  bool is_standing() const noexcept { return standing_; }
   std::size_t received_bytes() const noexcept { return state_ ? state_->received : 0; }
   ucs_status_t status() const noexcept {
     return state_ ? state_->status.load(std::memory_order_acquire) : settled_;
@@ -113,6 +116,7 @@ class request {
   int peer_ = -1;
   tag_t tag_ = 0;
   bool is_receive_ = false;
+  bool standing_ = false;  // a standing receive (transport.hpp, receive_kind)
 };
 
 }  // namespace chorus::ucx

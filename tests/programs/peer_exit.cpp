@@ -9,6 +9,12 @@
 //                        wait on each other, both alive: peer_failure naming
 //                        rank 2 well before the timeout (an exchange with a
 //                        dead peer can never complete), never a timeout
+//   peer_exit standing   ranks 0 and 1 keep a *standing* receive from rank 2
+//                        pending (a scheme's receive for a message that may
+//                        never come) and exchange with each other: that
+//                        succeeds, since rank 2 may simply have finished;
+//                        only a test of the standing receive itself fails,
+//                        with a peer_failure naming rank 2
 //   peer_exit startup    rank 2 joins the job's store and dies before it
 //                        publishes its address: init() on ranks 0 and 1 is
 //                        a peer_failure naming rank 2 at once (the store saw
@@ -53,6 +59,42 @@ int die_during_startup() {
   }
 }
 
+// Rank 2 leaves; a standing receive from it does not fail the survivors'
+// exchange, and testing it names rank 2.
+int outlive_standing_receive(chorus::communicator& comm) {
+  std::array<int, 3> values{};
+  if (comm.rank() == 2) {
+    comm.send(std::span(values), 0);
+    comm.send(std::span(values), 1);
+    ::_exit(0);
+  }
+  std::array<int, 3> never{};
+  auto standing = comm.irecv(std::span(never), 2, 9, chorus::receive_kind::standing);
+  comm.recv(std::span(values), 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 2 is gone by now
+  const int other = 1 - comm.rank();
+  std::array<int, 3> mine{comm.rank(), 7, 7}, theirs{};
+  try {
+    auto sent = comm.isend(std::span<const int>(mine), other, 5);
+    comm.recv(std::span(theirs), other, 5);
+    comm.wait(sent);
+  } catch (const chorus::error& failure) {
+    std::printf("rank %d: WRONG: the exchange with a live peer failed: %s\n", comm.rank(), failure.what());
+    return 1;
+  }
+  try {
+    comm.progress_until([&] { return comm.test(standing); }, "standing receive");
+    std::printf("rank %d: WRONG: the standing receive from rank 2 completed\n", comm.rank());
+    return 1;
+  } catch (const chorus::error& failure) {
+    const bool ok = failure.category() == chorus::errc::peer_failure && failure.peer() == 2 && theirs[0] == other;
+    std::printf("rank %d: %s: exchanged with rank %d, then the standing receive failed: %s\n", comm.rank(),
+                ok ? "ok" : "WRONG", other, failure.what());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the other survivor is not done yet
+    return ok ? 0 : 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,6 +102,7 @@ int main(int argc, char** argv) {
   if (mode == "startup") return die_during_startup();
   const bool pending = mode == "pending";
   chorus::communicator comm = chorus::init();
+  if (mode == "standing") return outlive_standing_receive(comm);
   const std::array<int, 3> first{1, 2, 3};
   if (comm.rank() == 2) {
     comm.send(std::span(first), 0);

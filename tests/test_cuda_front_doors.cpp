@@ -9,6 +9,7 @@
 #include <chorus/chorus.hpp>
 #include <chorus/cuda/router.hpp>
 
+#include "expect_error.hpp"
 #include "fake_device.hpp"
 #include "support.hpp"
 
@@ -390,4 +391,38 @@ TEST_CASE("schemes over device parameters: the host optimiser refuses them") {
   chorus::averaging::sgd optimiser(x.span(), {.learning_rate = 0.1});
   CHECK_THROWS_AS(optimiser.apply(g.span()), chorus::error);
   CHECK(x.read() == std::vector<float>(5, 1.0f));  // untouched
+}
+
+TEST_CASE("CHORUS_CHECK=1: device memory on one rank and host memory on the others is a mismatch on every rank") {
+  ::setenv("CHORUS_CHECK", "1", 1);
+  for (const bool direct : {false, true}) {
+    CAPTURE(direct);
+    fake_device fake;
+    fake.set_network_reaches(direct);  // the rank with device memory takes the staged or the direct path
+    chorus::cuda::device gpu(fake);
+    chorus::cuda::router router(gpu, {4096, 3});
+    const chorus::cuda::route_front_doors routing(router);
+    for (const int ranks : {3, 4}) {
+      CAPTURE(ranks);
+      chorus::run_threads(ranks, [&](communicator& comm) {
+        const std::vector<float> input = input_of(comm.rank(), 7);
+        std::vector<float> host = input;
+        on_device device(fake, input);
+        const bool odd_one = comm.rank() == 1;
+        chorus_test::expect_error([&] { chorus::allreduce(comm, odd_one ? device.span() : std::span(host)); },
+                                  chorus::errc::mismatch,
+                                  "rank 1 calls allreduce(count 7, float32, sum, device memory)");
+        chorus_test::expect_error([&] { chorus::broadcast(comm, odd_one ? device.span() : std::span(host), 0); },
+                                  chorus::errc::mismatch, "rank 1 calls broadcast(count 7, float32, root 0, device memory)");
+        CHECK(same_bits(host, input));  // nothing was written
+        CHECK(same_bits(device.read(), input));
+        // An empty device buffer moves nothing: the same call as an empty host one.
+        std::vector<float> none;
+        on_device empty(fake, none);
+        chorus::allreduce(comm, odd_one ? empty.span() : std::span(none));
+        chorus::allreduce(comm, device.span());  // agreeing again: it runs
+      }, quick());
+    }
+  }
+  ::unsetenv("CHORUS_CHECK");
 }

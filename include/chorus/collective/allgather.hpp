@@ -62,7 +62,7 @@ algorithm allgather_through(memory_router& router, Communicator& comm, std::span
   const std::size_t block = allgather_block(comm, all);
   const routed_buffer view{all.data(), all.size_bytes(), buffer_use::read_write};
   if (!moves_host_memory(made.chosen) && run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
-        check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1});
+        check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1, call_memory(all)});
         report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
         exchange ex(comm, "allgather");
         network_exchange on_network(ex, where);
@@ -90,7 +90,7 @@ template <class Communicator, element T>
 algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = algorithm::automatic) {
   if (memory_router* router = routed(all)) return collective::allgather_through(*router, comm, all, forced);
   const std::size_t block = collective::allgather_block(comm, all);
-  collective::check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1});
+  collective::check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1, call_memory(all)});
   const choice made = choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced);
   report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allgather");

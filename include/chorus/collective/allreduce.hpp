@@ -77,7 +77,7 @@ algorithm allreduce_through(memory_router& router, Communicator& comm, std::span
     const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
     if (!moves_host_memory(direct.chosen) &&
         run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
-          check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
+          check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
           report(comm, "allreduce", data.size_bytes(), dtype_of<T>, direct);
           exchange ex(comm, "allreduce");
           network_exchange on_network(ex, where);
@@ -97,7 +97,7 @@ template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm forced = algorithm::automatic) {
   if (memory_router* router = routed(data)) return collective::allreduce_through(*router, comm, data, op, forced);
   staging_hooks* const hooks = take_staging_hooks();
-  collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1});
+  collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
   const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
   report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allreduce");

@@ -58,7 +58,7 @@ algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> ou
   memory_router* router = routed(input, output);
   const std::size_t block = collective::alltoall_block(comm, input, output);
   const auto check_and_report = [&] {
-    collective::check_if_enabled(comm, {"alltoall", block, dtype_of<T>, "", -1});
+    collective::check_if_enabled(comm, {"alltoall", block, dtype_of<T>, "", -1, call_memory(input, output)});
     const choice made = choose(comm, "alltoall", {comm.size(), input.size_bytes()}, algorithm::automatic);
     report(comm, "alltoall", input.size_bytes(), dtype_of<T>, made);
   };

@@ -50,7 +50,7 @@ algorithm broadcast_through(memory_router& router, Communicator& comm, std::span
   const choice made = choose(comm, "broadcast", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
   const routed_buffer view{data.data(), data.size_bytes(), comm.rank() == root ? buffer_use::read : buffer_use::write};
   if (!moves_host_memory(made.chosen) && run_direct(router, comm, "broadcast", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
-        check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root});
+        check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root, call_memory(data)});
         report(comm, "broadcast", data.size_bytes(), dtype_of<T>, made);
         exchange ex(comm, "broadcast");
         network_exchange on_network(ex, where);
@@ -67,7 +67,7 @@ template <class Communicator, element T>
 algorithm broadcast(Communicator& comm, std::span<T> data, int root, algorithm forced = algorithm::automatic) {
   if (memory_router* router = routed(data)) return collective::broadcast_through(*router, comm, data, root, forced);
   collective::check_root(root, comm.size(), comm.transport().rank(), "broadcast");
-  collective::check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root});
+  collective::check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root, call_memory(data)});
   const choice made = choose(comm, "broadcast", {comm.size(), data.size_bytes()}, forced);
   report(comm, "broadcast", data.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "broadcast");

@@ -60,7 +60,7 @@ void gather_through(memory_router& router, Communicator& comm, std::span<const T
   const routed_buffer in{mine.data(), mine.size_bytes(), buffer_use::read};
   const routed_buffer out{all.data(), filled * sizeof(T), buffer_use::write};
   if (run_direct(router, comm, "gather", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
-        check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root});
+        check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root, call_memory(mine, all)});
         exchange ex(comm, "gather");
         network_exchange on_network(ex, where);
         gather_by(on_network, comm, mine, all, root, routed_steps(where));
@@ -76,7 +76,7 @@ template <class Communicator, element T>
 void gather(Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
   if (memory_router* router = routed(mine, all)) return collective::gather_through(*router, comm, mine, all, root);
   collective::check_gather(comm, mine, all, root);
-  collective::check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root});
+  collective::check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root, call_memory(mine, all)});
   collective::exchange ex(comm, "gather");
   collective::gather_by(ex, comm, mine, all, root, collective::host_steps{});
 }

@@ -32,7 +32,7 @@ void begin_reduce(Communicator& comm, std::span<const T> input, std::span<T> out
   const int rank = comm.transport().rank();
   check_root(root, comm.size(), rank, "reduce");
   if (comm.rank() == root) check_output(input, output, input.size(), rank, "reduce");
-  check_if_enabled(comm, {"reduce", input.size(), dtype_of<T>, op::name_of<Op>(), root});
+  check_if_enabled(comm, {"reduce", input.size(), dtype_of<T>, op::name_of<Op>(), root, call_memory(input, output)});
   const choice made = choose(comm, "reduce", {comm.size(), input.size_bytes()}, algorithm::automatic);
   report(comm, "reduce", input.size_bytes(), dtype_of<T>, made);
 }

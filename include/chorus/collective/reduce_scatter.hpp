@@ -75,7 +75,7 @@ algorithm reduce_scatter_through(memory_router& router, Communicator& comm, std:
     const routed_buffer out{output.data(), block * sizeof(T), buffer_use::write};
     const bool direct = !moves_host_memory(made.chosen) && run_direct(router, comm, "reduce_scatter", {in, out}, dtype_of<T>, op::name_of<Op>(),
                                    [&](local_arithmetic& where) {
-                                     check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1});
+                                     check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
                                      report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
                                      exchange ex(comm, "reduce_scatter");
                                      network_exchange on_network(ex, where);
@@ -109,7 +109,7 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
   if (memory_router* router = routed(input, output))
     return collective::reduce_scatter_through(*router, comm, input, output, op, forced);
   const std::size_t block = collective::reduce_scatter_block(comm, input, output);
-  collective::check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1});
+  collective::check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
   const choice made = choose(comm, "reduce_scatter", {comm.size(), input.size_bytes()}, forced);
   report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "reduce_scatter");

@@ -65,7 +65,7 @@ void scatter_through(memory_router& router, Communicator& comm, std::span<const 
   const routed_buffer in{all.data(), used * sizeof(T), buffer_use::read};
   const routed_buffer out{mine.data(), mine.size_bytes(), buffer_use::write};
   if (run_direct(router, comm, "scatter", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
-        check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root});
+        check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root, call_memory(all, mine)});
         exchange ex(comm, "scatter");
         network_exchange on_network(ex, where);
         scatter_by(on_network, comm, all, mine, root, routed_steps(where));
@@ -82,7 +82,7 @@ template <class Communicator, element T>
 void scatter(Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
   if (memory_router* router = routed(all, mine)) return collective::scatter_through(*router, comm, all, mine, root);
   collective::check_scatter(comm, all, mine, root);
-  collective::check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root});
+  collective::check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root, call_memory(all, mine)});
   collective::exchange ex(comm, "scatter");
   collective::scatter_by(ex, comm, all, mine, root, collective::host_steps{});
 }

@@ -89,7 +89,7 @@ algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps&
   report(comm, "compressed_allreduce", c.encoded_bytes(data.size()), dtype::float32, made);
   const compression_scheme scheme = as_scheme(made.chosen);
   if (collective::check_enabled(comm))  // the signature string only when it is checked
-    collective::check_agreement(comm, {"allreduce", data.size(), dtype::float32, signature_op<Op, plain>(scheme), -1});
+    collective::check_agreement(comm, {"allreduce", data.size(), dtype::float32, signature_op<Op, plain>(scheme), -1, call_memory(data)});
   constexpr bool average = std::is_same_v<Op, op::avg>;
   if constexpr (codec::sparse<plain>) {
     allreduce_sparse_with(comm, data, steps, average);

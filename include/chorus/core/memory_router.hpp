@@ -209,6 +209,11 @@ inline bool& routing_suspended() noexcept {
   thread_local bool suspended = false;
   return suspended;
 }
+// Inside through_host: the memory the staged buffers were (call_memory).
+inline memory_kind& staged_memory() noexcept {
+  thread_local memory_kind kind = memory_kind::host;
+  return kind;
+}
 
 // Sets one of the thread-local values above until the scope ends.
 template <class T>
@@ -278,6 +283,20 @@ memory_router* routed(std::span<T>... spans) noexcept {
   return elsewhere ? router : nullptr;
 }
 
+// The memory a collective call was given, as far as its path goes: device
+// memory if any of `spans` is device memory with elements in it, else host
+// (pinned memory is host memory to every path; an empty buffer moves
+// nothing); inside through_host, the memory of the buffers it staged, not
+// their host copies. CHORUS_CHECK compares it across ranks.
+template <class... T>
+memory_kind call_memory(std::span<T>... spans) noexcept {
+  if (detail::routing_suspended()) return detail::staged_memory();
+  memory_router* router = detail::installed_router().load(std::memory_order_acquire);
+  if (router == nullptr) return memory_kind::host;
+  const bool device = ((!spans.empty() && router->kind_of(spans.data()) == memory_kind::cuda_device) || ...);
+  return device ? memory_kind::cuda_device : memory_kind::host;
+}
+
 // Runs body(host spans...) through `router` and returns what it returns;
 // `comm` waits (its progress_until: bounded by its timeout).
 template <class Communicator, class Body, class... T>
@@ -286,7 +305,9 @@ auto through_host(memory_router& router, Communicator& comm, Body&& body, staged
   const std::array<routed_buffer, sizeof...(T)> views{
       routed_buffer{static_cast<const void*>(buffers.span.data()), buffers.span.size_bytes(), buffers.use}...};
   std::conditional_t<std::is_void_v<result>, std::optional<int>, std::optional<result>> out;
+  const memory_kind given = call_memory(buffers.span...);
   const auto on_host = [&](std::span<void* const> host) {
+    const detail::scoped_value<memory_kind> staged_from(detail::staged_memory(), given);
     const detail::scoped_value<bool> suspended(detail::routing_suspended(), true);
     std::size_t next = 0;
     const auto typed = [&](const auto& buffer) {
@@ -312,9 +333,11 @@ auto through_host_in_parts(memory_router& router, Communicator& comm, Body&& bod
   using result = std::invoke_result_t<Body&, std::span<T>>;
   std::optional<result> out;
   const routed_buffer view{static_cast<const void*>(data.data()), data.size_bytes(), buffer_use::read_write};
+  const memory_kind given = call_memory(data);
   router.through_host_in_parts(
       view,
       [&](void* host) {
+        const detail::scoped_value<memory_kind> staged_from(detail::staged_memory(), given);
         const detail::scoped_value<bool> suspended(detail::routing_suspended(), true);
         out.emplace(body(std::span<T>(static_cast<T*>(host), data.size())));
       },

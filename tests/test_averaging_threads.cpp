@@ -223,6 +223,48 @@ TEST_CASE("GoSGD: every quiesce() is a consistent cut (sum a = 1, sum a x unchan
   CHECK(std::accumulate(merges.values.begin(), merges.values.end(), std::uint64_t{0}) > 100);
 }
 
+TEST_CASE("GoSGD between a step and quiesce(): a collective or another scheme's step over its peers raises, never stalls") {
+  const int n = 4;
+  per_rank<int> refused(n);
+  chorus::run_threads(n, [&](communicator& comm) {
+    int refusals = 0;
+    const auto refuses = [&](auto&& call, std::string_view operation) {
+      try {
+        call();
+      } catch (const chorus::error& failure) {
+        const std::string text = failure.what();
+        const bool named = text.find("gosgd") != std::string::npos && text.find("quiesce()") != std::string::npos &&
+                           text.find(operation) != std::string::npos;
+        CHECK_MESSAGE(failure.category() == chorus::errc::invalid_argument, text);
+        CHECK_MESSAGE(named, text);
+        refusals += failure.category() == chorus::errc::invalid_argument && named;
+      }
+    };
+    model mine(comm.rank()), other(comm.rank());
+    communicator pairs = comm.split(comm.rank() / 2, comm.rank());   // {0, 1}, {2, 3}: the gossip
+    communicator across = comm.split(comm.rank() % 2, comm.rank());  // {0, 2}, {1, 3}: no other gossip member
+    avg::gosgd scheme(pairs, mine.view(), {.push_probability = 1.0, .seed = 3});
+    avg::dpsgd mixing(comm, other.view());  // made before the gossip opens: its split is a collective
+    for (int step = 0; step < 8; ++step) scheme.step(no_op, no_op);
+    std::vector<double> data(5, comm.rank() + 1.0);
+    const std::vector<double> before = data;
+    refuses([&] { chorus::allreduce(comm, std::span(data)); }, "allreduce");
+    CHECK(data == before);  // nothing was written
+    refuses([&] { chorus::broadcast(pairs, std::span(data), 0); }, "broadcast");
+    refuses([&] { mixing.step(no_op, no_op); }, "dpsgd step");
+    chorus::allreduce(across, std::span(data));  // shares no other member with the gossip: runs
+    CHECK(data[0] == (comm.rank() % 2 + 1.0) + (comm.rank() % 2 + 3.0));
+    scheme.quiesce();
+    chorus::allreduce(comm, std::span(data));  // quiesced: runs
+    mixing.step(no_op, no_op);
+    for (int step = 0; step < 4; ++step) scheme.step(no_op, no_op);  // open again, then finish() closes it
+    scheme.finish();
+    chorus::barrier(comm);
+    refused.set(comm.rank(), refusals);
+  }, quick());
+  for (int count : refused.values) CHECK(count == 3);
+}
+
 TEST_CASE("local SGD with H = 1 equals allreduce-SGD bit for bit on the same data") {
   // Dyadic data, a power-of-two learning rate and 4 ranks: every operation
   // of both paths is exact, so any difference in what is averaged, when, or

@@ -59,6 +59,7 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
   const averaging::topology& topology() const noexcept { return topology_; }
 
   void begin_step() {
+    comm_.require_merged("dpsgd step");
     if (on_device_) return this->metered([&] { on_device_->start(topology_.at(round_)); });
     snapshot_.resize(model_.size());
     model_.copy_to(snapshot_);

@@ -94,6 +94,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     return total;
   }
 
+  // A pull waits only for the server's progress thread, never for another
+  // rank's trainer: no open scheme can hold it up (comm/pending_merges.hpp).
   void end_step() {
     this->count_step();
     if (this->stats_.steps % options_.tau == 0) pull();
@@ -103,6 +105,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   // serves the last pulls itself until every live worker has (bounded by
   // the timeout), then sends each the centre.
   void finish() {
+    comm_.require_merged("easgd_async finish");  // it waits for every worker's last pull
     std::vector<float> centre(elements_);
     if (is_server()) {
       serving_.stop();  // from here on this thread serves, and alone touches the centre

@@ -20,6 +20,11 @@
 // Messages are wire.hpp's: a push carries its weight and its number among
 // the pushes to that peer; a cut carries how many pushes came before it.
 //
+// Between its first step and quiesce() the scheme is open (its peers'
+// pushes may wait to be merged here): a collective or another scheme's step
+// over its peers then raises invalid_argument, naming quiesce(), instead of
+// stalling (comm/pending_merges.hpp).
+//
 // A peer that dies mid-training is a peer-failure or timeout error, unless
 // on_peer_failure is continue_ (peer_loss.hpp): then each survivor drops it
 // when an operation with it fails (its receive, a push to it, its cut in
@@ -76,7 +81,8 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       : comm_(comm.split(0, comm.rank())), group_(comm_), model_(std::move(model)), options_(std::move(options)),
         weight_(1.0 / comm_.size()), random_(options_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(comm_.rank())),
         payload_bytes_(options_.codec.encoded_bytes(model_.size())),
-        peers_(static_cast<std::size_t>(comm_.size())), losses_(options_.on_peer_failure) {
+        peers_(static_cast<std::size_t>(comm_.size())), losses_(options_.on_peer_failure),
+        unmerged_(comm_.pending_merges(), "gosgd", comm_.world_ranks()) {
     codec::require_model_codec(options_.codec, "gosgd");
     if (!(options_.push_probability >= 0.0 && options_.push_probability <= 1.0))
       throw error(errc::invalid_argument, "gosgd: push probability must be in [0, 1], got " +
@@ -89,7 +95,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // The peers this rank went on without (on_peer_failure = continue_).
   std::vector<lost_peer> lost_peers() const { return losses_.list(); }
 
-  void begin_step() { merge_arrivals(); }
+  void begin_step() {
+    comm_.require_merged("gosgd step", unmerged_.key());
+    unmerged_.open();
+    merge_arrivals();
+  }
 
   void end_step() {
     this->count_step();
@@ -117,6 +127,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       state.cut_in = false;
       post(peer);
     });
+    unmerged_.close();
     if (losses_.tolerated()) renormalise();
   }
 
@@ -338,6 +349,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   peer_losses losses_;
   std::vector<float> flat_;
   progress_thread::registration progress_;
+  pending_merges::scheme unmerged_;  // open from a step until quiesce()
 };
 
 template <class C>

@@ -129,6 +129,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   }
 
   void begin_step() {
+    comm_.require_merged("parameter_server step");
     if (is_worker() && fetching_) take_fetch_if_arrived();
   }
 

@@ -72,6 +72,7 @@ class tree_easgd : public scheme_base<tree_easgd<Communicator>> {
   }
 
   void end_step() {
+    comm_.require_merged("tree_easgd step");
     this->count_step();
     const std::uint64_t step = this->stats_.steps;
     if (step % options_.tau_up == 0) {

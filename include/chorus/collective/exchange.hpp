@@ -1,7 +1,8 @@
 // One collective call's view of the communicator: its sequence number, and
 // typed sends/receives whose wire tag is (sequence, step). Receives check the
 // size that arrived, so ranks that disagree on a count get a mismatch error
-// instead of silently short data.
+// instead of silently short data. Made only while no asynchronous scheme
+// has messages waiting to be merged across the group (pending_merges.hpp).
 #pragma once
 
 #include <chorus/comm/communicator.hpp>
@@ -20,7 +21,7 @@ class exchange {
   using request = typename Communicator::request;
 
   exchange(Communicator& comm, std::string_view operation)
-      : comm_(comm), sequence_(comm.next_sequence()), operation_(operation) {}
+      : comm_(comm), sequence_(merged_then_next(comm, operation)), operation_(operation) {}
 
   Communicator& comm() const noexcept { return comm_; }
   int rank() const noexcept { return comm_.rank(); }
@@ -82,6 +83,11 @@ class exchange {
   }
 
  private:
+  static std::uint32_t merged_then_next(Communicator& comm, std::string_view operation) {
+    comm.require_merged(operation);
+    return comm.next_sequence();
+  }
+
   transport::tag_t tag(std::uint32_t step) const {
     if (step > tag::max_step)
       throw error(errc::invalid_argument,

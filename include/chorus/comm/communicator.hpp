@@ -14,6 +14,7 @@
 #include <chorus/comm/background.hpp>
 #include <chorus/comm/host_layout.hpp>
 #include <chorus/comm/options.hpp>
+#include <chorus/comm/pending_merges.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
 #include <chorus/comm/traffic.hpp>
@@ -61,6 +62,8 @@ struct world_state {
   // channel), by a key of their own; kept until the world ends.
   std::mutex attachments_mutex;
   std::map<std::string, std::shared_ptr<void>> attachments;
+  // Asynchronous schemes open on this process (comm/pending_merges.hpp).
+  chorus::pending_merges pending_merges;
 
   world_state() = default;
   world_state(const world_state&) = delete;
@@ -195,6 +198,16 @@ class basic_communicator {
           });
     return *world_->progress;
   }
+
+  // The asynchronous schemes of this process whose messages may wait to be
+  // merged (comm/pending_merges.hpp): a scheme opens and closes itself here.
+  chorus::pending_merges& pending_merges() const noexcept { return world_->pending_merges; }
+  // Raises invalid_argument if such a scheme, other than `caller`, is open
+  // over another member of this group: every collective asks first.
+  void require_merged(std::string_view operation, const void* caller = nullptr) const {
+    world_->pending_merges.require_merged(members_, world_rank(rank_), operation, caller);
+  }
+  std::vector<int> world_ranks() const { return members_; }  // rank -> transport rank
 
   // Raw tagged byte transfers, for collectives.
   request isend_bytes(std::span<const std::byte> data, int peer, transport::tag_t wire) {

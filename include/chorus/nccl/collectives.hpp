@@ -110,6 +110,7 @@ algorithm begin(communicator& comm, const char* operation, std::size_t count, st
     throw error(errc::invalid_argument, "NCCL has no " + std::string(to_string(type)) + " type",
                 {comm.host().transport().rank(), -1, operation});
   if (root != no_root) collective::check_root(root, comm.size(), comm.host().transport().rank(), operation);
+  comm.require_merged(operation);
   // Only memory NCCL moves gets here (communicator::moves); host memory on
   // another rank takes the host communicator's path, whose check this meets.
   collective::check_if_enabled(comm.host(),

@@ -119,6 +119,10 @@ class communicator {
   // host-side messages of the schemes, go through it.
   chorus::communicator& host() noexcept { return host_; }
   adapter& through() const noexcept { return *through_; }
+  // The rule every collective and scheme step keeps (comm/pending_merges.hpp).
+  void require_merged(std::string_view operation, const void* caller = nullptr) const {
+    host_.require_merged(operation, caller);
+  }
 
   // Whether the call goes through the adapter: every non-empty buffer is
   // memory it moves (a call of empty buffers does too, as an NCCL call of

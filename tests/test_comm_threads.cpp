@@ -5,6 +5,7 @@
 
 #include "expect_error.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -283,4 +284,75 @@ TEST_CASE("a rank that is neither told the store nor given a rendezvous gets a c
   info.size = 2;
   chorus_test::expect_error([&] { chorus::connect(info, quick()); }, chorus::errc::invalid_argument,
                             "no store address for a job of 2 ranks");
+}
+
+TEST_CASE("receive from any source: every sender once, its rank reported, 1..6 ranks and empty messages") {
+  for (int ranks = 1; ranks <= 6; ++ranks) {
+    CAPTURE(ranks);
+    std::atomic<int> wrong{0};
+    chorus::run_threads(ranks, [&](communicator& comm) {
+      if (comm.rank() != 0) {
+        const std::vector<int> mine(static_cast<std::size_t>(comm.rank() % 3), comm.rank());  // 0, 1 or 2 ints
+        comm.send(std::span<const int>(mine), 0, 7);
+        return;
+      }
+      std::vector<int> seen;
+      for (int k = 1; k < comm.size(); ++k) {
+        std::vector<int> into(2, -1);
+        auto received = comm.irecv_any(std::span(into), 7);
+        comm.wait(received, "recv any");
+        const int from = comm.source_of(received);
+        seen.push_back(from);
+        const std::size_t expected = static_cast<std::size_t>(from % 3);
+        wrong += received.received_bytes() != expected * sizeof(int);
+        for (std::size_t i = 0; i < expected; ++i) wrong += into[i] != from;
+      }
+      std::sort(seen.begin(), seen.end());
+      for (int k = 1; k < comm.size(); ++k) wrong += seen[static_cast<std::size_t>(k - 1)] != k;
+    }, quick());
+    CHECK(wrong.load() == 0);
+  }
+}
+
+TEST_CASE("monitored_barrier: passes when all come; names the ranks that do not, on rank 0 and the others") {
+  SUBCASE("all arrive, 1..5 ranks") {
+    for (int ranks = 1; ranks <= 5; ++ranks)
+      chorus::run_threads(ranks, [](communicator& comm) { chorus::monitored_barrier(comm, 5000ms); }, quick());
+  }
+  SUBCASE("rank 2 of 4 stays away: rank 0 names it, the others hear of it") {
+    chorus::run_threads(4, [](communicator& comm) {
+      if (comm.rank() == 2) return std::this_thread::sleep_for(600ms);  // never calls it
+      if (comm.rank() == 0)
+        chorus_test::expect_error([&] { chorus::monitored_barrier(comm, 300ms); }, chorus::errc::timeout,
+                                  "rank 2 failed to pass monitored_barrier within 300 ms");
+      else
+        chorus_test::expect_error([&] { chorus::monitored_barrier(comm, 5000ms); }, chorus::errc::timeout,
+                                  "rank 0 reports that others did not");
+    }, quick());
+  }
+  SUBCASE("wait_all names every rank that stays away") {
+    chorus::run_threads(4, [](communicator& comm) {
+      if (comm.rank() >= 2) return std::this_thread::sleep_for(600ms);
+      try {
+        chorus::monitored_barrier(comm, 300ms, {.wait_all = true});
+        FAIL("monitored_barrier passed without ranks 2 and 3");
+      } catch (const chorus::error& failure) {
+        CHECK(failure.category() == chorus::errc::timeout);
+        if (comm.rank() == 0) CHECK(std::string(failure.what()).find("ranks 2, 3 failed to pass") != std::string::npos);
+      }
+    }, quick());
+  }
+  SUBCASE("rank 0 stays away: every other rank names it") {
+    chorus::run_threads(3, [](communicator& comm) {
+      if (comm.rank() == 0) return std::this_thread::sleep_for(600ms);
+      try {
+        chorus::monitored_barrier(comm, 300ms);
+        FAIL("monitored_barrier passed without rank 0");
+      } catch (const chorus::error& failure) {
+        CHECK(failure.category() == chorus::errc::timeout);
+        CHECK(failure.peer() == 0);
+        CHECK(std::string(failure.what()).find("rank 0 did not answer within 300 ms") != std::string::npos);
+      }
+    }, quick());
+  }
 }

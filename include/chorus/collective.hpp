@@ -12,6 +12,7 @@
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/collective/fusion.hpp>
 #include <chorus/collective/gather.hpp>
+#include <chorus/collective/monitored_barrier.hpp>
 #include <chorus/collective/nonblocking.hpp>
 #include <chorus/collective/reduce.hpp>
 #include <chorus/collective/reduce_scatter.hpp>

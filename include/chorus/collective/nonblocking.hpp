@@ -1,4 +1,4 @@
-// Non-blocking collectives: iallreduce, ibroadcast, iallgather start the
+// Non-blocking collectives: iallreduce, ibroadcast, iallgather, ibarrier start the
 // operation on the communicator's background thread and return at once, so
 // a trainer can overlap communication with its backward pass.
 //
@@ -91,6 +91,11 @@ template <class Communicator, element T>
 collective_request ibroadcast(Communicator& comm, std::span<T> data, int root,
                               algorithm forced = algorithm::automatic) {
   return collective::start(comm, "ibroadcast", [data, root, forced](Communicator& c) { broadcast(c, data, root, forced); });
+}
+
+template <class Communicator>
+collective_request ibarrier(Communicator& comm) {
+  return collective::start(comm, "ibarrier", [](Communicator& c) { c.barrier(); });
 }
 
 template <class Communicator, element T>

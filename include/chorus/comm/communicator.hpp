@@ -247,6 +247,25 @@ class basic_communicator {
     });
   }
 
+  // A receive of the next message with `user_tag` from any rank of this
+  // group; source_of() says who sent it, once it completed.
+  template <class U, std::size_t E>
+  request irecv_any(std::span<U, E> data, int user_tag = 0) {
+    static_assert(std::is_trivially_copyable_v<U> && !std::is_const_v<U>);
+    const std::span<std::byte> bytes = std::as_writable_bytes(data);
+    return start_moving(bytes, buffer_use::write, "irecv", [&](std::span<std::byte> moved) {
+      return transport().irecv_any(user_wire_tag(user_tag, "recv"), moved);
+    });
+  }
+  // The rank of this group that sent what `received` (a completed receive) holds.
+  int source_of(const request& received) const {
+    const auto found = std::find(members_.begin(), members_.end(), received.peer());
+    if (found == members_.end())
+      throw error(errc::invalid_argument, "the request has no sender in this group (not a completed receive)",
+                  {transport().rank(), received.peer(), "source_of"});
+    return static_cast<int>(found - members_.begin());
+  }
+
   // Device memory goes to the transport as it is on the direct path (a UCX
   // that moves CUDA memory, core/direct_path.hpp), else through pinned memory.
   template <class U, std::size_t E>
@@ -306,6 +325,7 @@ class basic_communicator {
   // Dissemination barrier: ceil(log2 n) rounds; in round k rank r signals
   // r + 2^k and hears from r - 2^k (mod n). Cost: ceil(log2 n) alpha.
   void barrier() {
+    require_merged("barrier");
     const std::uint32_t sequence = next_sequence();
     const int n = size();
     std::uint32_t round = 0;

@@ -9,7 +9,8 @@
 //
 // Matching: UCP matches receives on the tag alone, not on the sender, so the
 // top `rank_bits` of every wire tag carry the sender's rank and a receive from
-// peer p matches only tags that p sent.
+// peer p matches only tags that p sent; a receive from any source masks
+// those bits out and reads the sender from the tag that matched.
 //
 // Teardown after a failure is bounded: the first failure (or timeout) starts
 // an `abandon_budget`; cancelling a pending request waits for UCX's
@@ -112,8 +113,12 @@ class ucx_transport {
   // answer (a flush to a stopped peer held teardown 2 s).
   void abandon() noexcept { note_failure(); }
 
-  // The failure UCX reported for a peer's endpoint, if any.
-  std::optional<ucs_status_t> peer_failure(int peer) const noexcept { return peers_.failure(peer); }
+  // The failure UCX reported for a peer's endpoint, if any (none for -1,
+  // the peer of a receive from any source that has not matched).
+  std::optional<ucs_status_t> peer_failure(int peer) const noexcept {
+    if (peer < 0) return std::nullopt;
+    return peers_.failure(peer);
+  }
 
   request isend(int peer, tag_t tag, std::span<const std::byte> data) {
     check_peer(peer, "send");
@@ -147,6 +152,26 @@ class ucx_transport {
     request handle = start(peer, tag, true, standing);
     track(handle, ucp_tag_recv_nbx(context_.worker(), data.empty() ? static_cast<void*>(&empty_) : data.data(),
                                    data.size(), wire_tag(peer, tag), ~tag_t{0}, &params));
+    return handle;
+  }
+
+  // A receive of the next message with `tag` from whichever peer sends it;
+  // the request's peer() is the sender once it completed. No peer's death
+  // fails it (a wait on it times out if nobody sends).
+  request irecv_any(tag_t tag, std::span<std::byte> data) {
+    check_tag(tag, -1, "recv");
+    ucp_request_param_t params = operation_params(any_source_in_flight_);
+    params.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // as irecv: the length and sender come with the callback
+    params.cb.recv = &detail::on_recv_done;
+    std::lock_guard lock(mutex_);
+    request handle;
+    handle.owner_ = this;
+    handle.tag_ = tag;
+    handle.is_receive_ = true;
+    handle.settled_ = UCS_INPROGRESS;
+    any_source_in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    track(handle, ucp_tag_recv_nbx(context_.worker(), data.empty() ? static_cast<void*>(&empty_) : data.data(),
+                                   data.size(), tag, transport::user_tag_mask, &params));
     return handle;
   }
 
@@ -248,6 +273,7 @@ class ucx_transport {
 
   // The count an operation with `peer` is in flight on.
   std::atomic<int>& counter(int peer, bool standing) noexcept {
+    if (peer < 0) return any_source_in_flight_;
     return standing ? peers_[peer].standing : peers_[peer].in_flight;
   }
 
@@ -325,7 +351,7 @@ class ucx_transport {
     const ucs_status_t status = handle.done() ? handle.status() : *peer_failure(handle.peer());
     const int peer = handle.peer();
     const bool truncated = status == UCS_ERR_MESSAGE_TRUNCATED;
-    const bool gone = peers_.gone(peer);
+    const bool gone = peer >= 0 && peers_.gone(peer);
     const std::string cause =
         (from_peer || gone) && peer_failure(peer) ? peers_.failure_text(peer) : ucs_status_string(status);
     const std::string detail = truncated ? "message is larger than the receive buffer"
@@ -343,7 +369,7 @@ class ucx_transport {
     const std::string detail = std::string(handle.is_receive() ? "receive from" : "send to") +
                                " peer did not complete before the deadline (tag 0x" + to_hex(handle.tag()) + ")";
     note_failure();
-    {
+    if (peer >= 0) {
       std::lock_guard lock(mutex_);
       peer_table::mark_failed(peers_[peer], UCS_ERR_ENDPOINT_TIMEOUT);
       peers_.close_failed_endpoints(closing_);
@@ -396,6 +422,7 @@ class ucx_transport {
   // worker purges the requests still pending, and their callbacks and the
   // endpoints' error handlers write into the peer table.
   peer_table peers_;
+  std::atomic<int> any_source_in_flight_{0};  // receives from any source not yet over (the same reason)
   context context_;
   std::byte empty_{};
   std::atomic<bool> failed_{false};        // an operation failed or timed out: teardown force-closes

@@ -32,11 +32,13 @@ struct operation_state {
   std::atomic<int> references{2};  // the handle's and the callback's
   std::atomic<ucs_status_t> status{UCS_INPROGRESS};
   std::size_t received = 0;
+  int sender = -1;  // a receive's sender, from the tag that matched
 
   void recycle() noexcept {
     references.store(2, std::memory_order_relaxed);
     status.store(UCS_INPROGRESS, std::memory_order_relaxed);
     received = 0;
+    sender = -1;
   }
 };
 
@@ -52,20 +54,24 @@ inline bool let_go(operation_state* state) noexcept {
 
 // The callbacks' user_data: the peer's count of operations in flight (of
 // its kind: standing receives are counted apart).
-inline void finish(void* request, ucs_status_t status, std::size_t received, void* in_flight) noexcept {
+inline void finish(void* request, ucs_status_t status, std::size_t received, int sender, void* in_flight) noexcept {
   auto* state = static_cast<operation_state*>(request);
   static_cast<std::atomic<int>*>(in_flight)->fetch_sub(1, std::memory_order_acq_rel);
   state->received = received;
+  state->sender = sender;
   state->status.store(status, std::memory_order_release);
   if (let_go(state)) ucp_request_free(request);  // inside progress: the worker is held
 }
 
 inline void on_send_done(void* request, ucs_status_t status, void* in_flight) {
-  finish(request, status, 0, in_flight);
+  finish(request, status, 0, -1, in_flight);
 }
 
+// The sender's rank is the tag's top bits (ucx_transport.hpp, wire_tag).
 inline void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* in_flight) {
-  finish(request, status, status == UCS_OK ? info->length : 0, in_flight);
+  const bool ok = status == UCS_OK;
+  finish(request, status, ok ? info->length : 0, ok ? static_cast<int>(info->sender_tag >> transport::user_tag_bits) : -1,
+         in_flight);
 }
 
 }  // namespace detail
@@ -95,7 +101,13 @@ class request {
 
   bool done() const noexcept { return status() != UCS_INPROGRESS; }
   bool succeeded() const noexcept { return status() == UCS_OK; }
-  int peer() const noexcept { return peer_; }
+  // The peer; for a receive from any source, the sender once it completed
+  // (-1 before).
+  int peer() const noexcept {
+    if (peer_ >= 0 || state_ == nullptr || !done()) return peer_;
+    return state_->sender;
+  }
+  bool from_any_source() const noexcept { return is_receive_ && peer_ < 0; }
   tag_t tag() const noexcept { return tag_; }
   bool is_receive() const noexcept { return is_receive_; }
   bool is_standing() const noexcept { return standing_; }

@@ -351,7 +351,7 @@ TEST_CASE("monitored_barrier: passes when all come; names the ranks that do not,
       } catch (const chorus::error& failure) {
         CHECK(failure.category() == chorus::errc::timeout);
         CHECK(failure.peer() == 0);
-        CHECK(std::string(failure.what()).find("rank 0 did not answer within 300 ms") != std::string::npos);
+        CHECK(std::string(failure.what()).find("rank 0 did not answer within 600 ms") != std::string::npos);
       }
     }, quick());
   }

@@ -83,6 +83,11 @@ class Request:
         self._pending.wait()
         return self._result
 
+    @property
+    def source(self) -> int:
+        """For a receive from any source (irecv_any): the sender's rank once done, else -1."""
+        return self._pending.source
+
 
 _open: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
 
@@ -142,6 +147,17 @@ class Communicator:
 
     def barrier(self) -> None:
         self._impl.barrier()
+
+    def ibarrier(self, callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        """barrier, started on the background thread after the collectives started before it."""
+        return Request(self._impl.ibarrier(callback))
+
+    def monitored_barrier(self, timeout: float, *, wait_all: bool = False) -> None:
+        """A barrier that names who did not come: rank 0 waits up to `timeout`
+        seconds for every rank and raises chorus.TimeoutError naming the first
+        rank missing (every one with wait_all); the ranks that came raise too,
+        naming rank 0 or hearing from it."""
+        self._impl.monitored_barrier(timeout, wait_all)
 
     def split(self, color: int, key: Optional[int] = None) -> "Communicator":
         """Collective: ranks with the same color form a communicator, ordered by key (default: rank)."""
@@ -240,6 +256,18 @@ class Communicator:
     def irecv(self, tensor: Array, peer: int, tag: int = 0,
               callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
         return Request(self._impl.irecv(tensor, peer, tag, callback), tensor)
+
+    def recv_any(self, tensor: Array, tag: int = 0) -> int:
+        """Receives exactly len(tensor) elements from whichever rank sends with
+        `tag` first; returns that rank."""
+        request = self.irecv_any(tensor, tag)
+        request.wait()
+        return request.source
+
+    def irecv_any(self, tensor: Array, tag: int = 0,
+                  callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        """recv_any, non-blocking: the Request's `source` is the sender once done."""
+        return Request(self._impl.irecv_any(tensor, tag, callback), tensor)
 
     # -- helpers -----------------------------------------------------------
     def _stacked(self, tensor: Array, out: Array) -> Array:

@@ -22,6 +22,7 @@
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/error.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <exception>
 #include <functional>
@@ -96,13 +97,17 @@ struct py_communicator {
 // receive). test() and wait() raise the operation's error.
 class pending_request {
  public:
-  explicit pending_request(collective_request done) : done_(std::move(done)) {}
+  explicit pending_request(collective_request done, std::shared_ptr<std::atomic<int>> source = {})
+      : done_(std::move(done)), source_(std::move(source)) {}
   bool test();
   void wait();
+  // A receive from any source: the sender's rank once done, else -1.
+  int source() const { return source_ ? source_->load() : -1; }
 
  private:
   void settle(const std::function<void()>& step);
   collective_request done_;
+  std::shared_ptr<std::atomic<int>> source_;
   bool finished_ = false;
   std::exception_ptr failure_;
 };
@@ -116,7 +121,8 @@ using work_on = std::function<void(chorus::communicator&)>;
 std::unique_ptr<pending_request> start_collective(py_communicator& self, const char* operation, work_on work,
                                                   nb::object keep, nb::object callback);
 std::unique_ptr<pending_request> start_completion(py_communicator& self, const char* operation, work_on work,
-                                                  nb::object keep, nb::object callback);
+                                                  nb::object keep, nb::object callback,
+                                                  std::shared_ptr<std::atomic<int>> source = {});
 
 // Releases the GIL around a blocking chorus call.
 template <class Call>

@@ -4,6 +4,7 @@
 // chorus.Request, the handle of every non-blocking call.
 #include "binding.hpp"
 
+#include <chorus/collective/monitored_barrier.hpp>
 #include <chorus/comm/connect.hpp>
 
 #include <nanobind/stl/function.h>
@@ -95,11 +96,13 @@ std::unique_ptr<pending_request> start_collective(py_communicator& self, const c
 }
 
 std::unique_ptr<pending_request> start_completion(py_communicator& self, const char* operation, work_on work,
-                                                  nb::object keep, nb::object callback) {
+                                                  nb::object keep, nb::object callback,
+                                                  std::shared_ptr<std::atomic<int>> source) {
   chorus::communicator comm = self.get(operation);
   auto task = completing(std::move(work), std::move(keep), std::move(callback));
   std::future<void> done = self.completion_thread().submit([comm, task]() mutable { task(comm); });
-  return std::make_unique<pending_request>(collective_request(std::move(done), comm.timeout(), operation));
+  return std::make_unique<pending_request>(collective_request(std::move(done), comm.timeout(), operation),
+                                           std::move(source));
 }
 
 namespace {
@@ -178,6 +181,26 @@ void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator
               "The algorithm the last blocking collective called on this object ran.")
       .def("barrier", [](py_communicator& self) { without_gil([&] { self.get("barrier").barrier(); }); })
       .def(
+          "ibarrier",
+          [](py_communicator& self, nb::object callback) {
+            return start_collective(
+                self, "ibarrier", [](chorus::communicator& c) { c.barrier(); }, nb::none(), std::move(callback));
+          },
+          nb::arg("callback").none() = nb::none(), "barrier started on the background thread; returns a Request.")
+      .def(
+          "monitored_barrier",
+          [](py_communicator& self, double timeout_s, bool wait_all) {
+            chorus::communicator& comm = self.get("monitored_barrier");
+            if (!(timeout_s > 0) || !std::isfinite(timeout_s))
+              throw error(errc::invalid_argument, "timeout must be a positive number of seconds",
+                          {comm.transport().rank(), -1, "monitored_barrier"});
+            const auto limit = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(timeout_s * 1000.0)));
+            without_gil([&] { chorus::monitored_barrier(comm, limit, {.wait_all = wait_all}); });
+          },
+          nb::arg("timeout"), nb::arg("wait_all") = false,
+          "A barrier that names the ranks that did not arrive within `timeout` seconds (rank 0 waits for "
+          "them; with wait_all, for every one).")
+      .def(
           "split",
           [](py_communicator& self, int color, int key) {
             chorus::communicator& comm = self.get("split");
@@ -192,7 +215,9 @@ void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator
 
   nb::class_<pending_request>(m, "Request", "A non-blocking operation started by an i* call.")
       .def("test", &pending_request::test, "True once done; raises the operation's error.")
-      .def("wait", &pending_request::wait, "Waits until done (bounded); raises the operation's error.");
+      .def("wait", &pending_request::wait, "Waits until done (bounded); raises the operation's error.")
+      .def_prop_ro("source", &pending_request::source,
+                   "For a receive from any source: the sender's rank once done, else -1.");
 }
 
 }  // namespace chorus::python

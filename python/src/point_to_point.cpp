@@ -64,6 +64,26 @@ void bind_point_to_point(nb::class_<py_communicator>& communicator) {
       },
       nb::arg("tensor"), nb::arg("peer"), nb::arg("tag") = 0, nb::arg("callback").none() = nb::none(),
       "Posts a receive of exactly len(tensor) elements from `peer`; returns a Request.");
+  communicator.def(
+      "irecv_any",
+      [](py_communicator& self, nb::handle tensor, int tag, nb::object callback) {
+        chorus::communicator& comm = self.get("irecv");
+        const buffer data = writable(tensor, "tensor", "irecv");
+        auto handle = std::make_shared<request>(comm.irecv_any(std::span<std::byte>(data.data, data.bytes()), tag));
+        auto source = std::make_shared<std::atomic<int>>(-1);
+        const std::size_t expected = data.bytes();
+        return start_completion(
+            self, "irecv",
+            [handle, source, expected](chorus::communicator& c) {
+              c.wait(*handle, "irecv");
+              c.expect_bytes(*handle, expected, "irecv");
+              source->store(c.source_of(*handle));
+            },
+            nb::borrow(tensor), std::move(callback), source);
+      },
+      nb::arg("tensor"), nb::arg("tag") = 0, nb::arg("callback").none() = nb::none(),
+      "Posts a receive of exactly len(tensor) elements from whichever rank sends first with `tag`; the "
+      "Request's `source` is that rank once done.");
 }
 
 }  // namespace chorus::python

@@ -85,14 +85,17 @@ def require_passed(done: subprocess.CompletedProcess, ranks: int, marker: str = 
     return output
 
 
-def require_survivors_raised(processes: List[subprocess.Popen], within: float) -> None:
+def require_survivors_raised(processes: List[subprocess.Popen], within: float, torch_types: bool = False) -> None:
     """The last process was SIGKILLed (by its own hand); every other one
     exited 0 after printing that a chorus PeerFailure or TimeoutError was
-    raised, all within `within` seconds."""
+    raised (through torch: chorus.torch's, a DistBackendError), all within
+    `within` seconds."""
     started = time.monotonic()
     outputs = [p.communicate(timeout=within)[0] for p in processes]
+    module = "chorus.torch" if torch_types else "chorus.errors"
     for rank, (process, output) in enumerate(zip(processes[:-1], outputs)):
         assert process.returncode == 0, f"survivor {rank} exit {process.returncode}:\n{output}"
-        assert "raised chorus.errors.PeerFailure" in output or "raised chorus.errors.TimeoutError" in output, output
+        assert f"raised {module}.PeerFailure" in output or f"raised {module}.TimeoutError" in output, output
+        assert not torch_types or "(a DistBackendError)" in output, output
     assert processes[-1].returncode == -9
     assert time.monotonic() - started < within

@@ -21,4 +21,5 @@ def test_ddp_same_as_gloo_and_hooks_within_bounds():
 
 
 def test_killed_rank_raises_through_torch():
-    require_survivors_raised(spawn_env_ranks(3, "killed.py", "torch", env={"CHORUS_TIMEOUT": "20"}), within=90)
+    require_survivors_raised(spawn_env_ranks(3, "killed.py", "torch", env={"CHORUS_TIMEOUT": "20"}), within=90,
+                             torch_types=True)

@@ -9,8 +9,9 @@
 // the first one fails: a dead rank), then answers each rank that arrived:
 // go on, or the barrier failed. Rank 0 raises a timeout error naming the
 // ranks that did not arrive (the lowest one without wait_all), or a
-// peer_failure naming a dead one; a rank that arrived raises naming them
-// too once rank 0 tells it, or naming rank 0 if no answer comes in time.
+// peer_failure naming a dead one; a rank that arrived raises too once rank
+// 0 tells it, or naming rank 0 if no answer comes within twice the timeout
+// (rank 0 answers once its own wait is over).
 // The per-call timeout replaces the communicator's for this call only.
 // Cost: 2 (n-1) zero-or-one-byte messages through rank 0: for
 // debugging, not speed (barrier.hpp is the fast one).
@@ -81,7 +82,7 @@ void monitored_barrier(Communicator& comm, std::chrono::milliseconds timeout, mo
     throw error(errc::invalid_argument, "timeout must be positive", {comm.transport().rank(), -1, "monitored_barrier"});
   collective::exchange ex(comm, "monitored_barrier");
   const int n = comm.size();
-  const std::string within = " within " + std::to_string(timeout.count()) + " ms";
+  const auto within = [](std::chrono::milliseconds waited) { return " within " + std::to_string(waited.count()) + " ms"; };
   if (n == 1) return;
   // The answer: 0 go on; 1 the barrier failed at rank 0 (its error names who).
   if (comm.rank() != 0) {
@@ -90,7 +91,7 @@ void monitored_barrier(Communicator& comm, std::chrono::milliseconds timeout, mo
     bool answered = false;
     try {
       answered = comm.transport().progress_until([&] { return comm.test(mine[1]) && comm.test(mine[0]); },
-                                                 transport::clock::now() + timeout);
+                                                 transport::clock::now() + 2 * timeout);
     } catch (const error& failure) {
       throw error(errc::peer_failure,
                   "rank " + std::to_string(comm.rank()) + " reached monitored_barrier, but rank 0 failed: " +
@@ -100,7 +101,7 @@ void monitored_barrier(Communicator& comm, std::chrono::milliseconds timeout, mo
     if (!answered)
       throw error(errc::timeout,
                   "rank " + std::to_string(comm.rank()) + " reached monitored_barrier, but rank 0 did not answer" +
-                      within + " (rank 0's error names the ranks it waited for)",
+                      within(2 * timeout) + " (rank 0's error names the ranks it waited for)",
                   {comm.transport().rank(), comm.world_rank(0), "monitored_barrier"});
     if (answer[0] != std::byte{0})
       throw error(errc::timeout,
@@ -130,7 +131,7 @@ void monitored_barrier(Communicator& comm, std::chrono::milliseconds timeout, mo
   if (dead >= 0 && !options.wait_all)
     throw error(errc::peer_failure, who + " failed before passing monitored_barrier",
                 {comm.transport().rank(), comm.world_rank(dead), "monitored_barrier"});
-  throw error(errc::timeout, who + " failed to pass monitored_barrier" + within,
+  throw error(errc::timeout, who + " failed to pass monitored_barrier" + within(timeout),
               {comm.transport().rank(), comm.world_rank(named.front()), "monitored_barrier"});
 }
 

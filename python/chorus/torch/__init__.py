@@ -10,11 +10,19 @@ completes from its background thread, so ``async_op=True`` overlaps, and
 DDP's gradient buckets are reduced while the backward pass goes on.
 
 Implemented: allreduce (sum, product, min, max, avg; band, bor, bxor on
-integers and bool), allreduce_coalesced, broadcast, reduce, allgather,
-all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, alltoall,
-alltoall_single (with split sizes), gather, scatter, barrier, send, recv
-(isend, irecv, batch_isend_irecv).
-Other calls raise NotImplementedError naming the call. CPU tensors only.
+integers and bool; sparse COO tensors summed), allreduce_coalesced,
+broadcast, reduce, allgather, all_gather_coalesced, all_gather_into_tensor,
+reduce_scatter, reduce_scatter_tensor, alltoall, alltoall_single (with split
+sizes), gather, scatter, barrier, monitored_barrier, send, recv (from a rank
+or from any source; isend, irecv, batch_isend_irecv), new_group and
+destroy_process_group. Other calls raise NotImplementedError naming the call.
+CPU tensors only.
+
+Errors are torch's: a chorus failure raised through the backend is also a
+torch.distributed.DistBackendError (DistNetworkError for the transport's),
+its message chorus's own, timeouts worded "Timed out ..." as torch's are;
+`except chorus.PeerFailure` still catches it. Calls are recorded by torch's
+profilers as "chorus:<call>" while one runs.
 
 Also here: ``chorus.torch.hooks`` (DDP communication hooks with codecs),
 ``communicator_of(group)`` (the chorus communicator behind a chorus process
@@ -24,15 +32,18 @@ backend's group), for chorus's own calls and schemes.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import secrets
 import socket
 from datetime import timedelta
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 import torch.distributed as dist
 
+from .. import errors
 from ..communicator import Communicator, connect
 from ..errors import Error, InvalidArgument
 
@@ -80,7 +91,10 @@ def _connect_through(store: Any, rank: int, size: int, timeout: timedelta) -> Co
     else:
         token = store.get("chorus/token").decode()
     own = _own_address()
-    seconds = None if os.environ.get("CHORUS_TIMEOUT") else timeout.total_seconds()
+    # Code first: a timeout the program gave torch is the communicator's; torch's
+    # default (passed when the program gave none) yields to CHORUS_TIMEOUT.
+    given = timeout != dist.distributed_c10d.default_pg_timeout
+    seconds = timeout.total_seconds() if given or not os.environ.get("CHORUS_TIMEOUT") else None
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
     return connect(rank, size, host="0.0.0.0", token=token, local_size=local_size, timeout=seconds,
                    publish=lambda _host, port: store.set("chorus/store", f"{own}:{port}"),
@@ -94,6 +108,59 @@ def _cpu_tensors(tensors: List[torch.Tensor], call: str) -> None:
                                   "tensors (register it for cpu, use NCCL for cuda)")
 
 
+# The torch exception each chorus category is also raised as.
+_TORCH_BASES = {
+    errors.TimeoutError: dist.DistBackendError,
+    errors.PeerFailure: dist.DistBackendError,
+    errors.Mismatch: dist.DistBackendError,
+    errors.Unavailable: dist.DistBackendError,
+    errors.TransportError: dist.DistNetworkError,
+}
+_flavoured: Dict[type, type] = {}
+
+
+def torch_error(failure: BaseException) -> BaseException:
+    """`failure` as the backend raises it: a chorus error is made an instance
+    of both its chorus class and torch's (chorus.TimeoutError and
+    torch.distributed.DistBackendError, say), with chorus's message and
+    attributes; a timeout's message starts "Timed out", as torch's do. Bad
+    arguments stay chorus.InvalidArgument (a ValueError); anything else is
+    returned as it is."""
+    if not isinstance(failure, Error) or isinstance(failure, dist.DistError):
+        return failure
+    base = next((torch_base for chorus_class, torch_base in _TORCH_BASES.items()
+                 if isinstance(failure, chorus_class)), None)
+    if base is None:
+        return failure
+    kind = type(failure)
+    if kind not in _flavoured:
+        _flavoured[kind] = type(kind.__name__, (kind, base), {"__module__": __name__})
+    message = str(failure)
+    if isinstance(failure, errors.TimeoutError):
+        message = f"Timed out in {failure.operation or 'a chorus call'}: {message}"
+    made = _flavoured[kind](message)
+    for name in ("category", "rank", "peer", "operation", "detail"):
+        setattr(made, name, getattr(failure, name, getattr(Error, name)))
+    made.__cause__ = failure
+    return made
+
+
+@contextlib.contextmanager
+def _call(name: str) -> Iterator[None]:
+    """One call of the backend: recorded as "chorus:<name>" while a torch
+    profiler runs, its chorus errors raised as torch's (torch_error)."""
+    recording = torch.autograd.profiler.record_function(f"chorus:{name}") \
+        if torch._C._autograd._profiler_enabled() else contextlib.nullcontext()
+    with recording:
+        try:
+            yield
+        except Error as failure:
+            translated = torch_error(failure)
+            if translated is failure:
+                raise
+            raise translated from failure
+
+
 def _future_with_callback(result: Any) -> "tuple[torch.futures.Future, Callable[[Optional[BaseException]], None]]":
     """A torch Future and the completion callback a non-blocking chorus call
     takes: called with None, the future gets `result`; with an exception, that."""
@@ -103,7 +170,7 @@ def _future_with_callback(result: Any) -> "tuple[torch.futures.Future, Callable[
         if failure is None:
             future.set_result(result)
         else:
-            future.set_exception(failure)
+            future.set_exception(torch_error(failure))
 
     return future, done
 
@@ -111,6 +178,14 @@ def _future_with_callback(result: Any) -> "tuple[torch.futures.Future, Callable[
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor as chorus takes it: complex numbers as pairs of reals."""
     return torch.view_as_real(tensor) if tensor.is_complex() else tensor
+
+
+class _Named(torch._C._distributed_c10d.Backend):
+    """The C++ backend registered on a chorus group: it holds the group's
+    name for torch and runs nothing (every call is the group's own method)."""
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "chorus"
 
 
 class ChorusWork(dist.Work):
@@ -124,10 +199,19 @@ class ChorusWork(dist.Work):
         self.request = request  # chorus's, for a call started on a chorus thread
 
     def wait(self, timeout: Optional[timedelta] = None) -> bool:
-        if self.request is not None:
-            self.request.wait()  # raises the collective's exception
-        self._future.wait()
+        with _call("wait"):
+            if self.request is not None:
+                self.request.wait()  # raises the collective's exception
+            self._future.wait()
         return True
+
+    def source_rank(self) -> int:
+        """For a receive from any source: the sender's rank in the group."""
+        if self.request is None or not hasattr(self.request, "source") or self.request.source < 0:
+            raise RuntimeError("source_rank: not a completed receive from any source")
+        return self.request.source
+
+    _source_rank = source_rank
 
     def is_completed(self) -> bool:
         return self._future.done()
@@ -152,11 +236,25 @@ class ProcessGroupChorus(dist.ProcessGroup):
         super().__init__(rank, size)
         self._comm = _connect_through(store, rank, size, timeout)
         self._impl = self._comm._impl
+        self._timeout = timeout
         self._last_started: Any = None  # the last collective started on the background thread
+        # torch keeps a group's name and devices in the C++ backends
+        # registered on it; this group's calls are its own methods, and a
+        # backend that only names itself stands for it there (so the group
+        # has a name destroy_process_group can unregister, and a CPU device
+        # monitored_barrier asks for).
+        self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, _Named(rank, size))
 
     # -- what torch asks of every group -------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return "chorus"
+
+    def shutdown(self) -> None:
+        """destroy_process_group: finishes what was started, leaves the job."""
+        self._comm.close()
+
+    abort = shutdown
 
     @property
     def communicator(self) -> Communicator:
@@ -218,12 +316,42 @@ class ProcessGroupChorus(dist.ProcessGroup):
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         tensor = self._single(tensors, "allreduce")
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
+        if tensor.is_sparse:
+            return self._sparse_allreduce(tensor, op)
         if tensor.is_complex() and op not in ("sum", "avg"):
             raise InvalidArgument(f"chorus backend: allreduce of complex tensors with {op}")
         flat = _flat(tensor)
         return self._collective(opts, tensors,
                                 lambda done: self._impl.iallreduce(flat, None, op, "auto", None, done),
                                 lambda: self._impl.allreduce(flat, None, op, "auto", None))
+
+    def _sparse_allreduce(self, tensor: torch.Tensor, op: str) -> Any:
+        """The sum of every rank's COO tensor, coalesced, into `tensor` on every
+        rank (as Gloo): each rank's indices and values are gathered (padded to
+        the largest count) and summed in rank order, so every rank gets the
+        same bits."""
+        if op != "sum":
+            raise InvalidArgument(f"chorus backend: allreduce of sparse tensors sums; {op} is not supported")
+        self._drain()
+        mine = tensor.coalesce()
+        indices, values = mine.indices(), mine.values()
+        counts = torch.zeros(self.size(), dtype=torch.int64)
+        self._impl.allgather(torch.tensor([values.shape[0]], dtype=torch.int64), counts, "auto", None)
+        largest = int(counts.max())
+        padded_indices = torch.zeros((indices.shape[0], largest), dtype=torch.int64)
+        padded_indices[:, :indices.shape[1]] = indices
+        padded_values = torch.zeros((largest, *values.shape[1:]), dtype=values.dtype)
+        padded_values[:values.shape[0]] = values
+        all_indices = torch.empty((self.size(), *padded_indices.shape), dtype=torch.int64)
+        all_values = torch.empty((self.size(), *padded_values.shape), dtype=values.dtype)
+        self._impl.allgather(padded_indices.contiguous(), all_indices, "auto", None)
+        self._impl.allgather(_flat(padded_values.contiguous()), _flat(all_values), "auto", None)
+        kept = [slice(0, int(count)) for count in counts]
+        summed = torch.sparse_coo_tensor(torch.cat([all_indices[r][:, kept[r]] for r in range(self.size())], dim=1),
+                                         torch.cat([all_values[r][kept[r]] for r in range(self.size())]),
+                                         tensor.shape).coalesce()
+        tensor.copy_(summed)
+        return self._completed([tensor])
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         _cpu_tensors(tensors, "allreduce_coalesced")
@@ -328,6 +456,40 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._collective(opts, [output], lambda done: self._impl.iallgather(mine, into, "auto", None, done),
                                 lambda: self._impl.allgather(mine, into, "auto", None))
 
+    def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
+                            opts: Any = None) -> Any:
+        """Every rank's list of tensors into every rank's output lists, in one
+        allgather of their bytes (any sizes and types, empty ones included)."""
+        _cpu_tensors(inputs + [t for outputs in output_lists for t in outputs], "all_gather_coalesced")
+        if len(output_lists) != self.size() or any(len(outputs) != len(inputs) for outputs in output_lists):
+            raise InvalidArgument(f"chorus backend: all_gather_coalesced takes {self.size()} output lists of "
+                                  f"{len(inputs)} tensors")
+        packed = torch.cat([_flat(t).contiguous().reshape(-1).view(torch.uint8) for t in inputs]) if inputs \
+            else torch.empty(0, dtype=torch.uint8)
+        gathered = torch.empty((self.size(), packed.numel()), dtype=torch.uint8)
+
+        def unpack() -> None:
+            for rank, outputs in enumerate(output_lists):
+                offset = 0
+                for out in outputs:
+                    length = out.numel() * out.element_size()
+                    out.copy_(gathered[rank, offset:offset + length].clone().view(out.dtype).reshape(out.shape))
+                    offset += length
+
+        def then(failure: Optional[BaseException], done: Callable) -> None:
+            if failure is None:
+                unpack()
+            done(failure)
+
+        def now() -> None:
+            self._impl.allgather(packed, gathered, "auto", None)
+            unpack()
+
+        return self._collective(
+            opts, output_lists,
+            lambda done: self._impl.iallgather(packed, gathered, "auto", None, lambda failure: then(failure, done)),
+            now)
+
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any = None) -> Any:
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -423,17 +585,19 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> Any:
         # Queued behind the collectives already started, as torch's barrier is.
-        token = torch.zeros(1, dtype=torch.uint8)
-        return self._collective(opts, None, lambda done: self._impl.iallreduce(token, None, "sum", "auto", None, done),
-                                lambda: self._impl.allreduce(token, None, "sum", "auto", None))
+        return self._collective(opts, None, lambda done: self._impl.ibarrier(done), self._impl.barrier)
 
-    # torch 2.x names the single-tensor forms both ways.
-    all_gather_single = _allgather_base
-    reduce_scatter_single = _reduce_scatter_base
-    all_to_all_single = alltoall_base
-    gather_into_tensor = gather_single
-    all_gather_single_coalesced = allgather_into_tensor_coalesced
-    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+    def monitored_barrier(self, timeout: Optional[timedelta] = None, wait_all_ranks: bool = False) -> None:
+        """Rank 0 waits up to `timeout` (default: the group's) for every rank and
+        raises naming the first that did not come (every one with
+        wait_all_ranks); the others raise naming rank 0, or hearing from it."""
+        limit = (timeout or self._timeout).total_seconds()
+        self._drain()
+        try:
+            self._impl.monitored_barrier(limit, wait_all_ranks)
+        except Error as failure:
+            failure.args = (f"[Rank {self.rank()}]: {failure.detail}",)  # torch's form: the ranks first
+            raise
 
     # -- point to point ----------------------------------------------------
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> Any:
@@ -445,19 +609,36 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._started(lambda done: self._impl.irecv(_flat(tensor), src, tag, done), tensors)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> Any:
-        raise NotImplementedError("chorus backend: recv from any source is not supported; name the sender (src=)")
+        """A receive from whichever rank sends with `tag` first; the Work's
+        source_rank() names it."""
+        tensor = self._single(tensors, "recv")
+        return self._started(lambda done: self._impl.irecv_any(_flat(tensor), tag, done), tensors)
 
-    # -- calls chorus does not offer -----------------------------------------
-    def _unsupported(name: str) -> Callable[..., Any]:  # noqa: N805 - a method factory
-        def refuse(self: "ProcessGroupChorus", *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError(f"chorus backend: {name} is not supported")
 
-        refuse.__name__ = name
-        return refuse
+# Every call torch makes of the group: recorded by torch's profilers, chorus
+# errors raised as torch's (_call).
+def _as_backend_call(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: ProcessGroupChorus, *args: Any, **kwargs: Any) -> Any:
+        with _call(name):
+            return method(self, *args, **kwargs)
 
-    allgather_coalesced = _unsupported("allgather_coalesced")
-    monitored_barrier = _unsupported("monitored_barrier")
-    del _unsupported
+    return call
+
+
+for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "_reduce_scatter_base",
+              "reduce_scatter_tensor_coalesced", "broadcast", "allgather", "allgather_coalesced", "_allgather_base",
+              "allgather_into_tensor_coalesced", "alltoall_base", "alltoall", "gather", "gather_single", "scatter",
+              "barrier", "monitored_barrier", "send", "recv", "recv_anysource"):
+    setattr(ProcessGroupChorus, _name, _as_backend_call(getattr(ProcessGroupChorus, _name), _name))
+del _name
+# torch 2.x names the single-tensor forms both ways (the wrapped methods).
+for _alias, _name in (("all_gather_single", "_allgather_base"), ("reduce_scatter_single", "_reduce_scatter_base"),
+                      ("all_to_all_single", "alltoall_base"), ("gather_into_tensor", "gather_single"),
+                      ("all_gather_single_coalesced", "allgather_into_tensor_coalesced"),
+                      ("reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced")):
+    setattr(ProcessGroupChorus, _alias, getattr(ProcessGroupChorus, _name))
+del _alias, _name
 
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> ProcessGroupChorus:

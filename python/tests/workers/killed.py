@@ -1,6 +1,7 @@
 """One rank of the killed-rank test: every rank allreduces in a loop; the
 last rank kills itself (SIGKILL) after a few rounds; every survivor must
-get a Python exception naming the failure, never hang.
+get a Python exception naming the failure, never hang (through torch: one
+of torch's types, DistBackendError, that is also chorus's).
 
     killed.py plain    chorus.init() from CHORUS_* (no launcher)
     killed.py torch    torch.distributed with the chorus backend (env://)
@@ -44,7 +45,9 @@ for round in range(1000000):
     try:
         allreduce(values)
     except Exception as failure:  # noqa: BLE001 - what the survivor sees is the point
-        print(f"rank {rank}: raised {type(failure).__module__}.{type(failure).__name__} after "
+        torch_type = mode == "torch" and isinstance(failure, dist.DistBackendError)
+        print(f"rank {rank}: raised {type(failure).__module__}.{type(failure).__name__}"
+              f"{' (a DistBackendError)' if torch_type else ''} after "
               f"{time.monotonic() - started:.2f} s: {str(failure).splitlines()[0][:300]}", flush=True)
         sys.exit(0)
     if time.monotonic() - started > 120:

@@ -87,6 +87,7 @@ inline void require_agreement(const std::vector<call_signature>& all, int world_
 // Agrees on `mine` with every rank; throws mismatch if any rank differs.
 template <class Communicator>
 void check_agreement(Communicator& comm, const call_signature& mine) {
+  comm.require_merged(mine.operation.data());  // named for the call, not for its check
   exchange ex(comm, "collective check");
   std::vector<call_signature> all(static_cast<std::size_t>(comm.size()));
   all[static_cast<std::size_t>(comm.rank())] = mine;

@@ -428,23 +428,28 @@ class ProcessGroupChorus(dist.ProcessGroup):
             if out.numel() != tensor.numel() or out.dtype != tensor.dtype:
                 raise InvalidArgument("chorus backend: allgather outputs must match the input's size and dtype")
         gathered = torch.empty((self.size(), *tensor.shape), dtype=tensor.dtype)
-        mine, into = _flat(tensor.contiguous()), _flat(gathered)
 
         def scatter_back() -> None:
             for out, part in zip(outputs, gathered):
                 out.copy_(part.reshape(out.shape))
 
+        return self._allgather_then(opts, output_tensors, _flat(tensor.contiguous()), _flat(gathered), scatter_back)
+
+    def _allgather_then(self, opts: Any, result: Any, mine: torch.Tensor, into: torch.Tensor,
+                        after: Callable[[], None]) -> Any:
+        """An allgather of `mine` into `into`, then after() (copying the parts
+        where the caller wants them), blocking or not as torch asks."""
         def then(failure: Optional[BaseException], done: Callable) -> None:
             if failure is None:
-                scatter_back()
+                after()
             done(failure)
 
         def now() -> None:
             self._impl.allgather(mine, into, "auto", None)
-            scatter_back()
+            after()
 
         return self._collective(
-            opts, output_tensors,
+            opts, result,
             lambda done: self._impl.iallgather(mine, into, "auto", None, lambda failure: then(failure, done)), now)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
@@ -476,19 +481,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
                     out.copy_(gathered[rank, offset:offset + length].clone().view(out.dtype).reshape(out.shape))
                     offset += length
 
-        def then(failure: Optional[BaseException], done: Callable) -> None:
-            if failure is None:
-                unpack()
-            done(failure)
-
-        def now() -> None:
-            self._impl.allgather(packed, gathered, "auto", None)
-            unpack()
-
-        return self._collective(
-            opts, output_lists,
-            lambda done: self._impl.iallgather(packed, gathered, "auto", None, lambda failure: then(failure, done)),
-            now)
+        return self._allgather_then(opts, output_lists, packed, gathered, unpack)
 
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any = None) -> Any:

@@ -55,9 +55,12 @@ void BM_codec(benchmark::State& state, Codec c, step what) {
   std::vector<float> out(n, 0.0f);
   c.encode(values, bytes);
   for (auto _ : state) {
-    if (what == step::encode) c.encode(values, bytes);
-    else if (what == step::decode) c.decode(bytes, out);
-    else c.decode_add(bytes, out);
+    if (what == step::encode)
+      c.encode(values, bytes);
+    else if (what == step::decode)
+      c.decode(bytes, out);
+    else
+      c.decode_add(bytes, out);
     benchmark::ClobberMemory();
   }
   set_rate(state, n);
@@ -65,11 +68,14 @@ void BM_codec(benchmark::State& state, Codec c, step what) {
 
 template <class Codec>
 void register_codec(const std::string& name, Codec vector_path, Codec portable) {
-  for (auto [label, what] : {std::pair{"encode", step::encode}, {"decode", step::decode}, {"decode_add", step::decode_add}}) {
+  for (auto [label, what] :
+       {std::pair{"encode", step::encode}, {"decode", step::decode}, {"decode_add", step::decode_add}}) {
     benchmark::RegisterBenchmark(("BM_" + name + "_" + label + "/avx2").c_str(), BM_codec<Codec>, vector_path, what)
-        ->Arg(1 << 20)->Arg(1 << 24);
+        ->Arg(1 << 20)
+        ->Arg(1 << 24);
     benchmark::RegisterBenchmark(("BM_" + name + "_" + label + "/portable").c_str(), BM_codec<Codec>, portable, what)
-        ->Arg(1 << 20)->Arg(1 << 24);
+        ->Arg(1 << 20)
+        ->Arg(1 << 24);
   }
 }
 

@@ -41,10 +41,14 @@ settings parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const unsigned long long value = std::strtoull(argv[i + 1], nullptr, 10);
-    if (flag == "--bytes") s.bytes = static_cast<std::size_t>(value);
-    else if (flag == "--repeats") s.repeats = static_cast<int>(value);
-    else if (flag == "--ranks") s.ranks = static_cast<int>(value);
-    else throw chorus::error(chorus::errc::invalid_argument, "unknown flag " + flag + " (--bytes, --repeats, --ranks)");
+    if (flag == "--bytes")
+      s.bytes = static_cast<std::size_t>(value);
+    else if (flag == "--repeats")
+      s.repeats = static_cast<int>(value);
+    else if (flag == "--ranks")
+      s.ranks = static_cast<int>(value);
+    else
+      throw chorus::error(chorus::errc::invalid_argument, "unknown flag " + flag + " (--bytes, --repeats, --ranks)");
   }
   if (s.bytes < 4 || s.repeats < 1 || s.ranks < 1)
     throw chorus::error(chorus::errc::invalid_argument, "--bytes >= 4, --repeats >= 1, --ranks >= 1");
@@ -94,7 +98,8 @@ void kernels(const settings& s) {
   float* c = device_array<float>(bytes);
   std::byte* wire = device_array<std::byte>(bytes);
 
-  const double copy = median_seconds(s.repeats, [&] { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync"); });
+  const double copy = median_seconds(
+      s.repeats, [&] { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync"); });
   const double ceiling = 2.0 * bytes / copy / 1e9;
   std::printf("# %zu bytes (%zu floats), median of %d; GB/s of bytes read + written\n", bytes, n, s.repeats);
   std::printf("%-28s %10s %10s %9s\n", "kernel", "time(us)", "GB/s", "of copy");
@@ -107,17 +112,22 @@ void kernels(const settings& s) {
   reduction("reduce float prod", chorus::op::prod{});
   reduction("reduce float min", chorus::op::min{});
   reduction("reduce float max", chorus::op::max{});
-  row("reduce double sum", 3.0 * bytes, median_seconds(s.repeats, [&] {
-        k::reduce_into(reinterpret_cast<double*>(a), reinterpret_cast<const double*>(b), n / 2, chorus::op::sum{}, false);
-      }), ceiling);
-  row("widen half", 1.5 * bytes, median_seconds(s.repeats, [&] {
-        k::widen(c, reinterpret_cast<const chorus::half*>(a), n / 2);
-      }) , ceiling);
+  row("reduce double sum", 3.0 * bytes,
+      median_seconds(s.repeats,
+                     [&] {
+                       k::reduce_into(reinterpret_cast<double*>(a), reinterpret_cast<const double*>(b), n / 2,
+                                      chorus::op::sum{}, false);
+                     }),
+      ceiling);
+  row("widen half", 1.5 * bytes,
+      median_seconds(s.repeats, [&] { k::widen(c, reinterpret_cast<const chorus::half*>(a), n / 2); }), ceiling);
 
   const auto codec = [&](const std::string& name, const auto& codec) {
     const double encoded = static_cast<double>(codec.encoded_bytes(n));
-    row((name + " encode").c_str(), bytes + encoded, median_seconds(s.repeats, [&] { k::encode(codec, a, wire, n); }), ceiling);
-    row((name + " decode").c_str(), encoded + bytes, median_seconds(s.repeats, [&] { k::decode(codec, wire, b, n); }), ceiling);
+    row((name + " encode").c_str(), bytes + encoded, median_seconds(s.repeats, [&] { k::encode(codec, a, wire, n); }),
+        ceiling);
+    row((name + " decode").c_str(), encoded + bytes, median_seconds(s.repeats, [&] { k::decode(codec, wire, b, n); }),
+        ceiling);
     row((name + " decode_add").c_str(), encoded + 2.0 * bytes,
         median_seconds(s.repeats, [&] { k::decode_add(codec, wire, b, n); }), ceiling);
     // values + residual in, work and residual out, then encode and decode.
@@ -128,7 +138,8 @@ void kernels(const settings& s) {
   codec("bf16", chorus::codec::bf16{});
   codec("int8", chorus::codec::int8{});
   codec("onebit", chorus::codec::onebit{});
-  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(wire)}) cudaFree(p);
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(wire)})
+    cudaFree(p);
 }
 
 double wall_median(int repeats, const std::function<void()>& work) {
@@ -149,8 +160,12 @@ void staged_allreduce(const settings& s) {
   float* device = device_array<float>(bytes);
   float* pinned = nullptr;
   check(cudaMallocHost(reinterpret_cast<void**>(&pinned), bytes), "cudaMallocHost");
-  const double in = median_seconds(s.repeats, [&] { check(cudaMemcpyAsync(pinned, device, bytes, cudaMemcpyDeviceToHost, nullptr), "cudaMemcpyAsync"); });
-  const double out = median_seconds(s.repeats, [&] { check(cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, nullptr), "cudaMemcpyAsync"); });
+  const double in = median_seconds(s.repeats, [&] {
+    check(cudaMemcpyAsync(pinned, device, bytes, cudaMemcpyDeviceToHost, nullptr), "cudaMemcpyAsync");
+  });
+  const double out = median_seconds(s.repeats, [&] {
+    check(cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, nullptr), "cudaMemcpyAsync");
+  });
   cudaFree(device);
   cudaFreeHost(pinned);
   std::printf("\n# pinned copies of %zu bytes: device->host %.1f GB/s, host->device %.1f GB/s\n", bytes,
@@ -177,7 +192,8 @@ void staged_allreduce(const settings& s) {
   std::printf("# allreduce of %zu bytes, %d ranks on one GPU (slowest rank's median)\n", bytes, s.ranks);
   std::printf("host (pinned) allreduce      %10.1f us\n", host_time * 1e6);
   std::printf("+ first chunk in, last out   %10.1f us\n", exposed * 1e6);
-  std::printf("staged allreduce             %10.1f us   %.2fx of that (target <= 1.3x)\n", staged * 1e6, staged / exposed);
+  std::printf("staged allreduce             %10.1f us   %.2fx of that (target <= 1.3x)\n", staged * 1e6,
+              staged / exposed);
 }
 
 }  // namespace

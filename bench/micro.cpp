@@ -14,12 +14,12 @@
 #include <benchmark/benchmark.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <map>
-#include <mutex>
 #include <barrier>
+#include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>

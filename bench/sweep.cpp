@@ -41,11 +41,14 @@ std::string size_text(std::size_t bytes) {
 // rounded to what the collective accepts).
 void call(chorus::communicator& comm, std::string_view collective, std::vector<float>& data, std::vector<float>& out,
           chorus::algorithm algorithm) {
-  if (collective == "allreduce") chorus::allreduce(comm, std::span(data), chorus::op::sum{}, algorithm);
-  else if (collective == "allgather") chorus::allgather(comm, std::span(data), algorithm);
+  if (collective == "allreduce")
+    chorus::allreduce(comm, std::span(data), chorus::op::sum{}, algorithm);
+  else if (collective == "allgather")
+    chorus::allgather(comm, std::span(data), algorithm);
   else if (collective == "reduce_scatter")
     chorus::reduce_scatter(comm, std::span<const float>(data), std::span(out), chorus::op::sum{}, algorithm);
-  else chorus::broadcast(comm, std::span(data), 0, algorithm);
+  else
+    chorus::broadcast(comm, std::span(data), 0, algorithm);
 }
 
 double seconds_per_call(chorus::communicator& comm, const std::function<void()>& once, int calls) {
@@ -53,7 +56,8 @@ double seconds_per_call(chorus::communicator& comm, const std::function<void()>&
   comm.barrier();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < calls; ++i) once();
-  std::array<double, 1> elapsed{std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls};
+  std::array<double, 1> elapsed{std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+                                calls};
   chorus::allreduce(comm, std::span(elapsed), chorus::op::max{}, chorus::algo::recursive_doubling);
   return elapsed[0];
 }
@@ -84,18 +88,23 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') collective = argv[i++];
   for (int k = 1; k < argc; ++k)
     if (std::string_view(argv[k]) == "--help" || std::string_view(argv[k]) == "-h") {
-      std::printf("usage: sweep [allreduce|allgather|reduce_scatter|broadcast] [--min 8] [--max 64M] [--factor 2] "
-                  "[--rounds 3]\n"
-                  "Times every algorithm of a collective per size against the measured table and prints the\n"
-                  "CHORUS_TUNE string the timings imply; run under chorus-run.\n");
+      std::printf(
+          "usage: sweep [allreduce|allgather|reduce_scatter|broadcast] [--min 8] [--max 64M] [--factor 2] "
+          "[--rounds 3]\n"
+          "Times every algorithm of a collective per size against the measured table and prints the\n"
+          "CHORUS_TUNE string the timings imply; run under chorus-run.\n");
       return 0;
     }
   for (; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i];
-    if (flag == "--min") min_bytes = parse_size(argv[i + 1]);
-    else if (flag == "--max") max_bytes = parse_size(argv[i + 1]);
-    else if (flag == "--factor") factor = parse_size(argv[i + 1]);
-    else if (flag == "--rounds") rounds = static_cast<int>(parse_size(argv[i + 1]));
+    if (flag == "--min")
+      min_bytes = parse_size(argv[i + 1]);
+    else if (flag == "--max")
+      max_bytes = parse_size(argv[i + 1]);
+    else if (flag == "--factor")
+      factor = parse_size(argv[i + 1]);
+    else if (flag == "--rounds")
+      rounds = static_cast<int>(parse_size(argv[i + 1]));
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -126,7 +135,8 @@ int main(int argc, char** argv) {
     std::vector<double> best(entry.algorithms.size(), std::numeric_limits<double>::infinity());
     for (int round = 0; round < rounds; ++round)
       for (std::size_t a = 0; a < best.size(); ++a)
-        best[a] = std::min(best[a], seconds_per_call(comm, [&] { call(comm, collective, data, out, entry.algorithms[a].id); }, calls));
+        best[a] = std::min(
+            best[a], seconds_per_call(comm, [&] { call(comm, collective, data, out, entry.algorithms[a].id); }, calls));
     const auto fastest = static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin());
     const std::size_t moved = count * sizeof(float);
     const chorus::algorithm table = entry.table({n, moved});
@@ -143,6 +153,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (bytes > max_bytes / factor) break;
   }
-  if (comm.rank() == 0) std::printf("# measured: CHORUS_TUNE=\"%s\"\n", tune_string(collective, n, sizes, winners).c_str());
+  if (comm.rank() == 0)
+    std::printf("# measured: CHORUS_TUNE=\"%s\"\n", tune_string(collective, n, sizes, winners).c_str());
   return 0;
 }

@@ -13,8 +13,9 @@
 int main(int argc, char** argv) {
   if (argc > 1) {
     const bool help = std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h";
-    std::printf("usage: collectives_tour   (under a launcher: chorus-run -n 3 collectives_tour)\n"
-                "Calls each collective once and checks the results; exit status 1 if any is wrong.\n");
+    std::printf(
+        "usage: collectives_tour   (under a launcher: chorus-run -n 3 collectives_tour)\n"
+        "Calls each collective once and checks the results; exit status 1 if any is wrong.\n");
     return help ? 0 : 2;
   }
   chorus::communicator comm = chorus::init();

@@ -51,8 +51,9 @@ class push_sum : public avg::scheme_base<push_sum<Communicator>> {
 int main(int argc, char** argv) {
   if (argc > 1) {
     const bool help = std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h";
-    std::printf("usage: custom_scheme   (no arguments)\n"
-                "Push-sum on a skewed graph, 5 ranks as threads: reaches the exact mean where plain mixing does not.\n");
+    std::printf(
+        "usage: custom_scheme   (no arguments)\n"
+        "Push-sum on a skewed graph, 5 ranks as threads: reaches the exact mean where plain mixing does not.\n");
     return help ? 0 : 2;
   }
   constexpr int ranks = 5, rounds = 80;
@@ -68,7 +69,9 @@ int main(int argc, char** argv) {
   for (int round = 0; round < rounds; ++round) {
     std::vector<double> next(ranks, 0.0);
     for (int i = 0; i < ranks; ++i)
-      for (int j = 0; j < ranks; ++j) next[static_cast<std::size_t>(i)] += w[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] * plain[static_cast<std::size_t>(j)];
+      for (int j = 0; j < ranks; ++j)
+        next[static_cast<std::size_t>(i)] +=
+            w[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] * plain[static_cast<std::size_t>(j)];
     plain = next;
   }
   std::printf("plain mixing ends at %.4f, the mean is 2\n", plain[0]);

@@ -47,7 +47,8 @@ class mpca_sgd : public avg::scheme_base<mpca_sgd<Communicator>> {
  private:
   void exchange() {
     std::vector<float> mean = model_.snapshot();
-    this->metered([&] { chorus::allreduce(comm_, std::span<float>(mean), chorus::op::avg{}, chorus::algorithm::tree); });
+    this->metered(
+        [&] { chorus::allreduce(comm_, std::span<float>(mean), chorus::op::avg{}, chorus::algorithm::tree); });
     const auto gamma = static_cast<float>(options_.gamma), rho = static_cast<float>(options_.rho);
     for (std::size_t k = 0; k < mean.size(); ++k) consensus_[k] = mean[k] + gamma * (mean[k] - consensus_[k]);
     model_.for_each_part(std::span<const float>(consensus_), [&](std::span<float> x, std::span<const float> c) {
@@ -77,7 +78,8 @@ double serial_replay() {
     for (double& value : x) value -= chosen.rho * (value - consensus);
   };
   for (int step = 1; step <= step_count; ++step) {
-    for (int i = 0; i < rank_count; ++i) x[static_cast<std::size_t>(i)] -= step_size * (x[static_cast<std::size_t>(i)] - i);
+    for (int i = 0; i < rank_count; ++i)
+      x[static_cast<std::size_t>(i)] -= step_size * (x[static_cast<std::size_t>(i)] - i);
     if (step % static_cast<int>(chosen.tau) == 0) exchange();
   }
   exchange();
@@ -87,8 +89,9 @@ double serial_replay() {
 int main(int argc, char** argv) {
   if (argc > 1) {
     const bool help = std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h";
-    std::printf("usage: mpca_sgd   (no arguments)\n"
-                "MPCA-SGD on 5 ranks as threads, checked against a serial replay of its recurrences.\n");
+    std::printf(
+        "usage: mpca_sgd   (no arguments)\n"
+        "MPCA-SGD on 5 ranks as threads, checked against a serial replay of its recurrences.\n");
     return help ? 0 : 2;
   }
   const double expected = serial_replay();
@@ -99,7 +102,10 @@ int main(int argc, char** argv) {
     mpca_sgd scheme(comm, avg::parameters(std::span<float>(x)), chosen);
     const auto target = static_cast<float>(comm.rank());
     for (int step = 0; step < step_count; ++step)
-      scheme.step([] {}, [&] { for (float& value : x) value -= step_size * (value - target); });
+      scheme.step([] {},
+                  [&] {
+                    for (float& value : x) value -= step_size * (value - target);
+                  });
     scheme.finish();
     std::lock_guard guard(lock);
     for (float value : x) wrong += std::fabs(value - expected) > 1e-4;

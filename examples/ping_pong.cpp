@@ -38,17 +38,22 @@ sweep parse_arguments(int argc, char** argv) {
   sweep settings;
   for (int i = 1; i < argc; ++i)
     if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::printf("usage: ping_pong [--min BYTES] [--max BYTES] [--factor F]   (2 ranks: chorus-run -n 2 ping_pong)\n"
-                  "One-way latency, ping-pong and streaming bandwidth over UCX, and #wrong bytes.\n");
+      std::printf(
+          "usage: ping_pong [--min BYTES] [--max BYTES] [--factor F]   (2 ranks: chorus-run -n 2 ping_pong)\n"
+          "One-way latency, ping-pong and streaming bandwidth over UCX, and #wrong bytes.\n");
       std::exit(0);
     }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i];
     const std::string_view value = argv[i + 1];
-    if (flag == "--min") settings.min_bytes = parse_size(value);
-    else if (flag == "--max") settings.max_bytes = parse_size(value);
-    else if (flag == "--factor") settings.factor = parse_size(value);
-    else throw chorus::error(chorus::errc::invalid_argument, "unknown flag " + std::string(flag));
+    if (flag == "--min")
+      settings.min_bytes = parse_size(value);
+    else if (flag == "--max")
+      settings.max_bytes = parse_size(value);
+    else if (flag == "--factor")
+      settings.factor = parse_size(value);
+    else
+      throw chorus::error(chorus::errc::invalid_argument, "unknown flag " + std::string(flag));
   }
   if (argc % 2 == 0) throw chorus::error(chorus::errc::invalid_argument, "flag without a value");
   chorus::require(settings.factor >= 2, "--factor must be at least 2");
@@ -56,9 +61,7 @@ sweep parse_arguments(int argc, char** argv) {
   return settings;
 }
 
-std::byte pattern(std::size_t index, std::size_t size) {
-  return static_cast<std::byte>((index * 131 + size) & 0xff);
-}
+std::byte pattern(std::size_t index, std::size_t size) { return static_cast<std::byte>((index * 131 + size) & 0xff); }
 
 // Sends a patterned message 0 -> 1 and counts wrong bytes on arrival.
 std::size_t check_transfer(chorus::communicator& comm, std::span<std::byte> buffer, std::size_t size) {
@@ -110,18 +113,21 @@ double stream_seconds(chorus::communicator& comm, std::span<std::byte> message, 
     post(slot);
   }
   comm.wait_all(requests, "stream");
-  if (comm.rank() == 0) comm.recv(std::span(&ack, 1), 1, 2);
-  else comm.send(std::span<const std::byte>(&ack, 1), 0, 2);
+  if (comm.rank() == 0)
+    comm.recv(std::span(&ack, 1), 1, 2);
+  else
+    comm.send(std::span<const std::byte>(&ack, 1), 0, 2);
   const std::chrono::duration<double> elapsed = clock_type::now() - start;
   return elapsed.count();
 }
 
 void run(chorus::communicator& comm, const sweep& settings) {
   if (comm.rank() == 0)
-    std::printf("# chorus ping-pong: rank 0 <-> rank 1 of %d, progress %s\n"
-                "%12s %8s %12s %14s %14s %7s\n",
-                comm.size(), std::string(chorus::transport::to_string(comm.config().progress)).c_str(),
-                "size(B)", "iters", "latency(us)", "pingpong(GB/s)", "stream(GB/s)", "#wrong");
+    std::printf(
+        "# chorus ping-pong: rank 0 <-> rank 1 of %d, progress %s\n"
+        "%12s %8s %12s %14s %14s %7s\n",
+        comm.size(), std::string(chorus::transport::to_string(comm.config().progress)).c_str(), "size(B)", "iters",
+        "latency(us)", "pingpong(GB/s)", "stream(GB/s)", "#wrong");
   // 2 MiB alignment lets the kernel back the buffer with whole huge pages;
   // an unaligned 64 MiB vector measured anywhere from 2 to 9 GB/s here.
   constexpr std::size_t huge_page = 2u << 20;
@@ -142,8 +148,8 @@ void run(chorus::communicator& comm, const sweep& settings) {
     const double stream = stream_seconds(comm, message, messages, window);
     if (comm.rank() == 0) {
       const double bytes = static_cast<double>(size);
-      std::printf("%12zu %8d %12.2f %14.3f %14.3f %7zu\n", size, iterations, latency * 1e6,
-                  bytes / latency / 1e9, bytes * messages / stream / 1e9, wrong);
+      std::printf("%12zu %8d %12.2f %14.3f %14.3f %7zu\n", size, iterations, latency * 1e6, bytes / latency / 1e9,
+                  bytes * messages / stream / 1e9, wrong);
       std::fflush(stdout);
     }
     if (size > settings.max_bytes / settings.factor) break;

@@ -37,7 +37,8 @@ T input_value(int rank, std::size_t index, std::uint64_t seed, flavour kind) {
   const std::uint64_t bits = mix(seed * 1000003u + static_cast<std::uint64_t>(rank) * 7919u + index);
   if (kind == flavour::product) {
     static constexpr int choices[] = {-1, 1, 2, 1};
-    if constexpr (std::is_integral_v<T>) return static_cast<T>(choices[bits % 4]);
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(choices[bits % 4]);
     else {
       static constexpr float real_choices[] = {-1.0f, 0.5f, 1.0f, 2.0f};
       return T(real_choices[bits % 4]);
@@ -69,19 +70,28 @@ std::vector<T> reference(const std::vector<int>& members, std::size_t count, std
     wide total = static_cast<wide>(static_cast<double>(input_value<T>(members[0], i, seed, kind)));
     for (std::size_t m = 1; m < members.size(); ++m) {
       const auto value = static_cast<wide>(static_cast<double>(input_value<T>(members[m], i, seed, kind)));
-      if constexpr (std::is_same_v<Op, chorus::op::prod>) total *= value;
-      else if constexpr (std::is_same_v<Op, chorus::op::min>) total = std::min(total, value);
-      else if constexpr (std::is_same_v<Op, chorus::op::max>) total = std::max(total, value);
-      else total += value;  // sum, avg
+      if constexpr (std::is_same_v<Op, chorus::op::prod>)
+        total *= value;
+      else if constexpr (std::is_same_v<Op, chorus::op::min>)
+        total = std::min(total, value);
+      else if constexpr (std::is_same_v<Op, chorus::op::max>)
+        total = std::max(total, value);
+      else
+        total += value;  // sum, avg
     }
     if constexpr (std::is_same_v<Op, chorus::op::avg>) {
       using A = chorus::accumulator_t<T>;  // what the library divides in
-      if constexpr (std::is_integral_v<T>) total /= static_cast<wide>(members.size());
-      else total = static_cast<double>(static_cast<A>(total) / static_cast<A>(members.size()));
+      if constexpr (std::is_integral_v<T>)
+        total /= static_cast<wide>(members.size());
+      else
+        total = static_cast<double>(static_cast<A>(total) / static_cast<A>(members.size()));
     }
-    if constexpr (std::is_integral_v<T>) result[i] = static_cast<T>(total);
-    else if constexpr (std::is_same_v<T, double>) result[i] = total;
-    else result[i] = T(static_cast<float>(total));  // one rounding for half/bfloat16
+    if constexpr (std::is_integral_v<T>)
+      result[i] = static_cast<T>(total);
+    else if constexpr (std::is_same_v<T, double>)
+      result[i] = total;
+    else
+      result[i] = T(static_cast<float>(total));  // one rounding for half/bfloat16
   }
   return result;
 }

@@ -80,8 +80,10 @@ class fake_compute final : public chorus::cuda::device_compute {
     fake_.launch(stream, [=] {
       chorus::codec::visit_spec({name, spec.block, spec.saturate}, [&](const auto& c) {
         const std::span<const std::byte> bytes(from, c.encoded_bytes(n));
-        if (accumulate) c.decode_add(bytes, std::span(to, n));
-        else c.decode(bytes, std::span(to, n));
+        if (accumulate)
+          c.decode_add(bytes, std::span(to, n));
+        else
+          c.decode(bytes, std::span(to, n));
       });
     });
   }

@@ -54,7 +54,8 @@ class fake_device final : public chorus::cuda::device_operations {
     close(fd);
     if (hidden == MAP_FAILED || alias == MAP_FAILED) throw std::runtime_error("fake device: mmap failed");
     std::lock_guard lock(mutex_);
-    device_memory_[static_cast<std::byte*>(hidden)] = {static_cast<std::byte*>(hidden), static_cast<std::byte*>(alias), length};
+    device_memory_[static_cast<std::byte*>(hidden)] = {static_cast<std::byte*>(hidden), static_cast<std::byte*>(alias),
+                                                       length};
     return hidden;
   }
 
@@ -85,7 +86,8 @@ class fake_device final : public chorus::cuda::device_operations {
     if (find_region(pointer) != nullptr) return chorus::memory_kind::cuda_device;
     const auto* p = static_cast<const std::byte*>(pointer);
     for (const auto& [base, size] : pinned_sizes_)
-      if (p >= static_cast<const std::byte*>(base) && p < static_cast<const std::byte*>(base) + std::max<std::size_t>(size, 1))
+      if (p >= static_cast<const std::byte*>(base) &&
+          p < static_cast<const std::byte*>(base) + std::max<std::size_t>(size, 1))
         return chorus::memory_kind::cuda_pinned;
     return chorus::memory_kind::host;
   }

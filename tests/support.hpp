@@ -56,7 +56,8 @@ inline std::size_t all_pairs_exchange(chorus::communicator& comm) {
     for (int peer = 0; peer < n; ++peer)
       requests.push_back(comm.irecv(std::span(incoming[static_cast<std::size_t>(peer)]), peer, message));
     for (int peer = 0; peer < n; ++peer)
-      requests.push_back(comm.isend(std::span<const std::uint32_t>(outgoing[static_cast<std::size_t>(peer)]), peer, message));
+      requests.push_back(
+          comm.isend(std::span<const std::uint32_t>(outgoing[static_cast<std::size_t>(peer)]), peer, message));
     comm.wait_all(requests);
     for (int peer = 0; peer < n; ++peer) {
       if (requests[static_cast<std::size_t>(peer)].received_bytes() != odd_counts[m] * 4) ++wrong;

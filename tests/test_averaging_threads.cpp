@@ -92,17 +92,23 @@ void no_op() {}
 TEST_CASE("one D-PSGD mixing step equals W X and preserves the average, for several topologies") {
   const int n = 6;
   for (const avg::topology& t : {avg::topology::ring(n), avg::topology::torus(2, 3), avg::topology::exponential(n),
-                                 avg::topology::from_weights({{0.5, 0.5, 0, 0, 0, 0}, {0.5, 0.25, 0.25, 0, 0, 0},
-                                                              {0, 0.25, 0.25, 0.5, 0, 0}, {0, 0, 0.5, 0.5, 0, 0},
-                                                              {0, 0, 0, 0, 0.5, 0.5}, {0, 0, 0, 0, 0.5, 0.5}})}) {
+                                 avg::topology::from_weights({{0.5, 0.5, 0, 0, 0, 0},
+                                                              {0.5, 0.25, 0.25, 0, 0, 0},
+                                                              {0, 0.25, 0.25, 0.5, 0, 0},
+                                                              {0, 0, 0.5, 0.5, 0, 0},
+                                                              {0, 0, 0, 0, 0.5, 0.5},
+                                                              {0, 0, 0, 0, 0.5, 0.5}})}) {
     CAPTURE(t.name());
     per_rank<std::vector<float>> after(n);
-    chorus::run_threads(n, [&](communicator& comm) {
-      model mine(comm.rank());
-      avg::dpsgd scheme(comm, mine.view(), {.topology = t});
-      scheme.step(no_op, no_op);  // learning rate 0: mixing alone
-      after.set(comm.rank(), mine.flat());
-    }, quick());
+    chorus::run_threads(
+        n,
+        [&](communicator& comm) {
+          model mine(comm.rank());
+          avg::dpsgd scheme(comm, mine.view(), {.topology = t});
+          scheme.step(no_op, no_op);  // learning rate 0: mixing alone
+          after.set(comm.rank(), mine.flat());
+        },
+        quick());
     const auto dense = t.at(0).dense();
     std::vector<std::vector<float>> initial;
     for (int r = 0; r < n; ++r) initial.push_back(model(r).flat());
@@ -110,9 +116,12 @@ TEST_CASE("one D-PSGD mixing step equals W X and preserves the average, for seve
     for (int i = 0; i < n; ++i) {
       std::vector<double> expected(model_size(), 0.0);  // row i of W X, in double
       for (int j = 0; j < n; ++j)
-        for (std::size_t k = 0; k < expected.size(); ++k) expected[k] += dense[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] * initial[static_cast<std::size_t>(j)][k];
+        for (std::size_t k = 0; k < expected.size(); ++k)
+          expected[k] +=
+              dense[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] * initial[static_cast<std::size_t>(j)][k];
       CHECK(max_gap(after.values[static_cast<std::size_t>(i)], expected) < 1e-5);
-      for (std::size_t k = 0; k < mean_after.size(); ++k) mean_after[k] += after.values[static_cast<std::size_t>(i)][k] / n;
+      for (std::size_t k = 0; k < mean_after.size(); ++k)
+        mean_after[k] += after.values[static_cast<std::size_t>(i)][k] / n;
     }
     const std::vector<double> mean = initial_mean(n);
     double gap = 0;
@@ -124,12 +133,15 @@ TEST_CASE("one D-PSGD mixing step equals W X and preserves the average, for seve
 TEST_CASE("D-PSGD with an fp16 wire still preserves the average exactly (mixing against the decoded self)") {
   const int n = 5;
   per_rank<std::vector<float>> after(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    model mine(comm.rank());
-    avg::dpsgd scheme(comm, mine.view(), {.codec = chorus::codec::by_name("fp16")});
-    for (int round = 0; round < 3; ++round) scheme.step(no_op, no_op);
-    after.set(comm.rank(), mine.flat());
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        model mine(comm.rank());
+        avg::dpsgd scheme(comm, mine.view(), {.codec = chorus::codec::by_name("fp16")});
+        for (int round = 0; round < 3; ++round) scheme.step(no_op, no_op);
+        after.set(comm.rank(), mine.flat());
+      },
+      quick());
   const std::vector<double> mean = initial_mean(n);
   std::vector<double> mean_after(model_size(), 0.0);
   for (const auto& x : after.values)
@@ -143,15 +155,18 @@ TEST_CASE("with learning rate 0, D-PSGD on a ring of 5 reaches consensus at the 
   const int n = 5;
   per_rank<double> distance(n);
   per_rank<std::vector<float>> final_models(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    model mine(comm.rank());
-    avg::dpsgd scheme(comm, mine.view());
-    for (int round = 0; round < 60; ++round) scheme.step(no_op, no_op);  // gap 0.46: 0.54^60 ~ 1e-16
-    distance.set(comm.rank(), avg::consensus_distance(comm, mine.view()));
-    final_models.set(comm.rank(), mine.flat());
-    CHECK(scheme.stats().exchanges == 60);
-    CHECK(scheme.stats().bytes_sent == 60u * 2u * model_size() * sizeof(float));  // two neighbours, every round
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        model mine(comm.rank());
+        avg::dpsgd scheme(comm, mine.view());
+        for (int round = 0; round < 60; ++round) scheme.step(no_op, no_op);  // gap 0.46: 0.54^60 ~ 1e-16
+        distance.set(comm.rank(), avg::consensus_distance(comm, mine.view()));
+        final_models.set(comm.rank(), mine.flat());
+        CHECK(scheme.stats().exchanges == 60);
+        CHECK(scheme.stats().bytes_sent == 60u * 2u * model_size() * sizeof(float));  // two neighbours, every round
+      },
+      quick());
   for (double d : distance.values) CHECK(d < 1e-6);
   CHECK(max_gap(final_models.values[0], initial_mean(n)) < 1e-5);
 }
@@ -160,12 +175,15 @@ TEST_CASE("the one-peer exponential graph reaches the exact mean in log2(n) roun
   for (int n : {4, 8}) {
     CAPTURE(n);
     per_rank<std::vector<float>> after(n);
-    chorus::run_threads(n, [&](communicator& comm) {
-      model mine(comm.rank());
-      avg::dpsgd scheme(comm, mine.view(), {.topology = avg::topology::one_peer_exponential(n)});
-      for (int round = 0; round < static_cast<int>(std::log2(n)); ++round) scheme.step(no_op, no_op);
-      after.set(comm.rank(), mine.flat());
-    }, quick());
+    chorus::run_threads(
+        n,
+        [&](communicator& comm) {
+          model mine(comm.rank());
+          avg::dpsgd scheme(comm, mine.view(), {.topology = avg::topology::one_peer_exponential(n)});
+          for (int round = 0; round < static_cast<int>(std::log2(n)); ++round) scheme.step(no_op, no_op);
+          after.set(comm.rank(), mine.flat());
+        },
+        quick());
     const std::vector<double> mean = initial_mean(n);
     for (const auto& x : after.values) CHECK(max_gap(x, mean) < 2e-6);
   }
@@ -181,29 +199,36 @@ TEST_CASE("GoSGD: every quiesce() is a consistent cut (sum a = 1, sum a x unchan
   per_rank<std::vector<std::vector<double>>> weighted(n);  // per round: a x
   per_rank<double> distance(n);
   per_rank<std::uint64_t> merges(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    model mine(comm.rank());
-    avg::gosgd scheme(comm, mine.view(), {.push_probability = 0.7, .seed = 11});
-    std::vector<double> my_weights;
-    std::vector<std::vector<double>> my_weighted;
-    for (int round = 0; round < rounds; ++round) {
-      const int steps = 4 + 3 * ((comm.rank() + round) % n);
-      for (int step = 0; step < steps; ++step)  // the first step of a round pushes without delay
-        scheme.step([&] { if (step > 0) std::this_thread::sleep_for(std::chrono::microseconds(100 * (comm.rank() + 1))); }, no_op);
-      scheme.quiesce();
-      my_weights.push_back(scheme.weight());
-      std::vector<double> ax;
-      for (float value : mine.flat()) ax.push_back(scheme.weight() * value);
-      my_weighted.push_back(std::move(ax));
-    }
-    weights.set(comm.rank(), my_weights);
-    weighted.set(comm.rank(), my_weighted);
-    for (int step = 0; step < 150; ++step) scheme.step(no_op, no_op);
-    scheme.quiesce();
-    distance.set(comm.rank(), avg::consensus_distance(comm, mine.view()));
-    merges.set(comm.rank(), scheme.stats().merges);
-    scheme.finish();
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        model mine(comm.rank());
+        avg::gosgd scheme(comm, mine.view(), {.push_probability = 0.7, .seed = 11});
+        std::vector<double> my_weights;
+        std::vector<std::vector<double>> my_weighted;
+        for (int round = 0; round < rounds; ++round) {
+          const int steps = 4 + 3 * ((comm.rank() + round) % n);
+          for (int step = 0; step < steps; ++step)  // the first step of a round pushes without delay
+            scheme.step(
+                [&] {
+                  if (step > 0) std::this_thread::sleep_for(std::chrono::microseconds(100 * (comm.rank() + 1)));
+                },
+                no_op);
+          scheme.quiesce();
+          my_weights.push_back(scheme.weight());
+          std::vector<double> ax;
+          for (float value : mine.flat()) ax.push_back(scheme.weight() * value);
+          my_weighted.push_back(std::move(ax));
+        }
+        weights.set(comm.rank(), my_weights);
+        weighted.set(comm.rank(), my_weighted);
+        for (int step = 0; step < 150; ++step) scheme.step(no_op, no_op);
+        scheme.quiesce();
+        distance.set(comm.rank(), avg::consensus_distance(comm, mine.view()));
+        merges.set(comm.rank(), scheme.stats().merges);
+        scheme.finish();
+      },
+      quick());
   const std::vector<double> mean = initial_mean(n);
   for (std::size_t round = 0; round < rounds; ++round) {
     CAPTURE(round);
@@ -223,45 +248,49 @@ TEST_CASE("GoSGD: every quiesce() is a consistent cut (sum a = 1, sum a x unchan
   CHECK(std::accumulate(merges.values.begin(), merges.values.end(), std::uint64_t{0}) > 100);
 }
 
-TEST_CASE("GoSGD between a step and quiesce(): a collective or another scheme's step over its peers raises, never stalls") {
+TEST_CASE(
+    "GoSGD between a step and quiesce(): a collective or another scheme's step over its peers raises, never stalls") {
   const int n = 4;
   per_rank<int> refused(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    int refusals = 0;
-    const auto refuses = [&](auto&& call, std::string_view operation) {
-      try {
-        call();
-      } catch (const chorus::error& failure) {
-        const std::string text = failure.what();
-        const bool named = text.find("gosgd") != std::string::npos && text.find("quiesce()") != std::string::npos &&
-                           text.find(operation) != std::string::npos;
-        CHECK_MESSAGE(failure.category() == chorus::errc::invalid_argument, text);
-        CHECK_MESSAGE(named, text);
-        refusals += failure.category() == chorus::errc::invalid_argument && named;
-      }
-    };
-    model mine(comm.rank()), other(comm.rank());
-    communicator pairs = comm.split(comm.rank() / 2, comm.rank());   // {0, 1}, {2, 3}: the gossip
-    communicator across = comm.split(comm.rank() % 2, comm.rank());  // {0, 2}, {1, 3}: no other gossip member
-    avg::gosgd scheme(pairs, mine.view(), {.push_probability = 1.0, .seed = 3});
-    avg::dpsgd mixing(comm, other.view());  // made before the gossip opens: its split is a collective
-    for (int step = 0; step < 8; ++step) scheme.step(no_op, no_op);
-    std::vector<double> data(5, comm.rank() + 1.0);
-    const std::vector<double> before = data;
-    refuses([&] { chorus::allreduce(comm, std::span(data)); }, "allreduce");
-    CHECK(data == before);  // nothing was written
-    refuses([&] { chorus::broadcast(pairs, std::span(data), 0); }, "broadcast");
-    refuses([&] { mixing.step(no_op, no_op); }, "dpsgd step");
-    chorus::allreduce(across, std::span(data));  // shares no other member with the gossip: runs
-    CHECK(data[0] == (comm.rank() % 2 + 1.0) + (comm.rank() % 2 + 3.0));
-    scheme.quiesce();
-    chorus::allreduce(comm, std::span(data));  // quiesced: runs
-    mixing.step(no_op, no_op);
-    for (int step = 0; step < 4; ++step) scheme.step(no_op, no_op);  // open again, then finish() closes it
-    scheme.finish();
-    chorus::barrier(comm);
-    refused.set(comm.rank(), refusals);
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        int refusals = 0;
+        const auto refuses = [&](auto&& call, std::string_view operation) {
+          try {
+            call();
+          } catch (const chorus::error& failure) {
+            const std::string text = failure.what();
+            const bool named = text.find("gosgd") != std::string::npos && text.find("quiesce()") != std::string::npos &&
+                               text.find(operation) != std::string::npos;
+            CHECK_MESSAGE(failure.category() == chorus::errc::invalid_argument, text);
+            CHECK_MESSAGE(named, text);
+            refusals += failure.category() == chorus::errc::invalid_argument && named;
+          }
+        };
+        model mine(comm.rank()), other(comm.rank());
+        communicator pairs = comm.split(comm.rank() / 2, comm.rank());   // {0, 1}, {2, 3}: the gossip
+        communicator across = comm.split(comm.rank() % 2, comm.rank());  // {0, 2}, {1, 3}: no other gossip member
+        avg::gosgd scheme(pairs, mine.view(), {.push_probability = 1.0, .seed = 3});
+        avg::dpsgd mixing(comm, other.view());  // made before the gossip opens: its split is a collective
+        for (int step = 0; step < 8; ++step) scheme.step(no_op, no_op);
+        std::vector<double> data(5, comm.rank() + 1.0);
+        const std::vector<double> before = data;
+        refuses([&] { chorus::allreduce(comm, std::span(data)); }, "allreduce");
+        CHECK(data == before);  // nothing was written
+        refuses([&] { chorus::broadcast(pairs, std::span(data), 0); }, "broadcast");
+        refuses([&] { mixing.step(no_op, no_op); }, "dpsgd step");
+        chorus::allreduce(across, std::span(data));  // shares no other member with the gossip: runs
+        CHECK(data[0] == (comm.rank() % 2 + 1.0) + (comm.rank() % 2 + 3.0));
+        scheme.quiesce();
+        chorus::allreduce(comm, std::span(data));  // quiesced: runs
+        mixing.step(no_op, no_op);
+        for (int step = 0; step < 4; ++step) scheme.step(no_op, no_op);  // open again, then finish() closes it
+        scheme.finish();
+        chorus::barrier(comm);
+        refused.set(comm.rank(), refusals);
+      },
+      quick());
   for (int count : refused.values) CHECK(count == 3);
 }
 
@@ -272,7 +301,8 @@ TEST_CASE("local SGD with H = 1 equals allreduce-SGD bit for bit on the same dat
   const int n = 4;
   per_rank<std::vector<float>> by_gradients(n), by_models(n);
   const auto gradient = [](int rank, int step, std::size_t k) {
-    return static_cast<float>(static_cast<int>((k * 7 + static_cast<std::size_t>(rank * 13 + step * 5)) % 64) - 32) / 64.0f;
+    return static_cast<float>(static_cast<int>((k * 7 + static_cast<std::size_t>(rank * 13 + step * 5)) % 64) - 32) /
+           64.0f;
   };
   const auto run = [&](bool local) {
     return [&, local](communicator& comm) {
@@ -313,22 +343,30 @@ TEST_CASE("synchronous EASGD's centre equals the closed-form update on a quadrat
   const double eta = 0.1, alpha = 0.2;
   const std::size_t size = 33;
   const auto target = [](int rank, std::size_t k) { return static_cast<double>(rank) - 0.05 * static_cast<double>(k); };
-  const auto start = [](int rank, std::size_t k) { return 0.1 * static_cast<double>(rank * rank) + 0.01 * static_cast<double>(k); };
+  const auto start = [](int rank, std::size_t k) {
+    return 0.1 * static_cast<double>(rank * rank) + 0.01 * static_cast<double>(k);
+  };
   per_rank<std::vector<float>> centres(n), models(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    std::vector<float> x(size), g(size);
-    for (std::size_t k = 0; k < size; ++k) x[k] = static_cast<float>(start(comm.rank(), k));
-    avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-    avg::sgd optimiser(params, {.learning_rate = eta});
-    avg::easgd scheme(comm, params, {.alpha = alpha, .tau = tau});
-    for (int step = 0; step < steps; ++step)
-      scheme.step([&] { for (std::size_t k = 0; k < size; ++k) g[k] = x[k] - static_cast<float>(target(comm.rank(), k)); },
-                  [&] { optimiser.apply(grads); });
-    centres.set(comm.rank(), std::vector<float>(scheme.centre().begin(), scheme.centre().end()));
-    models.set(comm.rank(), x);
-    scheme.finish();
-    for (std::size_t k = 0; k < size; ++k) CHECK(x[k] == scheme.centre()[k]);
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        std::vector<float> x(size), g(size);
+        for (std::size_t k = 0; k < size; ++k) x[k] = static_cast<float>(start(comm.rank(), k));
+        avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+        avg::sgd optimiser(params, {.learning_rate = eta});
+        avg::easgd scheme(comm, params, {.alpha = alpha, .tau = tau});
+        for (int step = 0; step < steps; ++step)
+          scheme.step(
+              [&] {
+                for (std::size_t k = 0; k < size; ++k) g[k] = x[k] - static_cast<float>(target(comm.rank(), k));
+              },
+              [&] { optimiser.apply(grads); });
+        centres.set(comm.rank(), std::vector<float>(scheme.centre().begin(), scheme.centre().end()));
+        models.set(comm.rank(), x);
+        scheme.finish();
+        for (std::size_t k = 0; k < size; ++k) CHECK(x[k] == scheme.centre()[k]);
+      },
+      quick());
   std::vector<std::vector<double>> x(n, std::vector<double>(size));
   std::vector<double> c(size, 0.0);
   for (int r = 0; r < n; ++r)
@@ -355,7 +393,8 @@ TEST_CASE("synchronous EASGD's centre equals the closed-form update on a quadrat
   for (int r = 0; r < n; ++r) {
     CHECK(max_gap(centres.values[static_cast<std::size_t>(r)], c) < 1e-5);
     CHECK(max_gap(models.values[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)]) < 1e-5);
-    CHECK(std::memcmp(centres.values[static_cast<std::size_t>(r)].data(), centres.values[0].data(), size * sizeof(float)) == 0);
+    CHECK(std::memcmp(centres.values[static_cast<std::size_t>(r)].data(), centres.values[0].data(),
+                      size * sizeof(float)) == 0);
   }
 }
 
@@ -371,19 +410,26 @@ TEST_CASE("TreeEASGD: every node matches the closed-form elastic updates on a qu
   const auto target = [](int rank, std::size_t k) { return static_cast<double>(rank) - 0.05 * static_cast<double>(k); };
   const auto start = [](std::size_t k) { return 0.3 + 0.01 * static_cast<double>(k); };
   per_rank<std::vector<float>> before_finish(n), kept(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    std::vector<float> x(size), g(size);
-    for (std::size_t k = 0; k < size; ++k) x[k] = comm.rank() == 0 ? static_cast<float>(start(k)) : -7.0f;
-    avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-    avg::sgd optimiser(params, {.learning_rate = eta});
-    avg::tree_easgd scheme(comm, params, {.alpha = alpha, .tau_up = tau_up, .tau_down = tau_down, .fanout = fanout});
-    for (int step = 0; step < steps; ++step)
-      scheme.step([&] { for (std::size_t k = 0; k < size; ++k) g[k] = x[k] - static_cast<float>(target(comm.rank(), k)); },
-                  [&] { optimiser.apply(grads); });
-    before_finish.set(comm.rank(), x);
-    scheme.finish();
-    kept.set(comm.rank(), x);
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        std::vector<float> x(size), g(size);
+        for (std::size_t k = 0; k < size; ++k) x[k] = comm.rank() == 0 ? static_cast<float>(start(k)) : -7.0f;
+        avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+        avg::sgd optimiser(params, {.learning_rate = eta});
+        avg::tree_easgd scheme(comm, params,
+                               {.alpha = alpha, .tau_up = tau_up, .tau_down = tau_down, .fanout = fanout});
+        for (int step = 0; step < steps; ++step)
+          scheme.step(
+              [&] {
+                for (std::size_t k = 0; k < size; ++k) g[k] = x[k] - static_cast<float>(target(comm.rank(), k));
+              },
+              [&] { optimiser.apply(grads); });
+        before_finish.set(comm.rank(), x);
+        scheme.finish();
+        kept.set(comm.rank(), x);
+      },
+      quick());
   std::vector<std::vector<double>> x(n, std::vector<double>(size));
   for (auto& node : x)
     for (std::size_t k = 0; k < size; ++k) node[k] = static_cast<float>(start(k));  // everyone starts from the root's
@@ -409,14 +455,16 @@ TEST_CASE("TreeEASGD: every node matches the closed-form elastic updates on a qu
   };
   for (int step = 1; step <= steps; ++step) {
     for (int r = 0; r < n; ++r)
-      for (std::size_t k = 0; k < size; ++k) x[static_cast<std::size_t>(r)][k] -= eta * (x[static_cast<std::size_t>(r)][k] - target(r, k));
+      for (std::size_t k = 0; k < size; ++k)
+        x[static_cast<std::size_t>(r)][k] -= eta * (x[static_cast<std::size_t>(r)][k] - target(r, k));
     if (step % tau_up == 0) up(0);
     if (step % tau_down == 0) down(0);
   }
   for (int r = 0; r < n; ++r) {
     CAPTURE(r);
     CHECK(max_gap(before_finish.values[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)]) < 1e-5);
-    CHECK(std::memcmp(kept.values[static_cast<std::size_t>(r)].data(), before_finish.values[0].data(), size * sizeof(float)) == 0);
+    CHECK(std::memcmp(kept.values[static_cast<std::size_t>(r)].data(), before_finish.values[0].data(),
+                      size * sizeof(float)) == 0);
   }
 }
 
@@ -425,23 +473,26 @@ TEST_CASE("asynchronous EASGD conserves sum x_i + c with learning rate 0, with r
   per_rank<std::vector<float>> models(n), finals(n);
   std::vector<float> centre;
   std::vector<float> start_model;
-  chorus::run_threads(n, [&](communicator& comm) {
-    model mine(comm.rank());
-    avg::easgd_async scheme(comm, mine.view(), {.alpha = 0.3, .tau = 2, .server = 1});
-    if (comm.rank() == 1) start_model = mine.flat();
-    // Every rank starts from the server's model; move them apart by known amounts.
-    for (auto& tensor : mine.storage)
-      for (float& value : tensor) value += 0.5f * static_cast<float>(comm.rank());
-    for (int step = 0; step < 6 + 4 * comm.rank(); ++step)
-      scheme.step([&] { std::this_thread::sleep_for(std::chrono::microseconds(200 * (n - comm.rank()))); }, no_op);
-    comm.barrier();  // every pull is a finished round trip: nothing in flight
-    models.set(comm.rank(), mine.flat());
-    if (scheme.is_server()) centre.assign(scheme.centre().begin(), scheme.centre().end());
-    comm.barrier();
-    scheme.finish();
-    finals.set(comm.rank(), mine.flat());
-    CHECK(scheme.stats().exchanges == static_cast<std::uint64_t>((6 + 4 * comm.rank()) / 2));
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        model mine(comm.rank());
+        avg::easgd_async scheme(comm, mine.view(), {.alpha = 0.3, .tau = 2, .server = 1});
+        if (comm.rank() == 1) start_model = mine.flat();
+        // Every rank starts from the server's model; move them apart by known amounts.
+        for (auto& tensor : mine.storage)
+          for (float& value : tensor) value += 0.5f * static_cast<float>(comm.rank());
+        for (int step = 0; step < 6 + 4 * comm.rank(); ++step)
+          scheme.step([&] { std::this_thread::sleep_for(std::chrono::microseconds(200 * (n - comm.rank()))); }, no_op);
+        comm.barrier();  // every pull is a finished round trip: nothing in flight
+        models.set(comm.rank(), mine.flat());
+        if (scheme.is_server()) centre.assign(scheme.centre().begin(), scheme.centre().end());
+        comm.barrier();
+        scheme.finish();
+        finals.set(comm.rank(), mine.flat());
+        CHECK(scheme.stats().exchanges == static_cast<std::uint64_t>((6 + 4 * comm.rank()) / 2));
+      },
+      quick());
   // Initially: x_i = s + 0.5 i and c = s, so sum x_i + c = (n + 1) s + 0.5 * (0 + 1 + ... + n-1).
   double worst = 0;
   for (std::size_t k = 0; k < start_model.size(); ++k) {
@@ -452,7 +503,8 @@ TEST_CASE("asynchronous EASGD conserves sum x_i + c with learning rate 0, with r
   }
   CHECK(worst < 1e-5);
   for (const auto& x : finals.values) CHECK(std::memcmp(x.data(), centre.data(), centre.size() * sizeof(float)) == 0);
-  for (const auto& x : finals.values) CHECK(std::memcmp(x.data(), finals.values[0].data(), x.size() * sizeof(float)) == 0);
+  for (const auto& x : finals.values)
+    CHECK(std::memcmp(x.data(), finals.values[0].data(), x.size() * sizeof(float)) == 0);
 }
 
 namespace {
@@ -469,7 +521,10 @@ struct least_squares {
     std::vector<float> solution(dim);
     for (std::size_t k = 0; k < dim; ++k) solution[k] = std::cos(static_cast<float>(k));
     unsigned state = 12345;
-    const auto next = [&] { state = state * 1103515245u + 12345u; return static_cast<float>((state >> 8) % 2001) / 1000.0f - 1.0f; };
+    const auto next = [&] {
+      state = state * 1103515245u + 12345u;
+      return static_cast<float>((state >> 8) % 2001) / 1000.0f - 1.0f;
+    };
     for (int r = 0; r < n; ++r) {
       a.emplace_back(rows_per_rank * dim);
       b.emplace_back(rows_per_rank, 0.0f);
@@ -512,16 +567,25 @@ std::vector<double> train_least_squares(int n, int steps, double rate, MakeSchem
   constexpr auto compute_time = std::chrono::microseconds(200);
   const least_squares problem(n);
   per_rank<double> losses(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    std::vector<float> x(least_squares::dim, 0.0f), g(least_squares::dim);
-    avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-    avg::sgd optimiser(params, {.learning_rate = rate, .momentum = nesterov ? 0.5 : 0.0, .nesterov = nesterov});
-    auto scheme = make_scheme(comm, params, grads);
-    for (int step = 0; step < steps + (uneven ? 5 * comm.rank() : 0); ++step)  // async: ranks finish at different times
-      scheme.step([&] { problem.gradient(comm.rank(), x, g); std::this_thread::sleep_for(compute_time); }, [&] { optimiser.apply(grads); });
-    scheme.finish();
-    losses.set(comm.rank(), problem.loss(x));
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        std::vector<float> x(least_squares::dim, 0.0f), g(least_squares::dim);
+        avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+        avg::sgd optimiser(params, {.learning_rate = rate, .momentum = nesterov ? 0.5 : 0.0, .nesterov = nesterov});
+        auto scheme = make_scheme(comm, params, grads);
+        for (int step = 0; step < steps + (uneven ? 5 * comm.rank() : 0);
+             ++step)  // async: ranks finish at different times
+          scheme.step(
+              [&] {
+                problem.gradient(comm.rank(), x, g);
+                std::this_thread::sleep_for(compute_time);
+              },
+              [&] { optimiser.apply(grads); });
+        scheme.finish();
+        losses.set(comm.rank(), problem.loss(x));
+      },
+      quick());
   return losses.values;
 }
 
@@ -539,10 +603,12 @@ TEST_CASE("every scheme converges on a small least-squares problem (loss below 1
   check("allreduce_sgd", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters g) {
           return avg::allreduce_sgd(c, p, g);
         }));
-  check("allreduce_sgd topk 0.3, error feedback", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters g) {
+  check("allreduce_sgd topk 0.3, error feedback",
+        train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters g) {
           return avg::allreduce_sgd(c, p, g, {.codec = chorus::codec::by_name("topk:0.3")});
         }));
-  check("allreduce_sgd randomk 0.5, error feedback", train_least_squares(n, steps, rate * 0.5, [](communicator& c, avg::parameters p, avg::parameters g) {
+  check("allreduce_sgd randomk 0.5, error feedback",
+        train_least_squares(n, steps, rate * 0.5, [](communicator& c, avg::parameters p, avg::parameters g) {
           return avg::allreduce_sgd(c, p, g, {.codec = chorus::codec::by_name("randomk:0.5")});
         }));
   check("local_sgd H=4", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
@@ -557,15 +623,24 @@ TEST_CASE("every scheme converges on a small least-squares problem (loss below 1
   check("easgd", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
           return avg::easgd(c, p, {.alpha = 0.2, .tau = 1});
         }));
-  check("eamsgd", train_least_squares(n, steps, rate * 0.5, [](communicator& c, avg::parameters p, avg::parameters) {
-          return avg::easgd(c, p, {.alpha = 0.2, .tau = 2});
-        }, true));
-  check("easgd_async", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
-          return avg::easgd_async(c, p, {.alpha = 0.2, .tau = 1});
-        }, false, true));
-  check("gosgd", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
-          return avg::gosgd(c, p, {.push_probability = 1.0});
-        }, false, true));
+  check("eamsgd", train_least_squares(
+                      n, steps, rate * 0.5,
+                      [](communicator& c, avg::parameters p, avg::parameters) {
+                        return avg::easgd(c, p, {.alpha = 0.2, .tau = 2});
+                      },
+                      true));
+  check("easgd_async", train_least_squares(
+                           n, steps, rate,
+                           [](communicator& c, avg::parameters p, avg::parameters) {
+                             return avg::easgd_async(c, p, {.alpha = 0.2, .tau = 1});
+                           },
+                           false, true));
+  check("gosgd", train_least_squares(
+                     n, steps, rate,
+                     [](communicator& c, avg::parameters p, avg::parameters) {
+                       return avg::gosgd(c, p, {.push_probability = 1.0});
+                     },
+                     false, true));
   check("gosgd even", train_least_squares(n, steps, rate, [](communicator& c, avg::parameters p, avg::parameters) {
           return avg::gosgd(c, p, {.push_probability = 1.0});
         }));
@@ -576,43 +651,60 @@ TEST_CASE("every scheme converges on a small least-squares problem (loss below 1
   check("ps bsp", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
           return avg::parameter_server(c, p, g, {.optimiser = {.learning_rate = rate}});
         }));
-  check("ps bsp, a dedicated server", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
+  check("ps bsp, a dedicated server",
+        train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
           return avg::parameter_server(c, p, g, {.dedicated_servers = 1, .optimiser = {.learning_rate = rate}});
         }));
-  check("ps ssp", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
-          return avg::parameter_server(c, p, g, {.mode = consistency::ssp, .staleness = 3, .optimiser = {.learning_rate = rate}});
-        }, false, true));
-  check("ps downpour", train_least_squares(n, steps, rate, [&](communicator& c, avg::parameters p, avg::parameters g) {
-          return avg::parameter_server(c, p, g, {.mode = consistency::downpour, .push_every = 2, .fetch_every = 3,
-                                                 .optimiser = {.learning_rate = rate}});
-        }, false, true));
+  check("ps ssp", train_least_squares(
+                      n, steps, rate,
+                      [&](communicator& c, avg::parameters p, avg::parameters g) {
+                        return avg::parameter_server(
+                            c, p, g, {.mode = consistency::ssp, .staleness = 3, .optimiser = {.learning_rate = rate}});
+                      },
+                      false, true));
+  check("ps downpour", train_least_squares(
+                           n, steps, rate,
+                           [&](communicator& c, avg::parameters p, avg::parameters g) {
+                             return avg::parameter_server(c, p, g,
+                                                          {.mode = consistency::downpour,
+                                                           .push_every = 2,
+                                                           .fetch_every = 3,
+                                                           .optimiser = {.learning_rate = rate}});
+                           },
+                           false, true));
 }
 
 TEST_CASE("schemes reject bad options with clear errors") {
-  chorus::run_threads(3, [&](communicator& comm) {
-    std::vector<float> x(5);
-    avg::parameters params{std::span<float>(x)};
-    using chorus::errc;
-    chorus_test::expect_error([&] { avg::local_sgd(comm, params, {.period = 0}); }, errc::invalid_argument, "period H");
-    chorus_test::expect_error([&] { avg::easgd(comm, params, {.alpha = 1.5}); }, errc::invalid_argument, "alpha must be in (0, 1)");
-    chorus_test::expect_error([&] { avg::dpsgd(comm, params, {.topology = avg::topology::ring(4)}); }, errc::invalid_argument,
-                              "has 4 ranks, the communicator 3");
-    chorus_test::expect_error([&] { avg::gosgd(comm, params, {.push_probability = 2.0}); }, errc::invalid_argument,
-                              "push probability");
-    const auto top = chorus::codec::by_name("topk:0.1");
-    chorus_test::expect_error([&] { avg::dpsgd(comm, params, {.codec = top}); }, errc::invalid_argument,
-                              "sparse codecs compress gradients");
-    chorus_test::expect_error([&] { avg::gosgd(comm, params, {.codec = top}); }, errc::invalid_argument,
-                              "gosgd sends models, and topk would drop");
-    chorus_test::expect_error([&] { avg::local_sgd(comm, params, {.codec = top}); }, errc::invalid_argument, "local_sgd");
-    chorus_test::expect_error([&] { avg::tree_easgd(comm, params, {.fanout = 0}); }, errc::invalid_argument,
-                              "fan-out must be at least 1");
-    chorus_test::expect_error([&] { avg::tree_easgd(comm, params, {.tau_down = 0}); }, errc::invalid_argument,
-                              "tau must be at least 1");
-    std::vector<float> g(4);
-    chorus_test::expect_error([&] { avg::allreduce_sgd(comm, params, avg::parameters{std::span<float>(g)}); },
-                              errc::invalid_argument, "do not match");
-  }, quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        std::vector<float> x(5);
+        avg::parameters params{std::span<float>(x)};
+        using chorus::errc;
+        chorus_test::expect_error([&] { avg::local_sgd(comm, params, {.period = 0}); }, errc::invalid_argument,
+                                  "period H");
+        chorus_test::expect_error([&] { avg::easgd(comm, params, {.alpha = 1.5}); }, errc::invalid_argument,
+                                  "alpha must be in (0, 1)");
+        chorus_test::expect_error([&] { avg::dpsgd(comm, params, {.topology = avg::topology::ring(4)}); },
+                                  errc::invalid_argument, "has 4 ranks, the communicator 3");
+        chorus_test::expect_error([&] { avg::gosgd(comm, params, {.push_probability = 2.0}); }, errc::invalid_argument,
+                                  "push probability");
+        const auto top = chorus::codec::by_name("topk:0.1");
+        chorus_test::expect_error([&] { avg::dpsgd(comm, params, {.codec = top}); }, errc::invalid_argument,
+                                  "sparse codecs compress gradients");
+        chorus_test::expect_error([&] { avg::gosgd(comm, params, {.codec = top}); }, errc::invalid_argument,
+                                  "gosgd sends models, and topk would drop");
+        chorus_test::expect_error([&] { avg::local_sgd(comm, params, {.codec = top}); }, errc::invalid_argument,
+                                  "local_sgd");
+        chorus_test::expect_error([&] { avg::tree_easgd(comm, params, {.fanout = 0}); }, errc::invalid_argument,
+                                  "fan-out must be at least 1");
+        chorus_test::expect_error([&] { avg::tree_easgd(comm, params, {.tau_down = 0}); }, errc::invalid_argument,
+                                  "tau must be at least 1");
+        std::vector<float> g(4);
+        chorus_test::expect_error([&] { avg::allreduce_sgd(comm, params, avg::parameters{std::span<float>(g)}); },
+                                  errc::invalid_argument, "do not match");
+      },
+      quick());
 }
 
 TEST_CASE("wire: every asynchronous scheme's header is checked (kind, payload size, sequence)") {
@@ -664,7 +756,8 @@ TEST_CASE("schemes wait through comm.progress_until: a silent peer is a timeout 
     options.progress = mode;
     std::mutex mutex;
     std::vector<std::string> failures;
-    const auto expect_timeout = [&](const std::function<void()>& body, int rank, int peer, const std::string& operation) {
+    const auto expect_timeout = [&](const std::function<void()>& body, int rank, int peer,
+                                    const std::string& operation) {
       const auto start = std::chrono::steady_clock::now();
       std::string problem;
       try {
@@ -682,30 +775,35 @@ TEST_CASE("schemes wait through comm.progress_until: a silent peer is a timeout 
         failures.push_back("rank " + std::to_string(rank) + ": " + problem);
       }
     };
-    chorus::run_threads(3, [&](communicator& comm) {
-      model mine(comm.rank());
-      avg::gosgd gossip(comm, mine.view(), {.push_probability = 0.0});
-      if (comm.rank() == 2) {
-        std::this_thread::sleep_for(1500ms);  // alive, never quiesces
-        return;
-      }
-      expect_timeout([&] { gossip.quiesce(); }, comm.rank(), 2, "gosgd quiesce");
-    }, options);
-    chorus::run_threads(3, [&](communicator& comm) {
-      model mine(comm.rank());
-      avg::easgd_async elastic(comm, mine.view(), {.alpha = 0.1, .tau = 1, .server = 0});
-      if (comm.rank() == 0) {
-        expect_timeout([&] { elastic.finish(); }, 0, -1, "easgd_async finish");
-      } else if (comm.rank() == 1) {
-        std::this_thread::sleep_for(1500ms);  // alive, never finishes
-      } else {
-        elastic.step([] {}, [] {});
-        try {
-          elastic.finish();  // its goodbye is served; then the broadcast fails with the server
-        } catch (const chorus::error&) {
-        }
-      }
-    }, options);
+    chorus::run_threads(
+        3,
+        [&](communicator& comm) {
+          model mine(comm.rank());
+          avg::gosgd gossip(comm, mine.view(), {.push_probability = 0.0});
+          if (comm.rank() == 2) {
+            std::this_thread::sleep_for(1500ms);  // alive, never quiesces
+            return;
+          }
+          expect_timeout([&] { gossip.quiesce(); }, comm.rank(), 2, "gosgd quiesce");
+        },
+        options);
+    chorus::run_threads(
+        3,
+        [&](communicator& comm) {
+          model mine(comm.rank());
+          avg::easgd_async elastic(comm, mine.view(), {.alpha = 0.1, .tau = 1, .server = 0});
+          if (comm.rank() == 0) {
+            expect_timeout([&] { elastic.finish(); }, 0, -1, "easgd_async finish");
+          } else if (comm.rank() == 1) {
+            std::this_thread::sleep_for(1500ms);  // alive, never finishes
+          } else {
+            elastic.step([] {}, [] {});
+            try {
+              elastic.finish();  // its goodbye is served; then the broadcast fails with the server
+            } catch (const chorus::error&) {}
+          }
+        },
+        options);
     for (const auto& failure : failures) MESSAGE(failure);
     CHECK(failures.empty());
   }

@@ -5,12 +5,12 @@
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/store_session.hpp>
 
+#include <doctest/doctest.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-#include <doctest/doctest.h>
 
 #include "expect_error.hpp"
 
@@ -21,10 +21,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <optional>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -270,10 +270,21 @@ TEST_CASE("store: the host can wait for its clients to leave") {
 
 namespace {
 
-const char* const launch_variables[] = {
-    "CHORUS_RANK", "CHORUS_SIZE", "CHORUS_ADDR", "CHORUS_TOKEN", "CHORUS_LAUNCHER", "CHORUS_LOCAL_SIZE",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"};
+const char* const launch_variables[] = {"CHORUS_RANK",
+                                        "CHORUS_SIZE",
+                                        "CHORUS_ADDR",
+                                        "CHORUS_TOKEN",
+                                        "CHORUS_LAUNCHER",
+                                        "CHORUS_LOCAL_SIZE",
+                                        "OMPI_COMM_WORLD_RANK",
+                                        "OMPI_COMM_WORLD_SIZE",
+                                        "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                        "PMI_RANK",
+                                        "PMI_SIZE",
+                                        "SLURM_PROCID",
+                                        "SLURM_NTASKS",
+                                        "SLURM_NTASKS_PER_NODE",
+                                        "MPI_LOCALNRANKS"};
 
 struct clean_environment {
   clean_environment() {
@@ -342,8 +353,7 @@ TEST_CASE("discovery: inconsistent or missing variables are clear errors") {
   SUBCASE("rank without size") {
     ::setenv("CHORUS_RANK", "1", 1);
     CHECK_THROWS_WITH_AS(chorus::bootstrap::discover(),
-                         "chorus invalid_argument: CHORUS_RANK and CHORUS_SIZE must be set together",
-                         chorus::error);
+                         "chorus invalid_argument: CHORUS_RANK and CHORUS_SIZE must be set together", chorus::error);
   }
   SUBCASE("rank not below size") {
     ::setenv("PMI_RANK", "4", 1);
@@ -538,8 +548,8 @@ TEST_CASE("store protocol: frames fed a byte at a time, and a WAIT answered by a
   CHECK(effects.start_wait->count() == 1000);
   CHECK(rig.values.waiting_keys() == 1);
   rig.trickle(setter, hello_frame("secret"));
-  CHECK(rig.trickle(setter, store::frame_writer(store::opcode::set).put_string("k").put_string("v").finish(), &effects) ==
-        std::vector{store::opcode::reply_ok});
+  CHECK(rig.trickle(setter, store::frame_writer(store::opcode::set).put_string("k").put_string("v").finish(),
+                    &effects) == std::vector{store::opcode::reply_ok});
   REQUIRE(effects.woken == std::vector<store::session_id>{waiter.id()});
   const std::vector<std::byte> reply = waiter.deliver("k", "v");
   REQUIRE(reply.size() > 4);
@@ -585,7 +595,8 @@ TEST_CASE("store protocol: a rank that ends without LEAVE answers every WAIT wit
   store::session_protocol& second = rig.open();
   rig.trickle(second, hello_frame("secret"));
   rig.trickle(second, wait_frame("k", 1000));
-  CHECK(rig.trickle(leaver, store::frame_writer(store::opcode::leave).finish()) == std::vector{store::opcode::reply_ok});
+  CHECK(rig.trickle(leaver, store::frame_writer(store::opcode::leave).finish()) ==
+        std::vector{store::opcode::reply_ok});
   CHECK(leaver.end().empty());  // it left: no failure
   CHECK_FALSE(rig.values.failure());
   const std::vector<store::session_id> woken = rank_one.end();

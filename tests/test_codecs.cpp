@@ -147,14 +147,17 @@ TEST_CASE("fp16: every half value round-trips through float, on both paths") {
 
 TEST_CASE("fp16: round to nearest even, overflow policy, inf and NaN kept") {
   const codec::fp16 saturating, ieee(codec::overflow::infinity);
-  const std::vector<float> in = {1.0f + 0x1p-11f,         // tie -> even (1.0)
-                                 1.0f + 3 * 0x1p-11f,     // tie -> even (1 + 2^-9)
+  const std::vector<float> in = {1.0f + 0x1p-11f,             // tie -> even (1.0)
+                                 1.0f + 3 * 0x1p-11f,         // tie -> even (1 + 2^-9)
                                  1.0f + 0x1p-11f + 0x1p-20f,  // above the tie -> up
-                                 0x1p-25f,                // tie with zero -> 0
-                                 0x1p-25f + 0x1p-40f,     // -> smallest subnormal
-                                 3 * 0x1p-25f,            // subnormal tie -> even (2^-23)
-                                 65519.0f, 65520.0f, -1e9f,
-                                 std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+                                 0x1p-25f,                    // tie with zero -> 0
+                                 0x1p-25f + 0x1p-40f,         // -> smallest subnormal
+                                 3 * 0x1p-25f,                // subnormal tie -> even (2^-23)
+                                 65519.0f,
+                                 65520.0f,
+                                 -1e9f,
+                                 std::numeric_limits<float>::infinity(),
+                                 std::numeric_limits<float>::quiet_NaN()};
   const auto s = round_trip(saturating, in), e = round_trip(ieee, in);
   CHECK(s[0] == 1.0f);
   CHECK(s[1] == 1.0f + 0x1p-9f);
@@ -177,7 +180,8 @@ TEST_CASE("bf16: round to nearest even, saturation near float max, NaN quiet") {
   const std::vector<float> in = {from_bits(0x3f808000u),  // tie, even below -> 0x3f80
                                  from_bits(0x3f818000u),  // tie, odd below -> 0x3f82
                                  from_bits(0x3f808001u),  // above tie -> 0x3f81
-                                 std::numeric_limits<float>::max(), from_bits(0x7fa00001u) /* signalling NaN */,
+                                 std::numeric_limits<float>::max(),
+                                 from_bits(0x7fa00001u) /* signalling NaN */,
                                  std::numeric_limits<float>::denorm_min()};
   const auto s = round_trip(saturating, in), e = round_trip(ieee, in);
   CHECK(bits_of(s[0]) == 0x3f800000u);
@@ -198,8 +202,8 @@ TEST_CASE("vector and portable paths give the same bits for every codec") {
   REQUIRE(codec::onebit(256, simd_path::portable).path() == simd_path::portable);
   for (std::size_t n : {0u, 1u, 7u, 8u, 255u, 256u, 1000u, 4099u}) {
     CAPTURE(n);
-    for (const auto& values : {random_values(n, 3.0f, 1), adversarial(n), random_values(n, 1e5f, 2), tiny_values(n, 6),
-                               format_edges(n)}) {
+    for (const auto& values :
+         {random_values(n, 3.0f, 1), adversarial(n), random_values(n, 1e5f, 2), tiny_values(n, 6), format_edges(n)}) {
       for (auto policy : {codec::overflow::saturate, codec::overflow::infinity}) {
         paths_agree(codec::fp16(policy, simd_path::avx2), codec::fp16(policy, simd_path::portable), values);
         paths_agree(codec::bf16(policy, simd_path::avx2), codec::bf16(policy, simd_path::portable), values);
@@ -234,7 +238,8 @@ TEST_CASE("encoded sizes") {
 TEST_CASE("every codec stays within its stated bound on random and adversarial inputs") {
   for (std::size_t n : {1u, 9u, 256u, 4099u}) {
     CAPTURE(n);
-    for (const auto& values : {random_values(n, 1.0f, 3), random_values(n, 2e4f, 4), adversarial(n), tiny_values(n, 7)}) {
+    for (const auto& values :
+         {random_values(n, 1.0f, 3), random_values(n, 2e4f, 4), adversarial(n), tiny_values(n, 7)}) {
       CHECK(outside_bound(codec::identity{}, values) == 0);
       CHECK(outside_bound(codec::fp16{}, values) == 0);
       CHECK(outside_bound(codec::fp16{codec::overflow::infinity}, values) == 0);
@@ -254,7 +259,8 @@ TEST_CASE("the bounds are tight enough to mean something") {
   const auto values = random_values(4096, 1.0f, 5);
   std::vector<float> bound(values.size());
   codec::fp16{}.error_bound(values, bound);
-  for (std::size_t i = 0; i < values.size(); ++i) CHECK(bound[i] <= std::max(std::fabs(values[i]) * 0x1p-11f, 0x1p-25f));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    CHECK(bound[i] <= std::max(std::fabs(values[i]) * 0x1p-11f, 0x1p-25f));
   codec::int8{}.error_bound(values, bound);
   for (float b : bound) CHECK(b < 0.05f);  // max |x| of a block of 256 normals is ~3.5: step/2 ~ 0.014
 }
@@ -314,7 +320,8 @@ TEST_CASE("error feedback: decoded outputs plus the final residual sum to the in
   std::vector<float> a(10), b(11);
   std::vector<std::byte> out_a(feedback.codec().encoded_bytes(10)), out_b(feedback.codec().encoded_bytes(11));
   feedback.encode(a, out_a);
-  chorus_test::expect_error([&] { feedback.encode(b, out_b); }, chorus::errc::invalid_argument, "one error_feedback per tensor");
+  chorus_test::expect_error([&] { feedback.encode(b, out_b); }, chorus::errc::invalid_argument,
+                            "one error_feedback per tensor");
 }
 
 TEST_CASE("codec concept") {
@@ -370,8 +377,8 @@ std::vector<std::size_t> nonzero_positions(const std::vector<float>& decoded) {
 
 TEST_CASE("sparse codecs: sizes, and the ratio checked") {
   CHECK(codec::topk{0.01}.kept(0) == 0);
-  CHECK(codec::topk{0.01}.kept(1) == 1);      // at least one of a non-empty tensor
-  CHECK(codec::topk{0.01}.kept(300) == 3);    // 0.01 * 300 is 3.0000000000000004 in double
+  CHECK(codec::topk{0.01}.kept(1) == 1);    // at least one of a non-empty tensor
+  CHECK(codec::topk{0.01}.kept(300) == 3);  // 0.01 * 300 is 3.0000000000000004 in double
   CHECK(codec::topk{0.01}.kept(301) == 4);
   CHECK(codec::topk{1.0}.kept(7) == 7);
   CHECK(codec::topk{0.01}.encoded_bytes(1000) == 10 * 8);
@@ -459,7 +466,7 @@ TEST_CASE("randomk: one index per stratum, the same on every rank for the same c
   for (int call = 0; call < 3; ++call) {
     const auto from_a = encoded(a, values), from_b = encoded(b, values);
     CHECK(same_bytes(from_a.data(), from_b.data(), from_a.size()));  // same seed, same call: same bytes
-    const codec::randomk fresh{0.03, 1};  // decoding needs only the bytes
+    const codec::randomk fresh{0.03, 1};                             // decoding needs only the bytes
     std::vector<float> decoded(n);
     fresh.decode(from_a, decoded);
     std::vector<std::size_t> at = nonzero_positions(decoded);
@@ -504,7 +511,8 @@ TEST_CASE("any_codec by name: topk:R and randomk:R[:SEED]") {
   CHECK(random.as<codec::randomk>()->ratio() == 0.25);
   CHECK(codec::visit(random, [](const auto& c) { return std::string(c.name); }) == "randomk");
   chorus_test::expect_error([] { codec::by_name("topk:0"); }, chorus::errc::invalid_argument, "(0, 1]");
-  chorus_test::expect_error([] { codec::by_name("topk:lots"); }, chorus::errc::invalid_argument, "'lots' is not a ratio");
+  chorus_test::expect_error([] { codec::by_name("topk:lots"); }, chorus::errc::invalid_argument,
+                            "'lots' is not a ratio");
   chorus_test::expect_error([] { codec::by_name("topk:0.1:3"); }, chorus::errc::invalid_argument, "a ratio only");
   chorus_test::expect_error([] { codec::by_name("randomk:0.1:x"); }, chorus::errc::invalid_argument, "not a seed");
   chorus_test::expect_error([] { codec::by_name("top"); }, chorus::errc::invalid_argument, "topk:R, randomk:R[:SEED]");

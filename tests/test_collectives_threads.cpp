@@ -2,17 +2,17 @@
 // against serial references (collective_cases.hpp), with bitwise identity of
 // the results across ranks.
 #include "collective_cases.hpp"
-#include "support.hpp"
 #include "expect_error.hpp"
+#include "support.hpp"
 
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
-#include <functional>
 
 using chorus::communicator;
 using namespace chorus_test;
@@ -25,7 +25,8 @@ const chorus::algorithm allreduce_algorithms[] = {chorus::algo::ring, chorus::al
                                                   chorus::algo::shared_memory};
 
 std::vector<std::size_t> counts_for(int n, bool large) {
-  std::vector<std::size_t> counts{0, 1, static_cast<std::size_t>(n - 1 > 0 ? n - 1 : 2), static_cast<std::size_t>(n + 1)};
+  std::vector<std::size_t> counts{0, 1, static_cast<std::size_t>(n - 1 > 0 ? n - 1 : 2),
+                                  static_cast<std::size_t>(n + 1)};
   if (large) counts.push_back(99991);  // an odd prime near 10^5
   return counts;
 }
@@ -146,7 +147,8 @@ TEST_CASE("allreduce: every algorithm, type and op against the serial reference,
 void hierarchical_gather_scatter_broadcast(communicator& comm, tally& results) {
   const auto algorithm = chorus::algo::hierarchical;
   const int n = comm.size();
-  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{40009}, std::size_t{200003}}) {
+  for (const std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{40009}, std::size_t{200003}}) {
     const std::size_t total = count * static_cast<std::size_t>(n);
     std::vector<float> expected_all;
     for (int r = 0; r < n; ++r) {
@@ -154,7 +156,9 @@ void hierarchical_gather_scatter_broadcast(communicator& comm, tally& results) {
       expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
     }
     std::vector<float> all(total, -5.0f);
-    const auto used = chorus::allgather(comm, std::span<const float>(inputs<float>(comm.rank(), count, 21, flavour::general)), std::span(all), algorithm);
+    const auto used =
+        chorus::allgather(comm, std::span<const float>(inputs<float>(comm.rank(), count, 21, flavour::general)),
+                          std::span(all), algorithm);
     results.record("hierarchical allgather", count_different(all, expected_all) + (used != algorithm));
 
     const auto input = inputs<chorus::bfloat16>(comm.rank(), total, 23, flavour::general);
@@ -162,20 +166,24 @@ void hierarchical_gather_scatter_broadcast(communicator& comm, tally& results) {
     chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
     const auto full = reference<chorus::bfloat16>(all_ranks(n), total, 23, flavour::general, chorus::op::sum{});
     results.record("hierarchical reduce_scatter",
-                   count_different(output, std::vector<chorus::bfloat16>(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
-                                                                         full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)))));
+                   count_different(output, std::vector<chorus::bfloat16>(
+                                               full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+                                               full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)))));
     const auto ints = inputs<std::int32_t>(comm.rank(), total, 25, flavour::general);
     std::vector<std::int32_t> averaged(count);
     chorus::reduce_scatter(comm, std::span(ints), std::span(averaged), chorus::op::avg{}, algorithm);
     const auto full_avg = reference<std::int32_t>(all_ranks(n), total, 25, flavour::general, chorus::op::avg{});
-    results.record("hierarchical reduce_scatter avg",
-                   count_different(averaged, std::vector<std::int32_t>(full_avg.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
-                                                                       full_avg.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)))));
+    results.record(
+        "hierarchical reduce_scatter avg",
+        count_different(averaged, std::vector<std::int32_t>(
+                                      full_avg.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+                                      full_avg.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)))));
     for (const int root : {0, n - 1, n / 2}) {
       auto data = comm.rank() == root ? inputs<chorus::half>(root, count, 9, flavour::general)
                                       : std::vector<chorus::half>(count, chorus::half(-99.0f));
       chorus::broadcast(comm, std::span(data), root, algorithm);
-      results.record("hierarchical broadcast", count_different(data, inputs<chorus::half>(root, count, 9, flavour::general)));
+      results.record("hierarchical broadcast",
+                     count_different(data, inputs<chorus::half>(root, count, 9, flavour::general)));
     }
   }
 }
@@ -203,7 +211,8 @@ TEST_CASE("hierarchical allreduce: hosts of 2 and 3 ranks, every type and op, od
         allreduce_every_type(comm, algorithm, count, seed, results, prints);
       }
       // Several slots' worth, so the shared-memory steps wrap their two slots.
-      allreduce_case<float>(comm, algorithm, (3u << 20) / 4 + 7, chorus::op::sum{}, flavour::general, 7, results, prints);
+      allreduce_case<float>(comm, algorithm, (3u << 20) / 4 + 7, chorus::op::sum{}, flavour::general, 7, results,
+                            prints);
       hierarchical_gather_scatter_broadcast(comm, results);
       // The table picks it for large buffers on such hosts, shared memory never.
       std::vector<float> large(1u << 16, 1.0f);
@@ -234,29 +243,35 @@ TEST_CASE("shared memory: automatic on one host, unequal hosts fall back to the 
   // 5 ranks in hosts of 2: 2, 2 and 1 rank: no hierarchical choice, and forcing it is a clear error.
   chorus::options settings = quick();
   settings.local_size = 2;
-  chorus::run_threads(5, [&](communicator& comm) {
-    std::vector<float> large(1u << 16, 1.0f);
-    const auto used = chorus::allreduce(comm, large);
-    results.record("unequal hosts: " + std::string(chorus::to_string(used)),
-                   (used == chorus::algo::hierarchical || used == chorus::algo::shared_memory) +
-                       count_different(large, std::vector<float>(large.size(), 5.0f)));
-    expect_error([&] { chorus::allreduce(comm, large, chorus::algo::hierarchical); }, chorus::errc::invalid_argument,
-                 "different numbers");
-  }, settings);
+  chorus::run_threads(
+      5,
+      [&](communicator& comm) {
+        std::vector<float> large(1u << 16, 1.0f);
+        const auto used = chorus::allreduce(comm, large);
+        results.record("unequal hosts: " + std::string(chorus::to_string(used)),
+                       (used == chorus::algo::hierarchical || used == chorus::algo::shared_memory) +
+                           count_different(large, std::vector<float>(large.size(), 5.0f)));
+        expect_error([&] { chorus::allreduce(comm, large, chorus::algo::hierarchical); },
+                     chorus::errc::invalid_argument, "different numbers");
+      },
+      settings);
   // Two jobs of this process at once, each with its own segment.
   std::vector<std::thread> jobs;
   for (int job = 0; job < 2; ++job)
     jobs.emplace_back([&, job] {
-      chorus::run_threads(3 + job, [&](communicator& comm) {
-        for (int call = 0; call < 20; ++call) {
-          auto data = inputs<float>(comm.rank(), 200003, 60 + static_cast<std::uint64_t>(call), flavour::general);
-          chorus::allreduce(comm, std::span(data), chorus::algo::shared_memory);
-          results.record("job " + std::to_string(job),
-                         count_different(data, reference<float>(all_ranks(comm.size()), 200003,
-                                                                60 + static_cast<std::uint64_t>(call), flavour::general,
-                                                                chorus::op::sum{})));
-        }
-      }, quick());
+      chorus::run_threads(
+          3 + job,
+          [&](communicator& comm) {
+            for (int call = 0; call < 20; ++call) {
+              auto data = inputs<float>(comm.rank(), 200003, 60 + static_cast<std::uint64_t>(call), flavour::general);
+              chorus::allreduce(comm, std::span(data), chorus::algo::shared_memory);
+              results.record("job " + std::to_string(job),
+                             count_different(data, reference<float>(all_ranks(comm.size()), 200003,
+                                                                    60 + static_cast<std::uint64_t>(call),
+                                                                    flavour::general, chorus::op::sum{})));
+            }
+          },
+          quick());
     });
   for (std::thread& job : jobs) job.join();
   results.report();
@@ -290,7 +305,8 @@ TEST_CASE("allreduce of random floats: within (n-1) u sum|x| of the exact sum, s
         const double bound = (comm.size() - 1) * std::ldexp(1.0, -24) * magnitude * 1.01;
         outside += std::fabs(data[i] - exact) > bound;
       }
-      const std::string key = "random sum " + std::string(chorus::to_string(algorithm)) + " n=" + std::to_string(comm.size());
+      const std::string key =
+          "random sum " + std::string(chorus::to_string(algorithm)) + " n=" + std::to_string(comm.size());
       results.record(key, outside);
       prints.add(key, comm.rank(), fingerprint(data.data(), data.size() * 4));
     }
@@ -346,7 +362,9 @@ TEST_CASE("broadcast, reduce, gather and scatter from every kind of root") {
         std::vector<double> reduced(count, -1.0);
         chorus::reduce(comm, std::span(mine), std::span(reduced), root, chorus::op::max{});
         if (comm.rank() == root)
-          results.record("reduce max", count_different(reduced, reference<double>(all_ranks(n), count, 11, flavour::general, chorus::op::max{})));
+          results.record("reduce max",
+                         count_different(
+                             reduced, reference<double>(all_ranks(n), count, 11, flavour::general, chorus::op::max{})));
 
         const auto block = inputs<std::int64_t>(comm.rank(), count, 13, flavour::general);
         std::vector<std::int64_t> gathered(count * static_cast<std::size_t>(n), -1);
@@ -366,7 +384,8 @@ TEST_CASE("broadcast, reduce, gather and scatter from every kind of root") {
         }
         std::vector<std::int64_t> piece(count, -1);
         chorus::scatter(comm, std::span<const std::int64_t>(everything), std::span(piece), root);
-        results.record("scatter", count_different(piece, inputs<std::int64_t>(comm.rank(), count, 17, flavour::general)));
+        results.record("scatter",
+                       count_different(piece, inputs<std::int64_t>(comm.rank(), count, 17, flavour::general)));
       }
     }
   });
@@ -381,44 +400,54 @@ TEST_CASE("ring pipeline: tiny segments through a shallow window, for allreduce,
   tally results;
   for (const int ranks : {2, 3, 5, 7}) {
     CAPTURE(ranks);
-    chorus::run_threads(ranks, [&](communicator& comm) {
-      const int n = comm.size();
-      for (const chorus::collective::ring_settings settings : {chorus::collective::ring_settings{12, 2},
-                                                               chorus::collective::ring_settings{4, 1}}) {
-        const std::string shape = " segment=" + std::to_string(settings.segment_bytes) + "B depth=" +
-                                  std::to_string(settings.depth) + " n=" + std::to_string(n);
-        for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t(n - 1), std::size_t{1000},
-                                        std::size_t{100003}}) {
-          const std::uint64_t seed = 60 + count;
-          std::vector<float> data = inputs<float>(comm.rank(), count, seed, flavour::general);
-          chorus::collective::exchange ring_call(comm, "ring pipeline test");
-          chorus::collective::allreduce_ring(ring_call, std::span(data), chorus::op::sum{}, settings);
-          results.record("allreduce_ring count=" + std::to_string(count) + shape,
-                         count_different(data, reference<float>(all_ranks(n), count, seed, flavour::general, chorus::op::sum{})));
+    chorus::run_threads(
+        ranks,
+        [&](communicator& comm) {
+          const int n = comm.size();
+          for (const chorus::collective::ring_settings settings :
+               {chorus::collective::ring_settings{12, 2}, chorus::collective::ring_settings{4, 1}}) {
+            const std::string shape = " segment=" + std::to_string(settings.segment_bytes) +
+                                      "B depth=" + std::to_string(settings.depth) + " n=" + std::to_string(n);
+            for (const std::size_t count :
+                 {std::size_t{0}, std::size_t{1}, std::size_t(n - 1), std::size_t{1000}, std::size_t{100003}}) {
+              const std::uint64_t seed = 60 + count;
+              std::vector<float> data = inputs<float>(comm.rank(), count, seed, flavour::general);
+              chorus::collective::exchange ring_call(comm, "ring pipeline test");
+              chorus::collective::allreduce_ring(ring_call, std::span(data), chorus::op::sum{}, settings);
+              results.record("allreduce_ring count=" + std::to_string(count) + shape,
+                             count_different(data, reference<float>(all_ranks(n), count, seed, flavour::general,
+                                                                    chorus::op::sum{})));
 
-          const std::size_t total = count * static_cast<std::size_t>(n);
-          const auto full = reference<float>(all_ranks(n), total, seed + 1, flavour::general, chorus::op::sum{});
-          std::vector<float> work = inputs<float>(comm.rank(), total, seed + 1, flavour::general);
-          chorus::collective::exchange scatter_call(comm, "ring pipeline test");
-          chorus::collective::reduce_scatter_ring(scatter_call, std::span(work), count, chorus::op::sum{}, settings);
-          const auto mine = [&](const std::vector<float>& all) {
-            const auto first = all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(comm.rank()));
-            return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(count));
-          };
-          results.record("reduce_scatter_ring count=" + std::to_string(count) + shape, count_different(mine(work), mine(full)));
+              const std::size_t total = count * static_cast<std::size_t>(n);
+              const auto full = reference<float>(all_ranks(n), total, seed + 1, flavour::general, chorus::op::sum{});
+              std::vector<float> work = inputs<float>(comm.rank(), total, seed + 1, flavour::general);
+              chorus::collective::exchange scatter_call(comm, "ring pipeline test");
+              chorus::collective::reduce_scatter_ring(scatter_call, std::span(work), count, chorus::op::sum{},
+                                                      settings);
+              const auto mine = [&](const std::vector<float>& all) {
+                const auto first =
+                    all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(comm.rank()));
+                return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(count));
+              };
+              results.record("reduce_scatter_ring count=" + std::to_string(count) + shape,
+                             count_different(mine(work), mine(full)));
 
-          std::vector<float> expected_all, all(total, -5.0f);
-          for (int r = 0; r < n; ++r) {
-            const auto theirs = inputs<float>(r, count, seed + 2, flavour::general);
-            expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
-            if (r == comm.rank()) std::copy(theirs.begin(), theirs.end(), all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(r)));
+              std::vector<float> expected_all, all(total, -5.0f);
+              for (int r = 0; r < n; ++r) {
+                const auto theirs = inputs<float>(r, count, seed + 2, flavour::general);
+                expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+                if (r == comm.rank())
+                  std::copy(theirs.begin(), theirs.end(),
+                            all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(r)));
+              }
+              chorus::collective::exchange gather_call(comm, "ring pipeline test");
+              chorus::collective::allgather_ring(gather_call, std::span(all), count, settings);
+              results.record("allgather_ring count=" + std::to_string(count) + shape,
+                             count_different(all, expected_all));
+            }
           }
-          chorus::collective::exchange gather_call(comm, "ring pipeline test");
-          chorus::collective::allgather_ring(gather_call, std::span(all), count, settings);
-          results.record("allgather_ring count=" + std::to_string(count) + shape, count_different(all, expected_all));
-        }
-      }
-    }, quick());
+        },
+        quick());
   }
   results.report();
 }
@@ -446,9 +475,11 @@ TEST_CASE("allgather, reduce_scatter and alltoall with every algorithm") {
         std::vector<chorus::bfloat16> output(count);
         chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
         const auto full = reference<chorus::bfloat16>(all_ranks(n), total, 23, flavour::general, chorus::op::sum{});
-        const std::vector<chorus::bfloat16> expected(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
-                                                     full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
-        results.record("reduce_scatter " + std::string(chorus::to_string(algorithm)), count_different(output, expected));
+        const std::vector<chorus::bfloat16> expected(
+            full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+            full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
+        results.record("reduce_scatter " + std::string(chorus::to_string(algorithm)),
+                       count_different(output, expected));
 
         const auto ints = inputs<std::int32_t>(comm.rank(), total, 25, flavour::general);
         std::vector<std::int32_t> averaged(count);
@@ -485,7 +516,8 @@ void rooted_and_scattered_reductions(communicator& comm, std::size_t count, Op o
   std::vector<T> reduced(count);
   chorus::reduce(comm, std::span(input), std::span(reduced), root, op);
   if (comm.rank() == root)
-    results.record("reduce " + type + " " + name, count_different(reduced, reference<T>(all_ranks(n), count, seed, flavour::general, op)));
+    results.record("reduce " + type + " " + name,
+                   count_different(reduced, reference<T>(all_ranks(n), count, seed, flavour::general, op)));
   const std::size_t total = count * static_cast<std::size_t>(n);
   const auto everything = inputs<T>(comm.rank(), total, seed + 1, flavour::general);
   const auto full = reference<T>(all_ranks(n), total, seed + 1, flavour::general, op);
@@ -509,7 +541,8 @@ void every_op_of_interest(communicator& comm, std::size_t count, std::uint64_t s
 TEST_CASE("reduce and reduce_scatter: every element type with sum and max") {
   tally results;
   run_for_each_rank_count([&](communicator& comm) {
-    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(comm.size() + 1), std::size_t{1031}}) {
+    for (const std::size_t count :
+         {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(comm.size() + 1), std::size_t{1031}}) {
       every_op_of_interest<std::int8_t>(comm, count, 61, results);
       every_op_of_interest<std::int16_t>(comm, count, 62, results);
       every_op_of_interest<std::int32_t>(comm, count, 63, results);
@@ -545,10 +578,13 @@ TEST_CASE("non-blocking collectives complete in any order, overlapping blocking 
     third.wait();
     while (!second.test()) std::this_thread::yield();
     first.wait();
-    results.record("iallreduce a", count_different(a, reference<float>(all_ranks(n), 50001, 31, flavour::general, chorus::op::sum{})));
-    results.record("iallreduce b", count_different(b, reference<std::int32_t>(all_ranks(n), 17, 32, flavour::general, chorus::op::max{})));
+    results.record("iallreduce a",
+                   count_different(a, reference<float>(all_ranks(n), 50001, 31, flavour::general, chorus::op::sum{})));
+    results.record("iallreduce b", count_different(b, reference<std::int32_t>(all_ranks(n), 17, 32, flavour::general,
+                                                                              chorus::op::max{})));
     results.record("ibroadcast", count_different(c, inputs<double>(0, 1000, 33, flavour::general)));
-    results.record("blocking meanwhile", count_different(d, reference<float>(all_ranks(n), 333, 35, flavour::general, chorus::op::sum{})));
+    results.record("blocking meanwhile",
+                   count_different(d, reference<float>(all_ranks(n), 333, 35, flavour::general, chorus::op::sum{})));
     std::vector<std::int16_t> expected;
     for (int r = 0; r < n; ++r) {
       const auto theirs = inputs<std::int16_t>(r, 5, 34, flavour::general);
@@ -569,66 +605,87 @@ TEST_CASE("collectives on sub-groups from split") {
     for (const auto algorithm : allreduce_algorithms) {
       auto data = inputs<std::int64_t>(world.rank(), 1000, 41, flavour::general);
       chorus::allreduce(group, std::span(data), chorus::op::sum{}, algorithm);
-      results.record("group allreduce", count_different(data, reference<std::int64_t>(members, 1000, 41, flavour::general, chorus::op::sum{})));
+      results.record(
+          "group allreduce",
+          count_different(data, reference<std::int64_t>(members, 1000, 41, flavour::general, chorus::op::sum{})));
     }
     auto whole = inputs<std::int64_t>(world.rank(), 10, 43, flavour::general);
     chorus::allreduce(world, std::span(whole));  // the world still works alongside
-    results.record("world allreduce", count_different(whole, reference<std::int64_t>(all_ranks(world.size()), 10, 43, flavour::general, chorus::op::sum{})));
+    results.record("world allreduce",
+                   count_different(whole, reference<std::int64_t>(all_ranks(world.size()), 10, 43, flavour::general,
+                                                                  chorus::op::sum{})));
   });
   results.report();
 }
 
 TEST_CASE("fusion packs many small tensors into few allreduces") {
-  chorus::run_threads(3, [](communicator& comm) {
-    std::vector<std::vector<float>> layers;
-    for (int t = 0; t < 40; ++t) layers.push_back(inputs<float>(comm.rank(), 100 + 37 * t, 50 + t, flavour::general));
-    layers.push_back(inputs<float>(comm.rank(), 70000, 99, flavour::general));  // bigger than a bucket
-    std::vector<std::span<float>> views(layers.begin(), layers.end());
-    const std::size_t calls = chorus::fused_allreduce(comm, views, chorus::op::sum{}, 64u << 10);
-    CHECK(calls < 10);
-    CHECK(calls >= 3);
-    for (int t = 0; t < 40; ++t)
-      CHECK(count_different(layers[t], reference<float>(all_ranks(3), 100 + 37 * t, 50 + t, flavour::general, chorus::op::sum{})) == 0);
-    CHECK(count_different(layers[40], reference<float>(all_ranks(3), 70000, 99, flavour::general, chorus::op::sum{})) == 0);
-  }, quick());
+  chorus::run_threads(
+      3,
+      [](communicator& comm) {
+        std::vector<std::vector<float>> layers;
+        for (int t = 0; t < 40; ++t)
+          layers.push_back(inputs<float>(comm.rank(), 100 + 37 * t, 50 + t, flavour::general));
+        layers.push_back(inputs<float>(comm.rank(), 70000, 99, flavour::general));  // bigger than a bucket
+        std::vector<std::span<float>> views(layers.begin(), layers.end());
+        const std::size_t calls = chorus::fused_allreduce(comm, views, chorus::op::sum{}, 64u << 10);
+        CHECK(calls < 10);
+        CHECK(calls >= 3);
+        for (int t = 0; t < 40; ++t)
+          CHECK(count_different(layers[t], reference<float>(all_ranks(3), 100 + 37 * t, 50 + t, flavour::general,
+                                                            chorus::op::sum{})) == 0);
+        CHECK(count_different(layers[40],
+                              reference<float>(all_ranks(3), 70000, 99, flavour::general, chorus::op::sum{})) == 0);
+      },
+      quick());
 }
 
 TEST_CASE("CHORUS_CHECK=1: disagreeing calls are mismatch errors naming the ranks") {
   ::setenv("CHORUS_CHECK", "1", 1);
-  chorus::run_threads(4, [](communicator& comm) {
-    std::vector<float> data(comm.rank() == 2 ? 12 : 10);
-    expect_error([&] { chorus::allreduce(comm, std::span(data)); }, chorus::errc::mismatch,
-                 "ranks 0, 1, 3 call allreduce(count 10, float32, sum, host memory); rank 2 calls allreduce(count 12, float32, sum, host memory)");
-    std::vector<float> other(10);
-    if (comm.rank() == 3)
-      expect_error([&] { chorus::broadcast(comm, std::span(other), 0); }, chorus::errc::mismatch, "rank 3 calls broadcast");
-    else
-      expect_error([&] { chorus::allreduce(comm, std::span(other)); }, chorus::errc::mismatch, "rank 3 calls broadcast");
-    chorus::allreduce(comm, std::span(other));  // agreement again: it works
-  }, quick());
+  chorus::run_threads(
+      4,
+      [](communicator& comm) {
+        std::vector<float> data(comm.rank() == 2 ? 12 : 10);
+        expect_error([&] { chorus::allreduce(comm, std::span(data)); }, chorus::errc::mismatch,
+                     "ranks 0, 1, 3 call allreduce(count 10, float32, sum, host memory); rank 2 calls allreduce(count "
+                     "12, float32, sum, host memory)");
+        std::vector<float> other(10);
+        if (comm.rank() == 3)
+          expect_error([&] { chorus::broadcast(comm, std::span(other), 0); }, chorus::errc::mismatch,
+                       "rank 3 calls broadcast");
+        else
+          expect_error([&] { chorus::allreduce(comm, std::span(other)); }, chorus::errc::mismatch,
+                       "rank 3 calls broadcast");
+        chorus::allreduce(comm, std::span(other));  // agreement again: it works
+      },
+      quick());
   ::unsetenv("CHORUS_CHECK");
 }
 
 TEST_CASE("invalid arguments are invalid_argument errors") {
-  chorus::run_threads(3, [](communicator& comm) {
-    std::vector<float> data(10), small(5);
-    expect_error([&] { chorus::broadcast(comm, std::span(data), 3); }, chorus::errc::invalid_argument, "root 3 is not in [0, 3)");
-    expect_error([&] { chorus::reduce(comm, std::span(data), -1); }, chorus::errc::invalid_argument, "root -1");
-    expect_error([&] { chorus::allreduce(comm, std::span<const float>(data), std::span(small)); },
-                 chorus::errc::invalid_argument, "output holds 5 elements, needs 10");
-    expect_error([&] { chorus::allreduce(comm, std::span<const float>(data).first(8), std::span(data).subspan(2)); },
-                 chorus::errc::invalid_argument, "overlap");
-    expect_error([&] { chorus::reduce_scatter(comm, std::span<const float>(data), std::span(small)); },
-                 chorus::errc::invalid_argument, "do not split into 3 equal blocks");
-    expect_error([&] { chorus::allgather(comm, std::span(data), chorus::algo::chain); }, chorus::errc::invalid_argument,
-                 "10 elements do not split");
-    std::vector<float> nine(9);
-    expect_error([&] { chorus::allgather(comm, std::span(nine), chorus::algo::chain); }, chorus::errc::invalid_argument,
-                 "names chain, which is not an algorithm of allgather");
-    expect_error([&] { chorus::allreduce(comm, std::span(data), chorus::algo::chain); }, chorus::errc::invalid_argument,
-                 "not an algorithm of allreduce");
-    chorus::allreduce(comm, std::span(data));  // nothing was left half-done
-  }, quick());
+  chorus::run_threads(
+      3,
+      [](communicator& comm) {
+        std::vector<float> data(10), small(5);
+        expect_error([&] { chorus::broadcast(comm, std::span(data), 3); }, chorus::errc::invalid_argument,
+                     "root 3 is not in [0, 3)");
+        expect_error([&] { chorus::reduce(comm, std::span(data), -1); }, chorus::errc::invalid_argument, "root -1");
+        expect_error([&] { chorus::allreduce(comm, std::span<const float>(data), std::span(small)); },
+                     chorus::errc::invalid_argument, "output holds 5 elements, needs 10");
+        expect_error(
+            [&] { chorus::allreduce(comm, std::span<const float>(data).first(8), std::span(data).subspan(2)); },
+            chorus::errc::invalid_argument, "overlap");
+        expect_error([&] { chorus::reduce_scatter(comm, std::span<const float>(data), std::span(small)); },
+                     chorus::errc::invalid_argument, "do not split into 3 equal blocks");
+        expect_error([&] { chorus::allgather(comm, std::span(data), chorus::algo::chain); },
+                     chorus::errc::invalid_argument, "10 elements do not split");
+        std::vector<float> nine(9);
+        expect_error([&] { chorus::allgather(comm, std::span(nine), chorus::algo::chain); },
+                     chorus::errc::invalid_argument, "names chain, which is not an algorithm of allgather");
+        expect_error([&] { chorus::allreduce(comm, std::span(data), chorus::algo::chain); },
+                     chorus::errc::invalid_argument, "not an algorithm of allreduce");
+        chorus::allreduce(comm, std::span(data));  // nothing was left half-done
+      },
+      quick());
 }
 
 TEST_CASE("selection: table, CHORUS_ALLREDUCE_ALGO and the caller, in that order of precedence") {
@@ -640,7 +697,8 @@ TEST_CASE("selection: table, CHORUS_ALLREDUCE_ALGO and the caller, in that order
   CHECK(std::string(chorus::choose_allreduce(4, 8).reason) == "CHORUS_ALLREDUCE_ALGO");
   CHECK(chorus::choose_allreduce(4, 8, chorus::algo::ring).chosen == chorus::algo::ring);
   ::setenv("CHORUS_ALLREDUCE_ALGO", "fastest", 1);
-  expect_error([] { chorus::choose_allreduce(4, 8); }, chorus::errc::invalid_argument, "CHORUS_ALLREDUCE_ALGO='fastest'");
+  expect_error([] { chorus::choose_allreduce(4, 8); }, chorus::errc::invalid_argument,
+               "CHORUS_ALLREDUCE_ALGO='fastest'");
   ::unsetenv("CHORUS_ALLREDUCE_ALGO");
 }
 
@@ -651,59 +709,67 @@ TEST_CASE("selection: table, CHORUS_ALLREDUCE_ALGO and the caller, in that order
 TEST_CASE("wire-tag phases: every algorithm at 37 ranks, and a call that needs more steps than the tag holds") {
   tally results;
   fingerprints prints;
-  chorus::run_threads(37, [&](communicator& comm) {
-    const int n = comm.size();
-    for (const auto algorithm : allreduce_algorithms)
-      for (const std::size_t count : {std::size_t{1}, std::size_t(n + 2), std::size_t{70001}})
-        allreduce_case<float>(comm, algorithm, count, chorus::op::sum{}, flavour::general, 40 + count, results, prints);
+  chorus::run_threads(
+      37,
+      [&](communicator& comm) {
+        const int n = comm.size();
+        for (const auto algorithm : allreduce_algorithms)
+          for (const std::size_t count : {std::size_t{1}, std::size_t(n + 2), std::size_t{70001}})
+            allreduce_case<float>(comm, algorithm, count, chorus::op::sum{}, flavour::general, 40 + count, results,
+                                  prints);
 
-    const std::size_t count = 5;
-    const std::size_t total = count * static_cast<std::size_t>(n);
-    const auto full = reference<float>(all_ranks(n), total, 43, flavour::general, chorus::op::sum{});
-    for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
-      const auto input = inputs<float>(comm.rank(), total, 43, flavour::general);
-      std::vector<float> output(count);
-      chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
-      const std::vector<float> expected(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
-                                        full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
-      results.record("reduce_scatter " + std::string(chorus::to_string(algorithm)), count_different(output, expected));
-    }
-    std::vector<float> expected_all;
-    for (int r = 0; r < n; ++r) {
-      const auto theirs = inputs<float>(r, count, 44, flavour::general);
-      expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
-    }
-    for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling}) {
-      const auto mine = inputs<float>(comm.rank(), count, 44, flavour::general);
-      std::vector<float> all(total, -5.0f);
-      chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
-      results.record("allgather " + std::string(chorus::to_string(algorithm)), count_different(all, expected_all));
-    }
-    for (const auto algorithm : {chorus::algo::tree, chorus::algo::chain}) {
-      std::vector<std::int32_t> data(1000, comm.rank() == 3 ? 7 : -1);
-      chorus::broadcast(comm, std::span(data), 3, algorithm);
-      results.record("broadcast " + std::string(chorus::to_string(algorithm)),
-                     static_cast<std::size_t>(std::count_if(data.begin(), data.end(), [](std::int32_t v) { return v != 7; })));
-    }
-    std::vector<std::int64_t> values(3, comm.rank() + 1), reduced(3);
-    chorus::reduce(comm, std::span<const std::int64_t>(values), std::span(reduced), n - 1, chorus::op::sum{});
-    if (comm.rank() == n - 1)
-      results.record("reduce", static_cast<std::size_t>(std::count_if(reduced.begin(), reduced.end(), [&](std::int64_t v) {
-                       return v != std::int64_t{n} * (n + 1) / 2;
-                     })));
+        const std::size_t count = 5;
+        const std::size_t total = count * static_cast<std::size_t>(n);
+        const auto full = reference<float>(all_ranks(n), total, 43, flavour::general, chorus::op::sum{});
+        for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving}) {
+          const auto input = inputs<float>(comm.rank(), total, 43, flavour::general);
+          std::vector<float> output(count);
+          chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
+          const std::vector<float> expected(full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+                                            full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
+          results.record("reduce_scatter " + std::string(chorus::to_string(algorithm)),
+                         count_different(output, expected));
+        }
+        std::vector<float> expected_all;
+        for (int r = 0; r < n; ++r) {
+          const auto theirs = inputs<float>(r, count, 44, flavour::general);
+          expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+        }
+        for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling}) {
+          const auto mine = inputs<float>(comm.rank(), count, 44, flavour::general);
+          std::vector<float> all(total, -5.0f);
+          chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
+          results.record("allgather " + std::string(chorus::to_string(algorithm)), count_different(all, expected_all));
+        }
+        for (const auto algorithm : {chorus::algo::tree, chorus::algo::chain}) {
+          std::vector<std::int32_t> data(1000, comm.rank() == 3 ? 7 : -1);
+          chorus::broadcast(comm, std::span(data), 3, algorithm);
+          results.record(
+              "broadcast " + std::string(chorus::to_string(algorithm)),
+              static_cast<std::size_t>(std::count_if(data.begin(), data.end(), [](std::int32_t v) { return v != 7; })));
+        }
+        std::vector<std::int64_t> values(3, comm.rank() + 1), reduced(3);
+        chorus::reduce(comm, std::span<const std::int64_t>(values), std::span(reduced), n - 1, chorus::op::sum{});
+        if (comm.rank() == n - 1)
+          results.record("reduce",
+                         static_cast<std::size_t>(std::count_if(reduced.begin(), reduced.end(), [&](std::int64_t v) {
+                           return v != std::int64_t{n} * (n + 1) / 2;
+                         })));
 
-    // The 16-bit step field holds 65536 steps per call; asking for more is
-    // an error naming the phase, on every rank, before anything is sent.
-    chorus::collective::exchange ex(comm, "phase test");
-    const auto most = ex.phase(65000, "most");
-    expect_error([&] { ex.phase(537, "too many"); }, chorus::errc::invalid_argument,
-                 "phase 'too many' needs 537 wire-tag steps, but only 536 of 65536 are left in this call (37 ranks)");
-    const auto rest = ex.phase(536, "rest");
-    CHECK(most(64999) + 1 == rest(0));
-    CHECK(rest(535) == chorus::tag::max_step);
-    expect_error([&] { (void)rest(536); }, chorus::errc::invalid_argument, "step 536 is outside phase 'rest'");
-    expect_error([&] { ex.phase(1, "one more"); }, chorus::errc::invalid_argument, "only 0 of 65536 are left");
-  }, quick());
+        // The 16-bit step field holds 65536 steps per call; asking for more is
+        // an error naming the phase, on every rank, before anything is sent.
+        chorus::collective::exchange ex(comm, "phase test");
+        const auto most = ex.phase(65000, "most");
+        expect_error(
+            [&] { ex.phase(537, "too many"); }, chorus::errc::invalid_argument,
+            "phase 'too many' needs 537 wire-tag steps, but only 536 of 65536 are left in this call (37 ranks)");
+        const auto rest = ex.phase(536, "rest");
+        CHECK(most(64999) + 1 == rest(0));
+        CHECK(rest(535) == chorus::tag::max_step);
+        expect_error([&] { (void)rest(536); }, chorus::errc::invalid_argument, "step 536 is outside phase 'rest'");
+        expect_error([&] { ex.phase(1, "one more"); }, chorus::errc::invalid_argument, "only 0 of 65536 are left");
+      },
+      quick());
   results.report();
   CHECK(prints.disagreements() == 0);
 }
@@ -740,11 +806,13 @@ TEST_CASE("selection registry: every collective's table picks one of its own alg
 TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, then the table") {
   using chorus::algorithm;
   const chorus::tuning tune = chorus::parse_tuning("allreduce@4:0-1K:tree;allgather:0-:ring");
-  const auto pick = [&](std::string_view collective, int ranks, std::size_t bytes, algorithm forced, algorithm configured) {
+  const auto pick = [&](std::string_view collective, int ranks, std::size_t bytes, algorithm forced,
+                        algorithm configured) {
     return chorus::choose(collective, {ranks, bytes}, forced, tune, configured);
   };
   CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::automatic).chosen == algorithm::tree);
-  CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::automatic).reason == "CHORUS_TUNE allreduce@4:0-1K:tree");
+  CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::automatic).reason ==
+        "CHORUS_TUNE allreduce@4:0-1K:tree");
   CHECK(pick("allreduce", 4, 8, algorithm::ring, algorithm::automatic).chosen == algorithm::ring);
   CHECK(pick("allreduce", 4, 8, algorithm::ring, algorithm::automatic).reason == "caller");
   CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::tree);
@@ -752,9 +820,11 @@ TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, 
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).chosen == algorithm::recursive_doubling);
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).reason == "table");
   CHECK(pick("allgather", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::ring);
-  CHECK(pick("reduce_scatter", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::recursive_halving);
+  CHECK(pick("reduce_scatter", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen ==
+        algorithm::recursive_halving);
   expect_error([&] { pick("broadcast", 3, 8, algorithm::ring, algorithm::automatic); }, chorus::errc::invalid_argument,
-               "the caller names ring, which is not an algorithm of broadcast (it has tree, chain, shared_memory, hierarchical)");
+               "the caller names ring, which is not an algorithm of broadcast (it has tree, chain, shared_memory, "
+               "hierarchical)");
 
   ::setenv("CHORUS_TUNE", "broadcast:0-:chain", 1);
   CHECK(chorus::choose("broadcast", {2, 8}).chosen == algorithm::chain);
@@ -771,49 +841,55 @@ TEST_CASE("CHORUS_TUNE in a job: every collective runs and returns the tuned alg
   tally results;
   for (const int ranks : {3, 5}) {
     chorus::options options = quick();
-    options.tune = "allgather:0-:recursive_doubling;reduce_scatter:0-:ring;broadcast:0-:chain;allreduce@3-:0-:tree;"
-                   "compressed_allreduce:0-:ring";
-    chorus::run_threads(ranks, [&](communicator& comm) {
-      const int n = comm.size();
-      const std::size_t count = 70001;  // 273 KiB per rank: the tables would pick ring, ring and rabenseifner
-      std::vector<float> data = inputs<float>(comm.rank(), count, 91, flavour::general);
-      const auto expected = reference<float>(all_ranks(n), count, 91, flavour::general, chorus::op::sum{});
-      const auto used = chorus::allreduce(comm, std::span(data));
-      results.record("allreduce tuned to tree", count_different(data, expected) + (used != chorus::algo::tree));
+    options.tune =
+        "allgather:0-:recursive_doubling;reduce_scatter:0-:ring;broadcast:0-:chain;allreduce@3-:0-:tree;"
+        "compressed_allreduce:0-:ring";
+    chorus::run_threads(
+        ranks,
+        [&](communicator& comm) {
+          const int n = comm.size();
+          const std::size_t count = 70001;  // 273 KiB per rank: the tables would pick ring, ring and rabenseifner
+          std::vector<float> data = inputs<float>(comm.rank(), count, 91, flavour::general);
+          const auto expected = reference<float>(all_ranks(n), count, 91, flavour::general, chorus::op::sum{});
+          const auto used = chorus::allreduce(comm, std::span(data));
+          results.record("allreduce tuned to tree", count_different(data, expected) + (used != chorus::algo::tree));
 
-      std::vector<float> all(count * static_cast<std::size_t>(n));
-      const auto mine = inputs<float>(comm.rank(), count, 92, flavour::general);
-      std::vector<float> expected_all;
-      for (int r = 0; r < n; ++r) {
-        const auto theirs = inputs<float>(r, count, 92, flavour::general);
-        expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
-      }
-      const auto gathered = chorus::allgather(comm, std::span(mine), std::span(all));
-      results.record("allgather tuned to rd", count_different(all, expected_all) + (gathered != chorus::algo::rd));
+          std::vector<float> all(count * static_cast<std::size_t>(n));
+          const auto mine = inputs<float>(comm.rank(), count, 92, flavour::general);
+          std::vector<float> expected_all;
+          for (int r = 0; r < n; ++r) {
+            const auto theirs = inputs<float>(r, count, 92, flavour::general);
+            expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+          }
+          const auto gathered = chorus::allgather(comm, std::span(mine), std::span(all));
+          results.record("allgather tuned to rd", count_different(all, expected_all) + (gathered != chorus::algo::rd));
 
-      const std::size_t block = 7;
-      const auto input = inputs<float>(comm.rank(), block * static_cast<std::size_t>(n), 93, flavour::general);
-      const auto full = reference<float>(all_ranks(n), block * static_cast<std::size_t>(n), 93, flavour::general,
-                                         chorus::op::sum{});
-      std::vector<float> output(block);
-      const auto scattered = chorus::reduce_scatter(comm, std::span(input), std::span(output));
-      const std::vector<float> my_block(full.begin() + static_cast<std::ptrdiff_t>(block * comm.rank()),
-                                        full.begin() + static_cast<std::ptrdiff_t>(block * (comm.rank() + 1)));
-      results.record("reduce_scatter tuned to ring",
-                     count_different(output, my_block) + (scattered != chorus::algo::ring));
+          const std::size_t block = 7;
+          const auto input = inputs<float>(comm.rank(), block * static_cast<std::size_t>(n), 93, flavour::general);
+          const auto full = reference<float>(all_ranks(n), block * static_cast<std::size_t>(n), 93, flavour::general,
+                                             chorus::op::sum{});
+          std::vector<float> output(block);
+          const auto scattered = chorus::reduce_scatter(comm, std::span(input), std::span(output));
+          const std::vector<float> my_block(full.begin() + static_cast<std::ptrdiff_t>(block * comm.rank()),
+                                            full.begin() + static_cast<std::ptrdiff_t>(block * (comm.rank() + 1)));
+          results.record("reduce_scatter tuned to ring",
+                         count_different(output, my_block) + (scattered != chorus::algo::ring));
 
-      std::vector<float> message = comm.rank() == 1 ? inputs<float>(1, 5, 94, flavour::general) : std::vector<float>(5);
-      const auto spread = chorus::broadcast(comm, std::span(message), 1);
-      results.record("broadcast tuned to chain",
-                     count_different(message, inputs<float>(1, 5, 94, flavour::general)) + (spread != chorus::algo::chain));
+          std::vector<float> message =
+              comm.rank() == 1 ? inputs<float>(1, 5, 94, flavour::general) : std::vector<float>(5);
+          const auto spread = chorus::broadcast(comm, std::span(message), 1);
+          results.record(
+              "broadcast tuned to chain",
+              count_different(message, inputs<float>(1, 5, 94, flavour::general)) + (spread != chorus::algo::chain));
 
-      std::vector<float> small(100, static_cast<float>(comm.rank() + 1));
-      const auto scheme = chorus::allreduce(comm, std::span(small), chorus::op::sum{}, chorus::codec::fp16{});
-      const float sum = static_cast<float>(n * (n + 1) / 2);
-      std::size_t wrong = scheme != chorus::algo::ring;
-      for (float value : small) wrong += value != sum;
-      results.record("compressed allreduce tuned to the ring", wrong);
-    }, options);
+          std::vector<float> small(100, static_cast<float>(comm.rank() + 1));
+          const auto scheme = chorus::allreduce(comm, std::span(small), chorus::op::sum{}, chorus::codec::fp16{});
+          const float sum = static_cast<float>(n * (n + 1) / 2);
+          std::size_t wrong = scheme != chorus::algo::ring;
+          for (float value : small) wrong += value != sum;
+          results.record("compressed allreduce tuned to the ring", wrong);
+        },
+        options);
   }
   results.report();
 }

@@ -38,20 +38,26 @@ struct outcome {
 // Runs the compressed allreduce (sum) on `ranks` threads and compares with
 // the exact sum and across ranks.
 template <class MakeCodec>
-outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, chorus::compression_options options = {}, int calls = 1) {
+outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, chorus::compression_options options = {},
+                      int calls = 1) {
   std::vector<std::vector<float>> results(static_cast<std::size_t>(ranks));
-  chorus::run_threads(ranks, [&](communicator& comm) {
-    auto coder = make();
-    std::vector<float> data;
-    for (int call = 0; call < calls; ++call) {
-      data = contribution(comm.rank(), count);
-      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, coder, options);
-    }
-    results[static_cast<std::size_t>(comm.rank())] = data;
-  }, quick());
+  chorus::run_threads(
+      ranks,
+      [&](communicator& comm) {
+        auto coder = make();
+        std::vector<float> data;
+        for (int call = 0; call < calls; ++call) {
+          data = contribution(comm.rank(), count);
+          chorus::allreduce(comm, std::span(data), chorus::op::sum{}, coder, options);
+        }
+        results[static_cast<std::size_t>(comm.rank())] = data;
+      },
+      quick());
   std::vector<std::vector<float>> inputs;
   for (int r = 0; r < ranks; ++r) inputs.push_back(contribution(r, count));
-  const auto plain = [](const auto& c) -> decltype(auto) { return codec::codec_of<std::remove_cvref_t<decltype(c)>>::get(c); };
+  const auto plain = [](const auto& c) -> decltype(auto) {
+    return codec::codec_of<std::remove_cvref_t<decltype(c)>>::get(c);
+  };
   const auto sample = make();
   const auto bound = chorus::compressed::allreduce_error_bound(plain(sample), std::span(inputs), options);
   outcome o;
@@ -60,7 +66,8 @@ outcome run_allreduce(int ranks, std::size_t count, MakeCodec make, chorus::comp
     for (const auto& x : inputs) exact += x[i];
     if (!(std::fabs(results[0][i] - exact) <= bound[i])) ++o.outside;
   }
-  for (const auto& r : results) o.differing += count != 0 && std::memcmp(r.data(), results[0].data(), count * sizeof(float)) != 0;
+  for (const auto& r : results)
+    o.differing += count != 0 && std::memcmp(r.data(), results[0].data(), count * sizeof(float)) != 0;
   return o;
 }
 
@@ -121,18 +128,21 @@ TEST_CASE("compressed allreduce, onebit") {
 TEST_CASE("compressed allreduce with error feedback: identical on all ranks, residual carried over") {
   for (int ranks : {3, 5}) {
     std::vector<double> carried(static_cast<std::size_t>(ranks));
-    chorus::run_threads(ranks, [&](communicator& comm) {
-      codec::error_feedback feedback{codec::onebit{}};
-      std::vector<float> data = contribution(comm.rank(), 5000);
-      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback);
-      double total = 0;
-      for (float r : feedback.residual(0)) total += std::fabs(r);
-      carried[static_cast<std::size_t>(comm.rank())] = total;
-      // The next call adds the residual back in, so two steps of the same
-      // gradient deliver ~2x of it: closer than one step's error alone.
-      std::vector<float> again = contribution(comm.rank(), 5000);
-      chorus::allreduce(comm, std::span(again), chorus::op::sum{}, feedback);
-    }, quick());
+    chorus::run_threads(
+        ranks,
+        [&](communicator& comm) {
+          codec::error_feedback feedback{codec::onebit{}};
+          std::vector<float> data = contribution(comm.rank(), 5000);
+          chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback);
+          double total = 0;
+          for (float r : feedback.residual(0)) total += std::fabs(r);
+          carried[static_cast<std::size_t>(comm.rank())] = total;
+          // The next call adds the residual back in, so two steps of the same
+          // gradient deliver ~2x of it: closer than one step's error alone.
+          std::vector<float> again = contribution(comm.rank(), 5000);
+          chorus::allreduce(comm, std::span(again), chorus::op::sum{}, feedback);
+        },
+        quick());
     for (double c : carried) CHECK(c > 0.0);
   }
 }
@@ -145,48 +155,55 @@ TEST_CASE("encode-once with error feedback keeps exactly what encoding its contr
     CAPTURE(scheme.name);
     const std::size_t count = 3000;
     std::vector<std::size_t> misplaced(5);
-    chorus::run_threads(5, [&](communicator& comm) {
-      codec::error_feedback feedback{codec::int8{}};
-      std::vector<float> data = contribution(comm.rank(), count);
-      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback, scheme.options);
-      const std::vector<float> x = contribution(comm.rank(), count);
-      std::vector<std::byte> bytes(codec::int8{}.encoded_bytes(count));
-      std::vector<float> decoded(count);
-      codec::int8{}.encode(x, bytes);
-      codec::int8{}.decode(bytes, decoded);
-      for (std::size_t i = 0; i < count; ++i)
-        misplaced[static_cast<std::size_t>(comm.rank())] += feedback.residual(0)[i] != x[i] - decoded[i];
-    }, quick());
+    chorus::run_threads(
+        5,
+        [&](communicator& comm) {
+          codec::error_feedback feedback{codec::int8{}};
+          std::vector<float> data = contribution(comm.rank(), count);
+          chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback, scheme.options);
+          const std::vector<float> x = contribution(comm.rank(), count);
+          std::vector<std::byte> bytes(codec::int8{}.encoded_bytes(count));
+          std::vector<float> decoded(count);
+          codec::int8{}.encode(x, bytes);
+          codec::int8{}.decode(bytes, decoded);
+          for (std::size_t i = 0; i < count; ++i)
+            misplaced[static_cast<std::size_t>(comm.rank())] += feedback.residual(0)[i] != x[i] - decoded[i];
+        },
+        quick());
     for (std::size_t m : misplaced) CHECK(m == 0);
   }
 }
 
 TEST_CASE("error feedback over steps: the time-averaged compressed sum converges to the exact sum") {
   for (const scheme_case& scheme : every_scheme) {
-  CAPTURE(scheme.name);
-  const int ranks = 4, steps = 40;
-  const std::size_t count = 3000;
-  std::vector<double> delivered(count, 0.0), exact(count, 0.0);
-  const chorus::compression_options options = scheme.options;
-  chorus::run_threads(ranks, [&](communicator& comm) {
-    codec::error_feedback feedback{codec::int8{}};
-    for (int step = 0; step < steps; ++step) {
-      std::vector<float> data = contribution(comm.rank(), count);
-      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback, options);
-      if (comm.rank() == 0)
-        for (std::size_t i = 0; i < count; ++i) delivered[i] += data[i];
+    CAPTURE(scheme.name);
+    const int ranks = 4, steps = 40;
+    const std::size_t count = 3000;
+    std::vector<double> delivered(count, 0.0), exact(count, 0.0);
+    const chorus::compression_options options = scheme.options;
+    chorus::run_threads(
+        ranks,
+        [&](communicator& comm) {
+          codec::error_feedback feedback{codec::int8{}};
+          for (int step = 0; step < steps; ++step) {
+            std::vector<float> data = contribution(comm.rank(), count);
+            chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback, options);
+            if (comm.rank() == 0)
+              for (std::size_t i = 0; i < count; ++i) delivered[i] += data[i];
+          }
+        },
+        quick());
+    for (int r = 0; r < ranks; ++r) {
+      const auto x = contribution(r, count);
+      for (std::size_t i = 0; i < count; ++i) exact[i] += steps * static_cast<double>(x[i]);
     }
-  }, quick());
-  for (int r = 0; r < ranks; ++r) {
-    const auto x = contribution(r, count);
-    for (std::size_t i = 0; i < count; ++i) exact[i] += steps * static_cast<double>(x[i]);
-  }
-  double worst_average = 0;
-  for (std::size_t i = 0; i < count; ++i) worst_average = std::max(worst_average, std::fabs(delivered[i] - exact[i]) / steps);
-  // One int8 step errs by up to ~4 * 1.5/254 + the sum's own ~6/254 (the ring: up to 4 encodings of
-  // partial sums of ~6); averaged over 40 steps with feedback the residual is bounded, so the mean
-  // error shrinks like 1/steps.
-  CHECK(worst_average < 0.01);
+    double worst_average = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      worst_average = std::max(worst_average, std::fabs(delivered[i] - exact[i]) / steps);
+    // One int8 step errs by up to ~4 * 1.5/254 + the sum's own ~6/254 (the ring: up to 4 encodings of
+    // partial sums of ~6); averaged over 40 steps with feedback the residual is bounded, so the mean
+    // error shrinks like 1/steps.
+    CHECK(worst_average < 0.01);
   }
 }
 
@@ -194,14 +211,17 @@ TEST_CASE("pre-division keeps an fp16 sum of 8 ranks of values near 6e4 finite")
   const std::size_t count = 1024;
   for (bool prescaled : {true, false}) {
     std::vector<float> result;
-    chorus::run_threads(8, [&](communicator& comm) {
-      std::vector<float> data(count);
-      for (std::size_t i = 0; i < count; ++i) data[i] = 6.0e4f + static_cast<float>(i % 64) * 8.0f;
-      chorus::compression_options options;
-      if (!prescaled) options.prescale = 1.0f;
-      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, codec::fp16{codec::overflow::infinity}, options);
-      if (comm.rank() == 0) result = data;
-    }, quick());
+    chorus::run_threads(
+        8,
+        [&](communicator& comm) {
+          std::vector<float> data(count);
+          for (std::size_t i = 0; i < count; ++i) data[i] = 6.0e4f + static_cast<float>(i % 64) * 8.0f;
+          chorus::compression_options options;
+          if (!prescaled) options.prescale = 1.0f;
+          chorus::allreduce(comm, std::span(data), chorus::op::sum{}, codec::fp16{codec::overflow::infinity}, options);
+          if (comm.rank() == 0) result = data;
+        },
+        quick());
     std::size_t finite = 0, close = 0;
     for (std::size_t i = 0; i < count; ++i) {
       const double exact = 8.0 * (6.0e4 + static_cast<double>(i % 64) * 8.0);
@@ -222,11 +242,14 @@ std::size_t outside_average_bound(const Codec& c, chorus::compression_options op
   const int ranks = 6;
   const std::size_t count = 777;
   std::vector<float> result;
-  chorus::run_threads(ranks, [&](communicator& comm) {
-    std::vector<float> data = contribution(comm.rank(), count);
-    chorus::allreduce(comm, std::span(data), chorus::op::avg{}, c, options);
-    if (comm.rank() == 0) result = data;
-  }, quick());
+  chorus::run_threads(
+      ranks,
+      [&](communicator& comm) {
+        std::vector<float> data = contribution(comm.rank(), count);
+        chorus::allreduce(comm, std::span(data), chorus::op::avg{}, c, options);
+        if (comm.rank() == 0) result = data;
+      },
+      quick());
   std::vector<std::vector<float>> inputs;
   for (int r = 0; r < ranks; ++r) inputs.push_back(contribution(r, count));
   const auto bound = chorus::compressed::allreduce_error_bound(c, std::span(inputs), options);
@@ -253,10 +276,14 @@ TEST_CASE("the automatic scheme: the ring for fp16 and bf16 from 1 MiB encoded, 
   const std::size_t ring_floats = chorus::compressed::ring_min_encoded_bytes / 2;
   CHECK(chorus::compressed::scheme_for(codec::fp16{}, 4, ring_floats, automatic) == compression_scheme::ring);
   CHECK(chorus::compressed::scheme_for(codec::bf16{}, 4, ring_floats, automatic) == compression_scheme::ring);
-  CHECK(chorus::compressed::scheme_for(codec::fp16{}, 4, ring_floats - 1, automatic) == compression_scheme::encode_once);
-  CHECK(chorus::compressed::scheme_for(codec::int8{}, 4, 100 * ring_floats, automatic) == compression_scheme::encode_once);
-  CHECK(chorus::compressed::scheme_for(codec::onebit{}, 4, 100 * ring_floats, automatic) == compression_scheme::encode_once);
-  CHECK(chorus::compressed::scheme_for(codec::fp16{}, 1, 100 * ring_floats, automatic) == compression_scheme::encode_once);
+  CHECK(chorus::compressed::scheme_for(codec::fp16{}, 4, ring_floats - 1, automatic) ==
+        compression_scheme::encode_once);
+  CHECK(chorus::compressed::scheme_for(codec::int8{}, 4, 100 * ring_floats, automatic) ==
+        compression_scheme::encode_once);
+  CHECK(chorus::compressed::scheme_for(codec::onebit{}, 4, 100 * ring_floats, automatic) ==
+        compression_scheme::encode_once);
+  CHECK(chorus::compressed::scheme_for(codec::fp16{}, 1, 100 * ring_floats, automatic) ==
+        compression_scheme::encode_once);
   chorus::compression_options forced;
   forced.scheme = compression_scheme::ring;
   CHECK(chorus::compressed::scheme_for(codec::int8{}, 3, 10, forced) == compression_scheme::ring);
@@ -269,13 +296,13 @@ TEST_CASE("the automatic scheme: the ring for fp16 and bf16 from 1 MiB encoded, 
 TEST_CASE("encode-once chunks: encoded size / chunk_bytes, within 1..4 and the tensor's codec blocks") {
   using chorus::compressed::once_chunks;
   const std::size_t mib = 1u << 20;
-  CHECK(once_chunks(codec::int8{}, 16 * mib, 4, 4 * mib) == 4);   // 16.25 MiB encoded
-  CHECK(once_chunks(codec::int8{}, 8 * mib, 4, 4 * mib) == 2);    // 8.1 MiB
-  CHECK(once_chunks(codec::int8{}, 4 * mib, 4, 4 * mib) == 1);    // 4.06 MiB: one chunk
-  CHECK(once_chunks(codec::int8{}, 64 * mib, 4, 4 * mib) == 4);   // never more than 4
-  CHECK(once_chunks(codec::int8{}, 64 * mib, 1, 4 * mib) == 1);   // one rank: nothing to overlap
-  CHECK(once_chunks(codec::int8{}, 64 * mib, 4, 0) == 1);         // 0 turns chunking off
-  CHECK(once_chunks(codec::int8{}, 300, 4, 1) == 2);              // two int8 blocks: two chunks
+  CHECK(once_chunks(codec::int8{}, 16 * mib, 4, 4 * mib) == 4);  // 16.25 MiB encoded
+  CHECK(once_chunks(codec::int8{}, 8 * mib, 4, 4 * mib) == 2);   // 8.1 MiB
+  CHECK(once_chunks(codec::int8{}, 4 * mib, 4, 4 * mib) == 1);   // 4.06 MiB: one chunk
+  CHECK(once_chunks(codec::int8{}, 64 * mib, 4, 4 * mib) == 4);  // never more than 4
+  CHECK(once_chunks(codec::int8{}, 64 * mib, 1, 4 * mib) == 1);  // one rank: nothing to overlap
+  CHECK(once_chunks(codec::int8{}, 64 * mib, 4, 0) == 1);        // 0 turns chunking off
+  CHECK(once_chunks(codec::int8{}, 300, 4, 1) == 2);             // two int8 blocks: two chunks
   CHECK(once_chunks(codec::int8{}, 0, 4, 1) == 1);
 }
 
@@ -297,31 +324,35 @@ TEST_CASE("compressed allgather and broadcast: everyone holds decode(encode(x)) 
     CAPTURE(ranks);
     const std::size_t count = 1001;
     std::vector<std::size_t> wrong(static_cast<std::size_t>(ranks));
-    chorus::run_threads(ranks, [&](communicator& comm) {
-      const codec::int8 c{64};
-      const auto mine = contribution(comm.rank(), count);
-      std::vector<float> all(count * static_cast<std::size_t>(ranks));
-      chorus::allgather(comm, std::span<const float>(mine), std::span(all), c);
-      std::size_t bad = 0;
-      for (int r = 0; r < ranks; ++r) {
-        const auto x = contribution(r, count);
-        std::vector<std::byte> bytes(c.encoded_bytes(count));
-        std::vector<float> expected(count);
-        c.encode(x, bytes);
-        c.decode(bytes, expected);
-        bad += std::memcmp(expected.data(), all.data() + static_cast<std::size_t>(r) * count, count * sizeof(float)) != 0;
-      }
-      const int root = ranks - 1;
-      std::vector<float> model = comm.rank() == root ? contribution(root, count) : std::vector<float>(count, -1.0f);
-      chorus::broadcast(comm, std::span(model), root, codec::bf16{});
-      const auto root_x = contribution(root, count);
-      std::vector<float> expected(count);
-      std::vector<std::byte> bytes(codec::bf16{}.encoded_bytes(count));
-      codec::bf16{}.encode(root_x, bytes);
-      codec::bf16{}.decode(bytes, expected);
-      bad += std::memcmp(expected.data(), model.data(), count * sizeof(float)) != 0;
-      wrong[static_cast<std::size_t>(comm.rank())] = bad;
-    }, quick());
+    chorus::run_threads(
+        ranks,
+        [&](communicator& comm) {
+          const codec::int8 c{64};
+          const auto mine = contribution(comm.rank(), count);
+          std::vector<float> all(count * static_cast<std::size_t>(ranks));
+          chorus::allgather(comm, std::span<const float>(mine), std::span(all), c);
+          std::size_t bad = 0;
+          for (int r = 0; r < ranks; ++r) {
+            const auto x = contribution(r, count);
+            std::vector<std::byte> bytes(c.encoded_bytes(count));
+            std::vector<float> expected(count);
+            c.encode(x, bytes);
+            c.decode(bytes, expected);
+            bad += std::memcmp(expected.data(), all.data() + static_cast<std::size_t>(r) * count,
+                               count * sizeof(float)) != 0;
+          }
+          const int root = ranks - 1;
+          std::vector<float> model = comm.rank() == root ? contribution(root, count) : std::vector<float>(count, -1.0f);
+          chorus::broadcast(comm, std::span(model), root, codec::bf16{});
+          const auto root_x = contribution(root, count);
+          std::vector<float> expected(count);
+          std::vector<std::byte> bytes(codec::bf16{}.encoded_bytes(count));
+          codec::bf16{}.encode(root_x, bytes);
+          codec::bf16{}.decode(bytes, expected);
+          bad += std::memcmp(expected.data(), model.data(), count * sizeof(float)) != 0;
+          wrong[static_cast<std::size_t>(comm.rank())] = bad;
+        },
+        quick());
     for (std::size_t w : wrong) CHECK(w == 0);
   }
 }
@@ -333,14 +364,17 @@ namespace {
 template <class MakeCoder>
 std::vector<std::vector<float>> sparse_results(int ranks, std::size_t count, MakeCoder make, bool average = false) {
   std::vector<std::vector<float>> results(static_cast<std::size_t>(ranks));
-  chorus::run_threads(ranks, [&](communicator& comm) {
-    auto coder = make();
-    std::vector<float> data = contribution(comm.rank(), count);
-    const chorus::algorithm ran = average ? chorus::allreduce(comm, std::span(data), chorus::op::avg{}, coder)
-                                          : chorus::allreduce(comm, std::span(data), chorus::op::sum{}, coder);
-    CHECK(ran == chorus::algorithm::sparse);
-    results[static_cast<std::size_t>(comm.rank())] = data;
-  }, quick());
+  chorus::run_threads(
+      ranks,
+      [&](communicator& comm) {
+        auto coder = make();
+        std::vector<float> data = contribution(comm.rank(), count);
+        const chorus::algorithm ran = average ? chorus::allreduce(comm, std::span(data), chorus::op::avg{}, coder)
+                                              : chorus::allreduce(comm, std::span(data), chorus::op::sum{}, coder);
+        CHECK(ran == chorus::algorithm::sparse);
+        results[static_cast<std::size_t>(comm.rank())] = data;
+      },
+      quick());
   return results;
 }
 
@@ -355,7 +389,8 @@ std::size_t differing_from_first(const std::vector<std::vector<float>>& results)
 std::vector<float> sorted_top(const std::vector<float>& x, std::size_t k) {
   std::vector<std::size_t> order(x.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
   std::vector<float> kept(x.size(), 0.0f);
   for (std::size_t j = 0; j < k; ++j) kept[order[j]] = x[order[j]];
   return kept;
@@ -418,22 +453,27 @@ TEST_CASE("sparse allreduce with error feedback: over many steps the delivered s
     std::vector<double> delivered(count, 0.0);
     std::vector<double> worst_residual(ranks, 0.0);
     std::mutex lock;
-    chorus::run_threads(ranks, [&](communicator& comm) {
-      auto run = [&](auto feedback) {
-        for (int step = 0; step < steps; ++step) {
-          std::vector<float> data = contribution(comm.rank(), count);
-          chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback);
-          if (comm.rank() == 0)
-            for (std::size_t i = 0; i < count; ++i) delivered[i] += data[i];
-        }
-        double largest = 0;
-        for (float r : feedback.residual(0)) largest = std::max(largest, static_cast<double>(std::fabs(r)));
-        std::lock_guard guard(lock);
-        worst_residual[static_cast<std::size_t>(comm.rank())] = largest;
-      };
-      if (which == 0) run(codec::error_feedback{codec::topk{0.1}});
-      else run(codec::error_feedback{codec::randomk{0.1, 3}});
-    }, quick());
+    chorus::run_threads(
+        ranks,
+        [&](communicator& comm) {
+          auto run = [&](auto feedback) {
+            for (int step = 0; step < steps; ++step) {
+              std::vector<float> data = contribution(comm.rank(), count);
+              chorus::allreduce(comm, std::span(data), chorus::op::sum{}, feedback);
+              if (comm.rank() == 0)
+                for (std::size_t i = 0; i < count; ++i) delivered[i] += data[i];
+            }
+            double largest = 0;
+            for (float r : feedback.residual(0)) largest = std::max(largest, static_cast<double>(std::fabs(r)));
+            std::lock_guard guard(lock);
+            worst_residual[static_cast<std::size_t>(comm.rank())] = largest;
+          };
+          if (which == 0)
+            run(codec::error_feedback{codec::topk{0.1}});
+          else
+            run(codec::error_feedback{codec::randomk{0.1, 3}});
+        },
+        quick());
     double largest_residual = 0;
     for (double r : worst_residual) largest_residual = std::max(largest_residual, r);
     double worst = 0;
@@ -453,21 +493,35 @@ TEST_CASE("sparse allreduce with error feedback: over many steps the delivered s
 
 TEST_CASE("sparse allreduce: mismatched random-k seeds fail on every rank; schemes that cannot move a codec say so") {
   std::vector<std::string> errors(3);
-  chorus::run_threads(3, [&](communicator& comm) {
-    codec::randomk c{0.1, comm.rank() == 1 ? 2u : 1u};
-    std::vector<float> data = contribution(comm.rank(), 100);
-    try {
-      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, c);
-    } catch (const chorus::error& e) {
-      errors[static_cast<std::size_t>(comm.rank())] = e.what();
-    }
-  }, quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        codec::randomk c{0.1, comm.rank() == 1 ? 2u : 1u};
+        std::vector<float> data = contribution(comm.rank(), 100);
+        try {
+          chorus::allreduce(comm, std::span(data), chorus::op::sum{}, c);
+        } catch (const chorus::error& e) {
+          errors[static_cast<std::size_t>(comm.rank())] = e.what();
+        }
+      },
+      quick());
   for (const auto& e : errors) CHECK(e.find("different keys") != std::string::npos);
-  chorus::run_threads(2, [&](communicator& comm) {
-    std::vector<float> data(10, 1.0f);
-    chorus_test::expect_error([&] { chorus::allreduce(comm, std::span(data), chorus::op::sum{}, codec::topk{0.1}, forced(chorus::compression_scheme::ring)); },
-                              chorus::errc::invalid_argument, "only the sparse scheme does");
-    chorus_test::expect_error([&] { chorus::allreduce(comm, std::span(data), chorus::op::sum{}, codec::fp16{}, forced(chorus::compression_scheme::sparse)); },
-                              chorus::errc::invalid_argument, "moves only sparse codecs");
-  }, quick());
+  chorus::run_threads(
+      2,
+      [&](communicator& comm) {
+        std::vector<float> data(10, 1.0f);
+        chorus_test::expect_error(
+            [&] {
+              chorus::allreduce(comm, std::span(data), chorus::op::sum{}, codec::topk{0.1},
+                                forced(chorus::compression_scheme::ring));
+            },
+            chorus::errc::invalid_argument, "only the sparse scheme does");
+        chorus_test::expect_error(
+            [&] {
+              chorus::allreduce(comm, std::span(data), chorus::op::sum{}, codec::fp16{},
+                                forced(chorus::compression_scheme::sparse));
+            },
+            chorus::errc::invalid_argument, "moves only sparse codecs");
+      },
+      quick());
 }

@@ -93,16 +93,14 @@ TEST_CASE("environment variables: unset, valid and invalid") {
   CHECK(chorus::env::get_integer("CHORUS_TEST_VALUE", 0, 10) == 7);
   ::setenv("CHORUS_TEST_VALUE", "11", 1);
   CHECK_THROWS_WITH_AS(chorus::env::get_integer("CHORUS_TEST_VALUE", 0, 10),
-                       "chorus invalid_argument: CHORUS_TEST_VALUE='11' is not an integer in [0, 10]",
-                       chorus::error);
+                       "chorus invalid_argument: CHORUS_TEST_VALUE='11' is not an integer in [0, 10]", chorus::error);
   ::setenv("CHORUS_TEST_VALUE", "-0s", 1);
   CHECK_THROWS_AS(chorus::env::get_duration("CHORUS_TEST_VALUE"), chorus::error);
   ::setenv("CHORUS_TEST_VALUE", "yield", 1);
   CHECK(chorus::env::get_choice("CHORUS_TEST_VALUE", {"spin", "yield"}) == 1u);
   ::setenv("CHORUS_TEST_VALUE", "hop", 1);
   CHECK_THROWS_WITH_AS(chorus::env::get_choice("CHORUS_TEST_VALUE", {"spin", "yield"}),
-                       "chorus invalid_argument: CHORUS_TEST_VALUE='hop' is not one of spin|yield",
-                       chorus::error);
+                       "chorus invalid_argument: CHORUS_TEST_VALUE='hop' is not one of spin|yield", chorus::error);
   ::unsetenv("CHORUS_TEST_VALUE");
 }
 
@@ -152,10 +150,15 @@ TEST_CASE("CHORUS_* variables: every value checked at once, misspelt names caugh
   CHECK_NOTHROW(chorus::variables::check_variables());
   SUBCASE("a bad value of any known variable") {
     const std::pair<const char*, const char*> bad[] = {
-        {"CHORUS_TIMEOUT", "soon"},          {"CHORUS_PROGRESS", "fast"},  {"CHORUS_DEBUG", "yes"},
-        {"CHORUS_CHECK", "2"},               {"CHORUS_ALLREDUCE_ALGO", "bogus"},
+        {"CHORUS_TIMEOUT", "soon"},
+        {"CHORUS_PROGRESS", "fast"},
+        {"CHORUS_DEBUG", "yes"},
+        {"CHORUS_CHECK", "2"},
+        {"CHORUS_ALLREDUCE_ALGO", "bogus"},
         {"CHORUS_ALLREDUCE_ALGO", "chain"},  // a name, but not an allreduce algorithm
-        {"CHORUS_CODEC_SIMD", "avx512"},     {"CHORUS_FUSION_BUCKET", "0"}, {"CHORUS_LOCAL_RANK", "-1"}};
+        {"CHORUS_CODEC_SIMD", "avx512"},
+        {"CHORUS_FUSION_BUCKET", "0"},
+        {"CHORUS_LOCAL_RANK", "-1"}};
     for (const auto& entry : bad) {
       const char* name = entry.first;  // not a structured binding: CAPTURE's lambda takes it (clang 14)
       const char* value = entry.second;
@@ -196,7 +199,8 @@ TEST_CASE("edit distance") {
 TEST_CASE("CHORUS_TUNE: rules by collective, rank count and size; every mistake named") {
   using chorus::algorithm;
   const chorus::tuning tune = chorus::parse_tuning(
-      "allreduce:0-8K:rd,8K-2M:rabenseifner,2M-:ring;allgather@2:64K-:ring;reduce_scatter@3-5:1K-4K:recursive_halving;;");
+      "allreduce:0-8K:rd,8K-2M:rabenseifner,2M-:ring;allgather@2:64K-:ring;reduce_scatter@3-5:1K-4K:recursive_halving;"
+      ";");
   REQUIRE(tune.rules.size() == 5);
   CHECK(tune.match("allreduce", 4, 0)->chosen == algorithm::recursive_doubling);
   CHECK(tune.match("allreduce", 4, 8191)->chosen == algorithm::recursive_doubling);
@@ -217,7 +221,8 @@ TEST_CASE("CHORUS_TUNE: rules by collective, rank count and size; every mistake 
       {"allreduce", "no ':' after the collective"},
       {"allreduc:0-:ring", "'allreduc' is not a collective (allreduce, allgather"},
       {"allreduce:0-:fastest", "'fastest' is not an algorithm"},
-      {"allgather:0-:rabenseifner", "rabenseifner is not an algorithm of allgather (it has ring, recursive_doubling, shared_memory, hierarchical)"},
+      {"allgather:0-:rabenseifner",
+       "rabenseifner is not an algorithm of allgather (it has ring, recursive_doubling, shared_memory, hierarchical)"},
       {"broadcast:0-:auto", "auto is not an algorithm of broadcast"},
       {"allreduce:8K:ring", "rule '8K:ring' is not low-high:algorithm"},
       {"allreduce:x-:ring", "'x' is not a size"},

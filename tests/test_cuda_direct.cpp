@@ -62,18 +62,21 @@ int differing(fake_device& fake, chorus::cuda::router& router, int ranks, std::s
               chorus::algorithm forced = chorus::algorithm::automatic) {
   std::atomic<int> differ{0};
   const chorus::cuda::route_front_doors routing(router);
-  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-    std::vector<T> host = inputs<T>(comm.rank(), count);
-    auto* device = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
-    fake.write(device, std::span<const T>(host));
-    // The host runs what ran on the device (automatic on the host would
-    // pick shared memory, which the table keeps device buffers off).
-    const chorus::algorithm used = chorus::allreduce(comm, std::span(device, count), op, forced);
-    chorus::allreduce(comm, std::span(host), op, used);
-    const std::vector<T> result = fake.read(device, count);
-    fake.free_device(device);
-    if (count > 0 && std::memcmp(result.data(), host.data(), count * sizeof(T)) != 0) ++differ;
-  }, chorus_test::quick());
+  chorus::run_threads(
+      ranks,
+      [&](chorus::communicator& comm) {
+        std::vector<T> host = inputs<T>(comm.rank(), count);
+        auto* device = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+        fake.write(device, std::span<const T>(host));
+        // The host runs what ran on the device (automatic on the host would
+        // pick shared memory, which the table keeps device buffers off).
+        const chorus::algorithm used = chorus::allreduce(comm, std::span(device, count), op, forced);
+        chorus::allreduce(comm, std::span(host), op, used);
+        const std::vector<T> result = fake.read(device, count);
+        fake.free_device(device);
+        if (count > 0 && std::memcmp(result.data(), host.data(), count * sizeof(T)) != 0) ++differ;
+      },
+      chorus_test::quick());
   return differ.load();
 }
 
@@ -84,7 +87,8 @@ TEST_CASE("cuda path: staged or direct, and why") {
   CHECK(chorus::cuda::choose_path(path_setting::automatic, all).direct);
   CHECK(chorus::cuda::choose_path(path_setting::direct, all).direct);
   CHECK_FALSE(chorus::cuda::choose_path(path_setting::staged, all).direct);
-  CHECK(chorus::cuda::choose_path(path_setting::staged, all).reason.find("CHORUS_CUDA_PATH=staged") != std::string::npos);
+  CHECK(chorus::cuda::choose_path(path_setting::staged, all).reason.find("CHORUS_CUDA_PATH=staged") !=
+        std::string::npos);
 
   const auto without_network = chorus::cuda::choose_path(path_setting::automatic, {false, true, true});
   CHECK_FALSE(without_network.direct);
@@ -119,11 +123,12 @@ TEST_CASE("direct path: every allreduce algorithm on device buffers equals the h
   fake_gpu setup(path_setting::automatic);
   auto& [fake, gpu, kernels, router] = setup;
   for (const int ranks : {1, 2, 3, 5})
-    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{99991}}) {
+    for (const std::size_t count :
+         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{99991}}) {
       CAPTURE(ranks);
       CAPTURE(count);
-      for (const auto algorithm : {chorus::algorithm::ring, chorus::algorithm::tree, chorus::algorithm::recursive_doubling,
-                                   chorus::algorithm::rabenseifner}) {
+      for (const auto algorithm : {chorus::algorithm::ring, chorus::algorithm::tree,
+                                   chorus::algorithm::recursive_doubling, chorus::algorithm::rabenseifner}) {
         CAPTURE(algorithm);
         CHECK(differing<float>(fake, router, ranks, count, chorus::op::sum{}, algorithm) == 0);
         CHECK(differing<double>(fake, router, ranks, count, chorus::op::avg{}, algorithm) == 0);
@@ -148,7 +153,8 @@ TEST_CASE("direct path: the registry's choice runs direct; half, bfloat16 and us
   CHECK(differing<chorus::half>(fake, router, 3, 1000, chorus::op::sum{}, chorus::algorithm::ring) == 0);
   const std::size_t after_half = fake.copies();
   CHECK(after_half > 0);
-  CHECK(differing<chorus::bfloat16>(fake, router, 3, 1000, chorus::op::sum{}, chorus::algorithm::recursive_doubling) == 0);
+  CHECK(differing<chorus::bfloat16>(fake, router, 3, 1000, chorus::op::sum{}, chorus::algorithm::recursive_doubling) ==
+        0);
   CHECK(fake.copies() > after_half);
   // A user's op has no device kernel: staged.
   const auto user = [](float a, float b) { return a + b; };
@@ -165,19 +171,27 @@ TEST_CASE("direct path: one rank direct, one staged, one on the host meet in the
   chorus::cuda::router staged(gpu, {4096, 3}, &kernels, path_setting::staged);
   const std::size_t count = 50000;
   std::atomic<int> differ{0};
-  chorus::run_threads(3, [&](chorus::communicator& comm) {
-    std::vector<float> host = inputs<float>(comm.rank(), count);
-    std::vector<float> expected = host;
-    auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
-    fake.write(device, std::span<const float>(host));
-    if (comm.rank() == 0) chorus::collective::allreduce_through(direct, comm, std::span(device, count), chorus::op::sum{}, chorus::algorithm::ring);
-    else if (comm.rank() == 1) chorus::collective::allreduce_through(staged, comm, std::span(device, count), chorus::op::sum{}, chorus::algorithm::ring);
-    else chorus::allreduce(comm, std::span(host), chorus::algorithm::ring);
-    chorus::allreduce(comm, std::span(expected), chorus::algorithm::ring);
-    const std::vector<float> result = comm.rank() == 2 ? host : fake.read(device, count);
-    fake.free_device(device);
-    if (std::memcmp(result.data(), expected.data(), count * sizeof(float)) != 0) ++differ;
-  }, chorus_test::quick());
+  chorus::run_threads(
+      3,
+      [&](chorus::communicator& comm) {
+        std::vector<float> host = inputs<float>(comm.rank(), count);
+        std::vector<float> expected = host;
+        auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+        fake.write(device, std::span<const float>(host));
+        if (comm.rank() == 0)
+          chorus::collective::allreduce_through(direct, comm, std::span(device, count), chorus::op::sum{},
+                                                chorus::algorithm::ring);
+        else if (comm.rank() == 1)
+          chorus::collective::allreduce_through(staged, comm, std::span(device, count), chorus::op::sum{},
+                                                chorus::algorithm::ring);
+        else
+          chorus::allreduce(comm, std::span(host), chorus::algorithm::ring);
+        chorus::allreduce(comm, std::span(expected), chorus::algorithm::ring);
+        const std::vector<float> result = comm.rank() == 2 ? host : fake.read(device, count);
+        fake.free_device(device);
+        if (std::memcmp(result.data(), expected.data(), count * sizeof(float)) != 0) ++differ;
+      },
+      chorus_test::quick());
   CHECK(differ.load() == 0);
 }
 
@@ -191,16 +205,19 @@ TEST_CASE("direct path: forced where the transport cannot reach device memory is
   // auto: staged, same bits.
   CHECK(differing<float>(fake, automatic, 2, 5000, chorus::op::sum{}, chorus::algorithm::ring) == 0);
   CHECK(fake.copies() > 0);
-  chorus::run_threads(1, [&](chorus::communicator& comm) {
-    auto* device = static_cast<float*>(fake.allocate_device(64 * sizeof(float)));
-    chorus_test::expect_error(
-        [&] {
-          chorus::collective::allreduce_through(forced, comm, std::span(device, 64), chorus::op::sum{},
-                                                chorus::algorithm::ring);
-        },
-        chorus::errc::unavailable, "CHORUS_CUDA_PATH=direct");
-    fake.free_device(device);
-  }, chorus_test::quick());
+  chorus::run_threads(
+      1,
+      [&](chorus::communicator& comm) {
+        auto* device = static_cast<float*>(fake.allocate_device(64 * sizeof(float)));
+        chorus_test::expect_error(
+            [&] {
+              chorus::collective::allreduce_through(forced, comm, std::span(device, 64), chorus::op::sum{},
+                                                    chorus::algorithm::ring);
+            },
+            chorus::errc::unavailable, "CHORUS_CUDA_PATH=direct");
+        fake.free_device(device);
+      },
+      chorus_test::quick());
 }
 
 namespace {
@@ -213,37 +230,45 @@ int differing_scatter_gather(fake_device& fake, chorus::cuda::router& router, in
   const chorus::cuda::route_front_doors routing(router);
   const auto scatter_algorithm = ring ? chorus::algorithm::ring : chorus::algorithm::recursive_halving;
   const auto gather_algorithm = ring ? chorus::algorithm::ring : chorus::algorithm::recursive_doubling;
-  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-    const std::size_t all = block * static_cast<std::size_t>(ranks);
-    const std::vector<float> input = inputs<float>(comm.rank(), all);
-    std::vector<float> reduced(block), gathered(all), in_place(all, 0.0f);
-    chorus::reduce_scatter(comm, std::span<const float>(input), std::span(reduced), chorus::op::sum{}, scatter_algorithm);
-    chorus::allgather(comm, std::span<const float>(reduced), std::span(gathered), gather_algorithm);
-    std::copy(reduced.begin(), reduced.end(), in_place.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(comm.rank())));
-    chorus::allgather(comm, std::span(in_place), gather_algorithm);
+  chorus::run_threads(
+      ranks,
+      [&](chorus::communicator& comm) {
+        const std::size_t all = block * static_cast<std::size_t>(ranks);
+        const std::vector<float> input = inputs<float>(comm.rank(), all);
+        std::vector<float> reduced(block), gathered(all), in_place(all, 0.0f);
+        chorus::reduce_scatter(comm, std::span<const float>(input), std::span(reduced), chorus::op::sum{},
+                               scatter_algorithm);
+        chorus::allgather(comm, std::span<const float>(reduced), std::span(gathered), gather_algorithm);
+        std::copy(reduced.begin(), reduced.end(),
+                  in_place.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(comm.rank())));
+        chorus::allgather(comm, std::span(in_place), gather_algorithm);
 
-    auto* d_input = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
-    auto* d_reduced = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
-    auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
-    auto* d_in_place = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
-    fake.write(d_input, std::span<const float>(input));
-    std::vector<float> own_block(all, 0.0f);
-    std::copy(reduced.begin(), reduced.end(), own_block.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(comm.rank())));
-    fake.write(d_in_place, std::span<const float>(own_block));
-    chorus::reduce_scatter(comm, std::span<const float>(d_input, all), std::span(d_reduced, block), chorus::op::sum{}, scatter_algorithm);
-    chorus::allgather(comm, std::span<const float>(d_reduced, block), std::span(d_gathered, all), gather_algorithm);
-    chorus::allgather(comm, std::span(d_in_place, all), gather_algorithm);
-    const bool same = fake.read(d_reduced, block) == reduced && fake.read(d_gathered, all) == gathered &&
-                      fake.read(d_in_place, all) == in_place;
-    for (float* p : {d_input, d_reduced, d_gathered, d_in_place}) fake.free_device(p);
-    if (!same) ++differ;
-  }, chorus_test::quick());
+        auto* d_input = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+        auto* d_reduced = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
+        auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+        auto* d_in_place = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+        fake.write(d_input, std::span<const float>(input));
+        std::vector<float> own_block(all, 0.0f);
+        std::copy(reduced.begin(), reduced.end(),
+                  own_block.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(comm.rank())));
+        fake.write(d_in_place, std::span<const float>(own_block));
+        chorus::reduce_scatter(comm, std::span<const float>(d_input, all), std::span(d_reduced, block),
+                               chorus::op::sum{}, scatter_algorithm);
+        chorus::allgather(comm, std::span<const float>(d_reduced, block), std::span(d_gathered, all), gather_algorithm);
+        chorus::allgather(comm, std::span(d_in_place, all), gather_algorithm);
+        const bool same = fake.read(d_reduced, block) == reduced && fake.read(d_gathered, all) == gathered &&
+                          fake.read(d_in_place, all) == in_place;
+        for (float* p : {d_input, d_reduced, d_gathered, d_in_place}) fake.free_device(p);
+        if (!same) ++differ;
+      },
+      chorus_test::quick());
   return differ.load();
 }
 
 }  // namespace
 
-TEST_CASE("direct path: reduce_scatter and allgather, ring and recursive, on device buffers equal the host's, unstaged") {
+TEST_CASE(
+    "direct path: reduce_scatter and allgather, ring and recursive, on device buffers equal the host's, unstaged") {
   fake_gpu setup(path_setting::automatic);
   auto& [fake, gpu, kernels, router] = setup;
   for (const int ranks : {1, 2, 3, 5})
@@ -263,24 +288,27 @@ TEST_CASE("direct path: without device kernels, allgather still goes direct and 
   const chorus::cuda::route_front_doors routing(router);
   std::atomic<int> differ{0};
   std::size_t after_gather = 0;
-  chorus::run_threads(3, [&](chorus::communicator& comm) {
-    const std::size_t block = 1000, all = 3000;
-    const std::vector<float> mine = inputs<float>(comm.rank(), block);
-    std::vector<float> gathered(all);
-    chorus::allgather(comm, std::span<const float>(mine), std::span(gathered), chorus::algorithm::ring);
-    auto* d_mine = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
-    auto* d_all = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
-    fake.write(d_mine, std::span<const float>(mine));
-    chorus::allgather(comm, std::span<const float>(d_mine, block), std::span(d_all, all), chorus::algorithm::ring);
-    if (fake.read(d_all, all) != gathered) ++differ;
-    comm.barrier();
-    if (comm.rank() == 0) after_gather = fake.pinned_allocations();
-    comm.barrier();
-    chorus::reduce_scatter(comm, std::span<const float>(d_all, all), std::span(d_mine, block), chorus::op::sum{},
-                           chorus::algorithm::ring);
-    fake.free_device(d_mine);
-    fake.free_device(d_all);
-  }, chorus_test::quick());
+  chorus::run_threads(
+      3,
+      [&](chorus::communicator& comm) {
+        const std::size_t block = 1000, all = 3000;
+        const std::vector<float> mine = inputs<float>(comm.rank(), block);
+        std::vector<float> gathered(all);
+        chorus::allgather(comm, std::span<const float>(mine), std::span(gathered), chorus::algorithm::ring);
+        auto* d_mine = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
+        auto* d_all = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+        fake.write(d_mine, std::span<const float>(mine));
+        chorus::allgather(comm, std::span<const float>(d_mine, block), std::span(d_all, all), chorus::algorithm::ring);
+        if (fake.read(d_all, all) != gathered) ++differ;
+        comm.barrier();
+        if (comm.rank() == 0) after_gather = fake.pinned_allocations();
+        comm.barrier();
+        chorus::reduce_scatter(comm, std::span<const float>(d_all, all), std::span(d_mine, block), chorus::op::sum{},
+                               chorus::algorithm::ring);
+        fake.free_device(d_mine);
+        fake.free_device(d_all);
+      },
+      chorus_test::quick());
   CHECK(differ.load() == 0);
   CHECK(after_gather == 0);
   CHECK(fake.pinned_allocations() > 0);
@@ -297,15 +325,19 @@ TEST_CASE("direct path: broadcast by tree and chain on device buffers equals the
         CAPTURE(count);
         std::atomic<int> differ{0};
         const int root = ranks - 1;
-        chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-          std::vector<float> host = comm.rank() == root ? inputs<float>(7, count) : std::vector<float>(count, -1.0f);
-          auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
-          fake.write(device, std::span<const float>(host));
-          chorus::broadcast(comm, std::span(device, count), root, algorithm);
-          chorus::broadcast(comm, std::span(host), root, algorithm);
-          if (fake.read(device, count) != host) ++differ;
-          fake.free_device(device);
-        }, chorus_test::quick());
+        chorus::run_threads(
+            ranks,
+            [&](chorus::communicator& comm) {
+              std::vector<float> host =
+                  comm.rank() == root ? inputs<float>(7, count) : std::vector<float>(count, -1.0f);
+              auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+              fake.write(device, std::span<const float>(host));
+              chorus::broadcast(comm, std::span(device, count), root, algorithm);
+              chorus::broadcast(comm, std::span(host), root, algorithm);
+              if (fake.read(device, count) != host) ++differ;
+              fake.free_device(device);
+            },
+            chorus_test::quick());
         CHECK(differ.load() == 0);
       }
   CHECK(fake.pinned_allocations() == 0);
@@ -321,30 +353,34 @@ TEST_CASE("direct path: gather, scatter and alltoall on device buffers equal the
       CAPTURE(block);
       std::atomic<int> differ{0};
       const int root = ranks / 2;
-      chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-        const std::size_t all = block * static_cast<std::size_t>(ranks);
-        const std::vector<float> mine = inputs<float>(comm.rank(), block), many = inputs<float>(comm.rank() + 10, all);
-        std::vector<float> gathered(all, -1.0f), scattered(block, -1.0f), exchanged(all, -1.0f);
-        chorus::gather(comm, std::span<const float>(mine), std::span(gathered), root);
-        chorus::scatter(comm, std::span<const float>(many), std::span(scattered), root);
-        chorus::alltoall(comm, std::span<const float>(many), std::span(exchanged));
+      chorus::run_threads(
+          ranks,
+          [&](chorus::communicator& comm) {
+            const std::size_t all = block * static_cast<std::size_t>(ranks);
+            const std::vector<float> mine = inputs<float>(comm.rank(), block),
+                                     many = inputs<float>(comm.rank() + 10, all);
+            std::vector<float> gathered(all, -1.0f), scattered(block, -1.0f), exchanged(all, -1.0f);
+            chorus::gather(comm, std::span<const float>(mine), std::span(gathered), root);
+            chorus::scatter(comm, std::span<const float>(many), std::span(scattered), root);
+            chorus::alltoall(comm, std::span<const float>(many), std::span(exchanged));
 
-        auto* d_mine = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
-        auto* d_many = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
-        auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
-        auto* d_scattered = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
-        auto* d_exchanged = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
-        fake.write(d_mine, std::span<const float>(mine));
-        fake.write(d_many, std::span<const float>(many));
-        fake.write(d_gathered, std::span<const float>(std::vector<float>(all, -1.0f)));
-        chorus::gather(comm, std::span<const float>(d_mine, block), std::span(d_gathered, all), root);
-        chorus::scatter(comm, std::span<const float>(d_many, all), std::span(d_scattered, block), root);
-        chorus::alltoall(comm, std::span<const float>(d_many, all), std::span(d_exchanged, all));
-        const bool same = fake.read(d_gathered, all) == gathered && fake.read(d_scattered, block) == scattered &&
-                          fake.read(d_exchanged, all) == exchanged;
-        for (float* p : {d_mine, d_many, d_gathered, d_scattered, d_exchanged}) fake.free_device(p);
-        if (!same) ++differ;
-      }, chorus_test::quick());
+            auto* d_mine = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
+            auto* d_many = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+            auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+            auto* d_scattered = static_cast<float*>(fake.allocate_device(block * sizeof(float)));
+            auto* d_exchanged = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+            fake.write(d_mine, std::span<const float>(mine));
+            fake.write(d_many, std::span<const float>(many));
+            fake.write(d_gathered, std::span<const float>(std::vector<float>(all, -1.0f)));
+            chorus::gather(comm, std::span<const float>(d_mine, block), std::span(d_gathered, all), root);
+            chorus::scatter(comm, std::span<const float>(d_many, all), std::span(d_scattered, block), root);
+            chorus::alltoall(comm, std::span<const float>(d_many, all), std::span(d_exchanged, all));
+            const bool same = fake.read(d_gathered, all) == gathered && fake.read(d_scattered, block) == scattered &&
+                              fake.read(d_exchanged, all) == exchanged;
+            for (float* p : {d_mine, d_many, d_gathered, d_scattered, d_exchanged}) fake.free_device(p);
+            if (!same) ++differ;
+          },
+          chorus_test::quick());
       CHECK(differ.load() == 0);
     }
   CHECK(fake.pinned_allocations() == 0);
@@ -359,25 +395,28 @@ template <class T, class Op>
 int differing_reduce(fake_device& fake, chorus::cuda::router& router, int ranks, std::size_t count, int root, Op op) {
   std::atomic<int> differ{0};
   const chorus::cuda::route_front_doors routing(router);
-  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-    const std::vector<T> input = inputs<T>(comm.rank(), count);
-    std::vector<T> output(count, T(-1)), in_place = input;
-    chorus::reduce(comm, std::span<const T>(input), std::span(output), root, op);
-    chorus::reduce(comm, std::span(in_place), root, op);
+  chorus::run_threads(
+      ranks,
+      [&](chorus::communicator& comm) {
+        const std::vector<T> input = inputs<T>(comm.rank(), count);
+        std::vector<T> output(count, T(-1)), in_place = input;
+        chorus::reduce(comm, std::span<const T>(input), std::span(output), root, op);
+        chorus::reduce(comm, std::span(in_place), root, op);
 
-    auto* d_input = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
-    auto* d_output = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
-    auto* d_in_place = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
-    fake.write(d_input, std::span<const T>(input));
-    fake.write(d_output, std::span<const T>(std::vector<T>(count, T(-1))));
-    fake.write(d_in_place, std::span<const T>(input));
-    chorus::reduce(comm, std::span<const T>(d_input, count), std::span(d_output, count), root, op);
-    chorus::reduce(comm, std::span(d_in_place, count), root, op);
-    const bool same = fake.read(d_input, count) == input && fake.read(d_output, count) == output &&
-                      fake.read(d_in_place, count) == in_place;
-    for (T* p : {d_input, d_output, d_in_place}) fake.free_device(p);
-    if (!same) ++differ;
-  }, chorus_test::quick());
+        auto* d_input = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+        auto* d_output = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+        auto* d_in_place = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+        fake.write(d_input, std::span<const T>(input));
+        fake.write(d_output, std::span<const T>(std::vector<T>(count, T(-1))));
+        fake.write(d_in_place, std::span<const T>(input));
+        chorus::reduce(comm, std::span<const T>(d_input, count), std::span(d_output, count), root, op);
+        chorus::reduce(comm, std::span(d_in_place, count), root, op);
+        const bool same = fake.read(d_input, count) == input && fake.read(d_output, count) == output &&
+                          fake.read(d_in_place, count) == in_place;
+        for (T* p : {d_input, d_output, d_in_place}) fake.free_device(p);
+        if (!same) ++differ;
+      },
+      chorus_test::quick());
   return differ.load();
 }
 
@@ -411,28 +450,32 @@ TEST_CASE("direct path: send and recv, blocking and not, move device buffers uns
       CAPTURE(ranks);
       CAPTURE(count);
       std::atomic<int> differ{0};
-      chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-        // Around a ring: even ranks send first, odd ones receive first.
-        const int right = (comm.rank() + 1) % ranks, left = (comm.rank() + ranks - 1) % ranks;
-        const std::vector<double> mine = inputs<double>(comm.rank(), count);
-        auto* d_mine = static_cast<double*>(fake.allocate_device(count * sizeof(double)));
-        auto* d_theirs = static_cast<double*>(fake.allocate_device(count * sizeof(double)));
-        fake.write(d_mine, std::span<const double>(mine));
-        if (comm.rank() % 2 == 0) {
-          comm.send(std::span<const double>(d_mine, count), right, 3);
-          comm.recv(std::span(d_theirs, count), left, 3);
-        } else {
-          comm.recv(std::span(d_theirs, count), left, 3);
-          comm.send(std::span<const double>(d_mine, count), right, 3);
-        }
-        if (fake.read(d_theirs, count) != inputs<double>(left, count)) ++differ;
-        // Non-blocking: the same ring the other way round, all at once.
-        std::array<chorus::communicator::request, 2> both{comm.irecv(std::span(d_theirs, count), right, 4),
-                                                          comm.isend(std::span<const double>(d_mine, count), left, 4)};
-        comm.wait_all(both);
-        if (fake.read(d_theirs, count) != inputs<double>(right, count)) ++differ;
-        for (double* p : {d_mine, d_theirs}) fake.free_device(p);
-      }, chorus_test::quick());
+      chorus::run_threads(
+          ranks,
+          [&](chorus::communicator& comm) {
+            // Around a ring: even ranks send first, odd ones receive first.
+            const int right = (comm.rank() + 1) % ranks, left = (comm.rank() + ranks - 1) % ranks;
+            const std::vector<double> mine = inputs<double>(comm.rank(), count);
+            auto* d_mine = static_cast<double*>(fake.allocate_device(count * sizeof(double)));
+            auto* d_theirs = static_cast<double*>(fake.allocate_device(count * sizeof(double)));
+            fake.write(d_mine, std::span<const double>(mine));
+            if (comm.rank() % 2 == 0) {
+              comm.send(std::span<const double>(d_mine, count), right, 3);
+              comm.recv(std::span(d_theirs, count), left, 3);
+            } else {
+              comm.recv(std::span(d_theirs, count), left, 3);
+              comm.send(std::span<const double>(d_mine, count), right, 3);
+            }
+            if (fake.read(d_theirs, count) != inputs<double>(left, count)) ++differ;
+            // Non-blocking: the same ring the other way round, all at once.
+            std::array<chorus::communicator::request, 2> both{
+                comm.irecv(std::span(d_theirs, count), right, 4),
+                comm.isend(std::span<const double>(d_mine, count), left, 4)};
+            comm.wait_all(both);
+            if (fake.read(d_theirs, count) != inputs<double>(right, count)) ++differ;
+            for (double* p : {d_mine, d_theirs}) fake.free_device(p);
+          },
+          chorus_test::quick());
       CHECK(differ.load() == 0);
     }
   CHECK(fake.pinned_allocations() == 0);
@@ -456,25 +499,30 @@ int differing_compressed(fake_device& fake, chorus::cuda::router& router, int ra
                          const std::vector<compressed_call>& calls, int host_rank = -1) {
   std::atomic<int> differ{0};
   const chorus::cuda::route_front_doors routing(router);
-  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-    auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
-    for (const compressed_call& call : calls) {
-      Coder on_device = coder, on_host = coder;
-      std::vector<float> host = inputs<float>(comm.rank(), count), mixed = host;
-      fake.write(device, std::span<const float>(host));
-      const auto allreduce = [&](std::span<float> data, Coder& c) {
-        if (call.average) chorus::allreduce(comm, data, chorus::op::avg{}, c, call.options);
-        else chorus::allreduce(comm, data, chorus::op::sum{}, c, call.options);
-      };
-      for (int step = 0; step < 2; ++step) {
-        allreduce(comm.rank() == host_rank ? std::span(mixed) : std::span(device, count), on_device);
-        allreduce(std::span(host), on_host);
-      }
-      const std::vector<float> result = comm.rank() == host_rank ? mixed : fake.read(device, count);
-      if (count > 0 && std::memcmp(result.data(), host.data(), count * sizeof(float)) != 0) ++differ;
-    }
-    fake.free_device(device);
-  }, chorus_test::quick());
+  chorus::run_threads(
+      ranks,
+      [&](chorus::communicator& comm) {
+        auto* device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+        for (const compressed_call& call : calls) {
+          Coder on_device = coder, on_host = coder;
+          std::vector<float> host = inputs<float>(comm.rank(), count), mixed = host;
+          fake.write(device, std::span<const float>(host));
+          const auto allreduce = [&](std::span<float> data, Coder& c) {
+            if (call.average)
+              chorus::allreduce(comm, data, chorus::op::avg{}, c, call.options);
+            else
+              chorus::allreduce(comm, data, chorus::op::sum{}, c, call.options);
+          };
+          for (int step = 0; step < 2; ++step) {
+            allreduce(comm.rank() == host_rank ? std::span(mixed) : std::span(device, count), on_device);
+            allreduce(std::span(host), on_host);
+          }
+          const std::vector<float> result = comm.rank() == host_rank ? mixed : fake.read(device, count);
+          if (count > 0 && std::memcmp(result.data(), host.data(), count * sizeof(float)) != 0) ++differ;
+        }
+        fake.free_device(device);
+      },
+      chorus_test::quick());
   return differ.load();
 }
 
@@ -485,15 +533,17 @@ void check_compressed_direct(fake_device& fake, chorus::cuda::router& router, co
   ring.options.scheme = chorus::compression_scheme::ring;
   once.options.scheme = chunked.options.scheme = odd_prescale.options.scheme = chorus::compression_scheme::encode_once;
   once.average = odd_prescale.average = true;
-  chunked.options.chunk_bytes = 512;      // several pipelined chunks
+  chunked.options.chunk_bytes = 512;     // several pipelined chunks
   odd_prescale.options.prescale = 3.0f;  // undone by division, not by multiplying
   compressed_call ring_average = ring;
   ring_average.average = true;
   for (const int ranks : {1, 2, 3, 5})
-    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{20011}}) {
+    for (const std::size_t count :
+         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{20011}}) {
       CAPTURE(ranks);
       CAPTURE(count);
-      CHECK(differing_compressed(fake, router, ranks, count, coder, {ring, ring_average, once, chunked, odd_prescale}) == 0);
+      CHECK(differing_compressed(fake, router, ranks, count, coder,
+                                 {ring, ring_average, once, chunked, odd_prescale}) == 0);
     }
 }
 
@@ -534,28 +584,34 @@ TEST_CASE("direct path: error feedback keeps a device tensor's residual on the d
       CAPTURE(ranks);
       CAPTURE(count);
       const std::vector<compressed_call> calls{ring, once, chunked};
-      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::onebit{}}, calls) == 0);
-      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::fp16{}}, calls) == 0);
-      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::int8{64}}, calls) == 0);
+      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::onebit{}},
+                                 calls) == 0);
+      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::fp16{}},
+                                 calls) == 0);
+      CHECK(differing_compressed(fake, router, ranks, count, chorus::codec::error_feedback{chorus::codec::int8{64}},
+                                 calls) == 0);
     }
   CHECK(fake.pinned_allocations() == 0);
   CHECK(kernels.feedback_launches.load() > 0);
 
   // One object serves one kind of memory: a clear error, not a mixed-up residual.
   const chorus::cuda::route_front_doors routing(router);
-  chorus::run_threads(1, [&](chorus::communicator& comm) {
-    chorus::codec::error_feedback feedback{chorus::codec::int8{}};
-    std::vector<float> host(100, 1.5f);
-    auto* device = static_cast<float*>(fake.allocate_device(host.size() * sizeof(float)));
-    fake.write(device, std::span<const float>(host));
-    chorus::allreduce(comm, std::span(device, host.size()), chorus::op::sum{}, feedback);
-    CHECK(feedback.residual(0).empty());  // the residual is on the device
-    chorus_test::expect_error([&] { chorus::allreduce(comm, std::span(host), chorus::op::sum{}, feedback); },
-                              chorus::errc::invalid_argument, "residual in device memory");
-    chorus_test::expect_error([&] { [[maybe_unused]] const auto copy = feedback; }, chorus::errc::invalid_argument,
-                              "cannot be copied");
-    fake.free_device(device);
-  }, chorus_test::quick());
+  chorus::run_threads(
+      1,
+      [&](chorus::communicator& comm) {
+        chorus::codec::error_feedback feedback{chorus::codec::int8{}};
+        std::vector<float> host(100, 1.5f);
+        auto* device = static_cast<float*>(fake.allocate_device(host.size() * sizeof(float)));
+        fake.write(device, std::span<const float>(host));
+        chorus::allreduce(comm, std::span(device, host.size()), chorus::op::sum{}, feedback);
+        CHECK(feedback.residual(0).empty());  // the residual is on the device
+        chorus_test::expect_error([&] { chorus::allreduce(comm, std::span(host), chorus::op::sum{}, feedback); },
+                                  chorus::errc::invalid_argument, "residual in device memory");
+        chorus_test::expect_error([&] { [[maybe_unused]] const auto copy = feedback; }, chorus::errc::invalid_argument,
+                                  "cannot be copied");
+        fake.free_device(device);
+      },
+      chorus_test::quick());
 }
 
 TEST_CASE("direct path: a codec without device kernels is staged, with the host's bits") {
@@ -576,26 +632,29 @@ int differing_compressed_moves(fake_device& fake, chorus::cuda::router& router, 
                                const Codec& coder) {
   std::atomic<int> differ{0};
   const chorus::cuda::route_front_doors routing(router);
-  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-    const std::size_t all = count * static_cast<std::size_t>(ranks);
-    const std::vector<float> mine = inputs<float>(comm.rank(), count);
-    std::vector<float> gathered(all), broadcast = mine;
-    chorus::allgather(comm, std::span<const float>(mine), std::span(gathered), coder);
-    chorus::broadcast(comm, std::span(broadcast), ranks - 1, coder);
+  chorus::run_threads(
+      ranks,
+      [&](chorus::communicator& comm) {
+        const std::size_t all = count * static_cast<std::size_t>(ranks);
+        const std::vector<float> mine = inputs<float>(comm.rank(), count);
+        std::vector<float> gathered(all), broadcast = mine;
+        chorus::allgather(comm, std::span<const float>(mine), std::span(gathered), coder);
+        chorus::broadcast(comm, std::span(broadcast), ranks - 1, coder);
 
-    auto* d_mine = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
-    auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
-    auto* d_broadcast = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
-    fake.write(d_mine, std::span<const float>(mine));
-    fake.write(d_broadcast, std::span<const float>(mine));
-    chorus::allgather(comm, std::span<const float>(d_mine, count), std::span(d_gathered, all), coder);
-    chorus::broadcast(comm, std::span(d_broadcast, count), ranks - 1, coder);
-    const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    };
-    if (!same(fake.read(d_gathered, all), gathered) || !same(fake.read(d_broadcast, count), broadcast)) ++differ;
-    for (float* p : {d_mine, d_gathered, d_broadcast}) fake.free_device(p);
-  }, chorus_test::quick());
+        auto* d_mine = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+        auto* d_gathered = static_cast<float*>(fake.allocate_device(all * sizeof(float)));
+        auto* d_broadcast = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+        fake.write(d_mine, std::span<const float>(mine));
+        fake.write(d_broadcast, std::span<const float>(mine));
+        chorus::allgather(comm, std::span<const float>(d_mine, count), std::span(d_gathered, all), coder);
+        chorus::broadcast(comm, std::span(d_broadcast, count), ranks - 1, coder);
+        const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+          return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+        };
+        if (!same(fake.read(d_gathered, all), gathered) || !same(fake.read(d_broadcast, count), broadcast)) ++differ;
+        for (float* p : {d_mine, d_gathered, d_broadcast}) fake.free_device(p);
+      },
+      chorus_test::quick());
   return differ.load();
 }
 

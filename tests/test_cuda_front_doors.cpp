@@ -307,9 +307,12 @@ TEST_CASE("schemes over device parameters: local SGD, sync EASGD and allreduce-S
                 for (int step = 0; step < 4; ++step) chosen.step([] {}, [&] { apply(step); });
                 chosen.finish();
               };
-              if (scheme == 0) run(avg::local_sgd(comm, model, {.period = 2}));
-              else if (scheme == 1) run(avg::easgd(comm, model));
-              else run(avg::allreduce_sgd(comm, model, grads));
+              if (scheme == 0)
+                run(avg::local_sgd(comm, model, {.period = 2}));
+              else if (scheme == 1)
+                run(avg::easgd(comm, model));
+              else
+                run(avg::allreduce_sgd(comm, model, grads));
             };
             train(std::span(host), std::span(host_grads), [&](int step) { local_step(host, comm.rank(), step); });
             train(device.span(), device_grads.span(), [&](int step) {
@@ -364,12 +367,13 @@ TEST_CASE("schemes over device parameters: async EASGD starts from the server's 
             {
               avg::easgd_async scheme(comm, avg::parameters(model.span()), {.alpha = 0.1, .tau = 1, .server = 0});
               for (int step = 0; step < 6; ++step)
-                scheme.step([] {}, [&] {
-                  if (!training) return;
-                  std::vector<float> values = model.read();  // the trainer's "kernel"
-                  local_step(values, comm.rank(), step);
-                  fake.write(model.data, std::span<const float>(values));
-                });
+                scheme.step([] {},
+                            [&] {
+                              if (!training) return;
+                              std::vector<float> values = model.read();  // the trainer's "kernel"
+                              local_step(values, comm.rank(), step);
+                              fake.write(model.data, std::span<const float>(values));
+                            });
               scheme.finish();
             }
             const std::vector<float> ended = model.read();
@@ -404,24 +408,28 @@ TEST_CASE("CHORUS_CHECK=1: device memory on one rank and host memory on the othe
     const chorus::cuda::route_front_doors routing(router);
     for (const int ranks : {3, 4}) {
       CAPTURE(ranks);
-      chorus::run_threads(ranks, [&](communicator& comm) {
-        const std::vector<float> input = input_of(comm.rank(), 7);
-        std::vector<float> host = input;
-        on_device device(fake, input);
-        const bool odd_one = comm.rank() == 1;
-        chorus_test::expect_error([&] { chorus::allreduce(comm, odd_one ? device.span() : std::span(host)); },
-                                  chorus::errc::mismatch,
-                                  "rank 1 calls allreduce(count 7, float32, sum, device memory)");
-        chorus_test::expect_error([&] { chorus::broadcast(comm, odd_one ? device.span() : std::span(host), 0); },
-                                  chorus::errc::mismatch, "rank 1 calls broadcast(count 7, float32, root 0, device memory)");
-        CHECK(same_bits(host, input));  // nothing was written
-        CHECK(same_bits(device.read(), input));
-        // An empty device buffer moves nothing: the same call as an empty host one.
-        std::vector<float> none;
-        on_device empty(fake, none);
-        chorus::allreduce(comm, odd_one ? empty.span() : std::span(none));
-        chorus::allreduce(comm, device.span());  // agreeing again: it runs
-      }, quick());
+      chorus::run_threads(
+          ranks,
+          [&](communicator& comm) {
+            const std::vector<float> input = input_of(comm.rank(), 7);
+            std::vector<float> host = input;
+            on_device device(fake, input);
+            const bool odd_one = comm.rank() == 1;
+            chorus_test::expect_error([&] { chorus::allreduce(comm, odd_one ? device.span() : std::span(host)); },
+                                      chorus::errc::mismatch,
+                                      "rank 1 calls allreduce(count 7, float32, sum, device memory)");
+            chorus_test::expect_error([&] { chorus::broadcast(comm, odd_one ? device.span() : std::span(host), 0); },
+                                      chorus::errc::mismatch,
+                                      "rank 1 calls broadcast(count 7, float32, root 0, device memory)");
+            CHECK(same_bits(host, input));  // nothing was written
+            CHECK(same_bits(device.read(), input));
+            // An empty device buffer moves nothing: the same call as an empty host one.
+            std::vector<float> none;
+            on_device empty(fake, none);
+            chorus::allreduce(comm, odd_one ? empty.span() : std::span(none));
+            chorus::allreduce(comm, device.span());  // agreeing again: it runs
+          },
+          quick());
     }
   }
   ::unsetenv("CHORUS_CHECK");

@@ -34,9 +34,12 @@ template <class T>
 std::vector<T> input_of(int rank, std::size_t count) {
   std::vector<T> x(count);
   for (std::size_t i = 0; i < count; ++i) {
-    const double v = std::sin(static_cast<double>(i * 7 + 1) * 0.37 + rank) * (1.0 + rank) * 1000.0 / (1.0 + static_cast<double>(i % 13));
-    if constexpr (std::is_integral_v<T>) x[i] = static_cast<T>(static_cast<long>(v) % 1000);
-    else x[i] = static_cast<T>(static_cast<float>(v));
+    const double v = std::sin(static_cast<double>(i * 7 + 1) * 0.37 + rank) * (1.0 + rank) * 1000.0 /
+                     (1.0 + static_cast<double>(i % 13));
+    if constexpr (std::is_integral_v<T>)
+      x[i] = static_cast<T>(static_cast<long>(v) % 1000);
+    else
+      x[i] = static_cast<T>(static_cast<float>(v));
   }
   return x;
 }
@@ -61,30 +64,33 @@ staged_outcome compare_with_host(int ranks, std::size_t count, Op op, chorus::cu
   chorus::cuda::device gpu(fake);
   staged_outcome outcome;
   std::mutex mutex;
-  chorus::run_threads(ranks, [&](communicator& comm) {
-    const std::vector<T> input = input_of<T>(comm.rank(), count);
-    std::vector<T> host = input;
-    const chorus::algorithm host_ran = chorus::allreduce(comm, std::span(host), op, call.forced);
+  chorus::run_threads(
+      ranks,
+      [&](communicator& comm) {
+        const std::vector<T> input = input_of<T>(comm.rank(), count);
+        std::vector<T> host = input;
+        const chorus::algorithm host_ran = chorus::allreduce(comm, std::span(host), op, call.forced);
 
-    T* on_device = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
-    chorus::cuda::device_call mine = call;
-    mine.stream = fake.create_stream();
-    fake.launch(mine.stream, [&, on_device] {
-      std::this_thread::sleep_for(20ms);
-      fake.write(on_device, std::span<const T>(input));
-    });
-    const chorus::algorithm staged_ran = chorus::cuda::allreduce(comm, gpu, std::span(on_device, count), op, mine);
-    std::vector<T> seen(count);
-    fake.launch(mine.stream, [&, on_device] { seen = fake.read(on_device, count); });
-    fake.synchronize(mine.stream);
-    fake.destroy_stream(mine.stream);
-    fake.free_device(on_device);
+        T* on_device = static_cast<T*>(fake.allocate_device(count * sizeof(T)));
+        chorus::cuda::device_call mine = call;
+        mine.stream = fake.create_stream();
+        fake.launch(mine.stream, [&, on_device] {
+          std::this_thread::sleep_for(20ms);
+          fake.write(on_device, std::span<const T>(input));
+        });
+        const chorus::algorithm staged_ran = chorus::cuda::allreduce(comm, gpu, std::span(on_device, count), op, mine);
+        std::vector<T> seen(count);
+        fake.launch(mine.stream, [&, on_device] { seen = fake.read(on_device, count); });
+        fake.synchronize(mine.stream);
+        fake.destroy_stream(mine.stream);
+        fake.free_device(on_device);
 
-    std::lock_guard lock(mutex);
-    outcome.differing_ranks += !same_bits(seen, host);
-    outcome.staged_algorithm = staged_ran;
-    outcome.host_algorithm = host_ran;
-  }, quick());
+        std::lock_guard lock(mutex);
+        outcome.differing_ranks += !same_bits(seen, host);
+        outcome.staged_algorithm = staged_ran;
+        outcome.host_algorithm = host_ran;
+      },
+      quick());
   return outcome;
 }
 
@@ -145,15 +151,18 @@ TEST_CASE("staged allreduce: pinned buffers are reused from call to call") {
   fake_device fake;
   chorus::cuda::device gpu(fake);
   const std::size_t count = 100000;
-  chorus::run_threads(3, [&](communicator& comm) {
-    float* data = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
-    for (int call = 0; call < 5; ++call) {
-      const std::vector<float> input = input_of<float>(comm.rank() + call, count);
-      fake.write(data, std::span(input));
-      chorus::cuda::allreduce(comm, gpu, std::span(data, count));
-    }
-    fake.free_device(data);
-  }, quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        float* data = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+        for (int call = 0; call < 5; ++call) {
+          const std::vector<float> input = input_of<float>(comm.rank() + call, count);
+          fake.write(data, std::span(input));
+          chorus::cuda::allreduce(comm, gpu, std::span(data, count));
+        }
+        fake.free_device(data);
+      },
+      quick());
   // One staging set per rank at most (three ranks may overlap), however many calls.
   CHECK(fake.pinned_allocations() <= 3);
 }
@@ -162,48 +171,55 @@ TEST_CASE("staged allreduce: pinned and host buffers are reduced where they are"
   fake_device fake;
   chorus::cuda::device gpu(fake);
   const std::size_t count = 3001;
-  chorus::run_threads(3, [&](communicator& comm) {
-    const std::vector<float> input = input_of<float>(comm.rank(), count);
-    std::vector<float> expected = input;
-    chorus::allreduce(comm, std::span(expected));
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        const std::vector<float> input = input_of<float>(comm.rank(), count);
+        std::vector<float> expected = input;
+        chorus::allreduce(comm, std::span(expected));
 
-    auto* pinned = static_cast<float*>(fake.allocate_pinned(count * sizeof(float)));
-    chorus::cuda::device_call call;
-    call.stream = fake.create_stream();
-    fake.launch(call.stream, [&] {  // a kernel still writing the pinned buffer
-      std::this_thread::sleep_for(20ms);
-      std::memcpy(pinned, input.data(), count * sizeof(float));
-    });
-    const std::size_t copied = fake.copied_bytes();
-    chorus::cuda::allreduce(comm, gpu, std::span(pinned, count), chorus::op::sum{}, call);
-    CHECK(same_bits(std::vector<float>(pinned, pinned + count), expected));
-    CHECK(fake.copied_bytes() == copied);  // no staging copies for pinned memory (this rank's)
-    fake.destroy_stream(call.stream);
-    fake.free_pinned(pinned);
+        auto* pinned = static_cast<float*>(fake.allocate_pinned(count * sizeof(float)));
+        chorus::cuda::device_call call;
+        call.stream = fake.create_stream();
+        fake.launch(call.stream, [&] {  // a kernel still writing the pinned buffer
+          std::this_thread::sleep_for(20ms);
+          std::memcpy(pinned, input.data(), count * sizeof(float));
+        });
+        const std::size_t copied = fake.copied_bytes();
+        chorus::cuda::allreduce(comm, gpu, std::span(pinned, count), chorus::op::sum{}, call);
+        CHECK(same_bits(std::vector<float>(pinned, pinned + count), expected));
+        CHECK(fake.copied_bytes() == copied);  // no staging copies for pinned memory (this rank's)
+        fake.destroy_stream(call.stream);
+        fake.free_pinned(pinned);
 
-    std::vector<float> host = input;
-    chorus::cuda::allreduce(comm, gpu, std::span(host));
-    CHECK(same_bits(host, expected));
-  }, quick());
+        std::vector<float> host = input;
+        chorus::cuda::allreduce(comm, gpu, std::span(host));
+        CHECK(same_bits(host, expected));
+      },
+      quick());
 }
 
 TEST_CASE("staged allreduce: bad staging options are invalid_argument") {
   fake_device fake;
   chorus::cuda::device gpu(fake);
-  chorus::run_threads(1, [&](communicator& comm) {
-    float* data = static_cast<float*>(fake.allocate_device(64));
-    chorus::cuda::device_call call;
-    call.staging.depth = 0;
-    CHECK_THROWS_AS(chorus::cuda::allreduce(comm, gpu, std::span(data, 16), chorus::op::sum{}, call), chorus::error);
-    call.staging = {0, 2};
-    try {
-      chorus::cuda::allreduce(comm, gpu, std::span(data, 16), chorus::op::sum{}, call);
-      FAIL("no error for a zero chunk size");
-    } catch (const chorus::error& e) {
-      CHECK(e.category() == chorus::errc::invalid_argument);
-    }
-    fake.free_device(data);
-  }, quick());
+  chorus::run_threads(
+      1,
+      [&](communicator& comm) {
+        float* data = static_cast<float*>(fake.allocate_device(64));
+        chorus::cuda::device_call call;
+        call.staging.depth = 0;
+        CHECK_THROWS_AS(chorus::cuda::allreduce(comm, gpu, std::span(data, 16), chorus::op::sum{}, call),
+                        chorus::error);
+        call.staging = {0, 2};
+        try {
+          chorus::cuda::allreduce(comm, gpu, std::span(data, 16), chorus::op::sum{}, call);
+          FAIL("no error for a zero chunk size");
+        } catch (const chorus::error& e) {
+          CHECK(e.category() == chorus::errc::invalid_argument);
+        }
+        fake.free_device(data);
+      },
+      quick());
 }
 
 // Part by part: need() waits only for the chunks of its part (a later
@@ -275,21 +291,26 @@ TEST_CASE("staged allreduce: the ring's copies go part by part, other algorithms
     chorus::cuda::device gpu(fake);
     std::atomic<int> differing{0};
     const int ranks = 3;
-    chorus::run_threads(ranks, [&](communicator& comm) {
-      const std::vector<float> input = input_of<float>(comm.rank(), count);
-      std::vector<float> host = input;
-      chorus::allreduce(comm, std::span(host), chorus::op::sum{}, forced);
-      auto* on_device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
-      fake.write(on_device, std::span<const float>(input));
-      chorus::cuda::device_call call;
-      call.forced = forced;
-      chorus::cuda::allreduce(comm, gpu, std::span(on_device, count), chorus::op::sum{}, call);
-      differing += !same_bits(fake.read(on_device, count), host);
-      fake.free_device(on_device);
-    }, quick());
+    chorus::run_threads(
+        ranks,
+        [&](communicator& comm) {
+          const std::vector<float> input = input_of<float>(comm.rank(), count);
+          std::vector<float> host = input;
+          chorus::allreduce(comm, std::span(host), chorus::op::sum{}, forced);
+          auto* on_device = static_cast<float*>(fake.allocate_device(count * sizeof(float)));
+          fake.write(on_device, std::span<const float>(input));
+          chorus::cuda::device_call call;
+          call.forced = forced;
+          chorus::cuda::allreduce(comm, gpu, std::span(on_device, count), chorus::op::sum{}, call);
+          differing += !same_bits(fake.read(on_device, count), host);
+          fake.free_device(on_device);
+        },
+        quick());
     CHECK(differing == 0);
     // One 4 MiB chunk in per rank; out: whole, or one copy per final segment.
-    if (forced == algorithm::ring) CHECK(fake.copies() > static_cast<std::size_t>(2 * ranks));
-    else CHECK(fake.copies() == static_cast<std::size_t>(2 * ranks));
+    if (forced == algorithm::ring)
+      CHECK(fake.copies() > static_cast<std::size_t>(2 * ranks));
+    else
+      CHECK(fake.copies() == static_cast<std::size_t>(2 * ranks));
   }
 }

@@ -57,7 +57,8 @@ std::vector<float> decision_points(const format& f) {
   for (std::uint32_t bits = 0; bits < f.infinity; ++bits) {
     const auto code = static_cast<std::uint16_t>(bits);
     const auto exact = static_cast<float>(value_of(f, code));
-    const auto midpoint = static_cast<float>((value_of(f, code) + value_of(f, static_cast<std::uint16_t>(code + 1))) / 2);
+    const auto midpoint =
+        static_cast<float>((value_of(f, code) + value_of(f, static_cast<std::uint16_t>(code + 1))) / 2);
     for (float point : {exact, midpoint}) {
       for (float candidate : {point, std::nextafter(point, 0.0f), std::nextafter(point, INFINITY)}) {
         points.push_back(candidate);
@@ -89,7 +90,7 @@ TEST_CASE("half: overflow, underflow and ties round to nearest even") {
   CHECK(chorus::half(std::numeric_limits<float>::max()).bits() == 0x7c00);
   CHECK(chorus::half(std::ldexp(1.0f, -25)).bits() == 0x0000);  // tie with 2^-24 -> even zero
   CHECK(chorus::half(std::nextafter(std::ldexp(1.0f, -25), 1.0f)).bits() == 0x0001);
-  CHECK(chorus::half(std::ldexp(3.0f, -25)).bits() == 0x0002);  // 1.5 units: tie -> even 2
+  CHECK(chorus::half(std::ldexp(3.0f, -25)).bits() == 0x0002);             // 1.5 units: tie -> even 2
   CHECK(chorus::half(1.0f + std::ldexp(1.0f, -11)).bits() == 0x3c00);      // tie -> even
   CHECK(chorus::half(1.0f + 3 * std::ldexp(1.0f, -11)).bits() == 0x3c02);  // tie -> even
   CHECK(chorus::half(std::numeric_limits<float>::denorm_min()).bits() == 0x0000);
@@ -104,7 +105,7 @@ TEST_CASE("half: infinities and NaN") {
   // stay NaN, not become infinity.
   const chorus::half from_signalling(float_of(0x7f800001u));
   CHECK(from_signalling.is_nan());
-  CHECK((from_signalling.bits() & 0x0200) != 0);  // quiet
+  CHECK((from_signalling.bits() & 0x0200) != 0);                // quiet
   CHECK(chorus::half(float_of(0xffc00000u)).bits() == 0xfe00);  // sign kept
   CHECK(std::isnan(static_cast<float>(chorus::half::from_bits(0x7e00))));
   CHECK(std::isinf(static_cast<float>(chorus::half::from_bits(0xfc00))));
@@ -120,8 +121,8 @@ TEST_CASE("half: every encoding converts to float exactly and back unchanged") {
       if (bits & 0x0200) REQUIRE(chorus::half(f).bits() == bits);  // quiet NaN: identical
       continue;
     }
-    const double expected = (bits & 0x8000 ? -1.0 : 1.0) *
-                            (magnitude == 0x7c00 ? INFINITY : value_of(half_format, magnitude));
+    const double expected =
+        (bits & 0x8000 ? -1.0 : 1.0) * (magnitude == 0x7c00 ? INFINITY : value_of(half_format, magnitude));
     REQUIRE(static_cast<double>(f) == expected);
     REQUIRE(std::signbit(f) == ((bits & 0x8000) != 0));
     REQUIRE(chorus::half(f).bits() == bits);
@@ -189,8 +190,8 @@ TEST_CASE("bfloat16: every encoding converts to float exactly and back unchanged
       continue;
     }
     const std::uint16_t magnitude = bits & 0x7fff;
-    const double expected = (bits & 0x8000 ? -1.0 : 1.0) *
-                            (magnitude == 0x7f80 ? INFINITY : value_of(bfloat16_format, magnitude));
+    const double expected =
+        (bits & 0x8000 ? -1.0 : 1.0) * (magnitude == 0x7f80 ? INFINITY : value_of(bfloat16_format, magnitude));
     REQUIRE(static_cast<double>(f) == expected);
     REQUIRE(chorus::bfloat16(f).bits() == bits);
   }

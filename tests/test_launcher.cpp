@@ -7,13 +7,13 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 #ifndef CHORUS_RUN_PATH
 #error "CHORUS_RUN_PATH must name the chorus-run binary"
@@ -115,7 +115,7 @@ TEST_CASE("--timeout ends every rank with exit code 124") {
 }
 
 TEST_CASE("usage errors and programs that cannot start") {
-  CHECK(launch(probe + " hello").exit_code == 2);           // no -n
+  CHECK(launch(probe + " hello").exit_code == 2);            // no -n
   CHECK(launch("-n 0 " + probe + " hello").exit_code == 2);  // bad count
   CHECK(launch("-n 2 --bogus " + probe).exit_code == 2);
   const outcome missing = launch("-n 2 /nonexistent/program");
@@ -144,9 +144,9 @@ int launch_like_a_cluster(int ranks, const std::string& rank_variable, const std
   std::string script = "pids=''; ";
   const std::string address = "127.0.0.1:" + std::to_string(free_port());
   for (int rank = ranks - 1; rank >= 0; --rank)  // rank 0 last: the others must wait for its store
-    script += "env " + rank_variable + "=" + std::to_string(rank) + " " + size_variable + "=" +
-              std::to_string(ranks) + " CHORUS_ADDR=" + address + " CHORUS_TOKEN=t0k3n CHORUS_TIMEOUT=60 " +
-              CHORUS_P2P_PATH + " >/dev/null & pids=\"$pids $!\"; ";
+    script += "env " + rank_variable + "=" + std::to_string(rank) + " " + size_variable + "=" + std::to_string(ranks) +
+              " CHORUS_ADDR=" + address + " CHORUS_TOKEN=t0k3n CHORUS_TIMEOUT=60 " + CHORUS_P2P_PATH +
+              " >/dev/null & pids=\"$pids $!\"; ";
   script += "status=0; for p in $pids; do wait $p || status=1; done; exit $status";
   const int status = std::system(("timeout 120 sh -c '" + script + "'").c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

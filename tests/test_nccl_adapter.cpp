@@ -75,8 +75,9 @@ std::size_t rooted_and_blocked(nccl::communicator& gpus, std::size_t block) {
 
   std::vector<T> part(block);
   wrong += chorus::reduce_scatter(gpus, std::span(mine), std::span(part), chorus::op::sum{}) != chorus::algo::nccl;
-  wrong += count_different(part, std::vector<T>(summed.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(me)),
-                                                summed.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(me + 1))));
+  wrong += count_different(
+      part, std::vector<T>(summed.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(me)),
+                           summed.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(me + 1))));
 
   // Every rank's block, gathered: out of place, then in place.
   std::vector<T> everyone;
@@ -89,7 +90,8 @@ std::size_t rooted_and_blocked(nccl::communicator& gpus, std::size_t block) {
   wrong += chorus::allgather(gpus, std::span(own), std::span(gathered)) != chorus::algo::nccl;
   wrong += count_different(gathered, everyone);
   std::vector<T> in_place(block * un);
-  std::copy(own.begin(), own.end(), in_place.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(me)));
+  std::copy(own.begin(), own.end(),
+            in_place.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(me)));
   wrong += chorus::allgather(gpus, std::span(in_place)) != chorus::algo::nccl;
   wrong += count_different(in_place, everyone);
   return wrong;
@@ -118,8 +120,9 @@ std::size_t grouped(nccl::communicator& gpus, std::size_t block) {
     chorus::gather(gpus, std::span(mine), std::span(all), root);
     if (me == root)
       for (int r = 0; r < n; ++r)
-        wrong += count_wrong(std::vector<std::uint32_t>(all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r)),
-                                                        all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r + 1))),
+        wrong += count_wrong(std::vector<std::uint32_t>(
+                                 all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r)),
+                                 all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r + 1))),
                              r, root, 1);
     std::vector<std::uint32_t> source;
     if (me == root)
@@ -156,22 +159,25 @@ TEST_CASE("nccl front doors over the host adapter: every collective, NCCL type a
   for (int n : {1, 2, 3, 5}) {
     CAPTURE(n);
     std::atomic<std::size_t> wrong{0};
-    chorus::run_threads(n, [&](communicator& comm) {
-      nccl::communicator gpus(comm, host_nccl());
-      CHECK(gpus.valid());
-      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
-        wrong += every_op<std::int8_t>(gpus, count) + every_op<std::uint8_t>(gpus, count) +
-                 every_op<std::int32_t>(gpus, count) + every_op<std::uint32_t>(gpus, count) +
-                 every_op<std::int64_t>(gpus, count) + every_op<std::uint64_t>(gpus, count) +
-                 every_op<chorus::half>(gpus, count) + every_op<chorus::bfloat16>(gpus, count) +
-                 every_op<float>(gpus, count) + every_op<double>(gpus, count);
-      }
-      for (std::size_t block : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{3001}}) {
-        wrong += rooted_and_blocked<float>(gpus, block) + rooted_and_blocked<std::int64_t>(gpus, block) +
-                 rooted_and_blocked<chorus::bfloat16>(gpus, block);
-        wrong += grouped(gpus, block);
-      }
-    }, quick());
+    chorus::run_threads(
+        n,
+        [&](communicator& comm) {
+          nccl::communicator gpus(comm, host_nccl());
+          CHECK(gpus.valid());
+          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
+            wrong += every_op<std::int8_t>(gpus, count) + every_op<std::uint8_t>(gpus, count) +
+                     every_op<std::int32_t>(gpus, count) + every_op<std::uint32_t>(gpus, count) +
+                     every_op<std::int64_t>(gpus, count) + every_op<std::uint64_t>(gpus, count) +
+                     every_op<chorus::half>(gpus, count) + every_op<chorus::bfloat16>(gpus, count) +
+                     every_op<float>(gpus, count) + every_op<double>(gpus, count);
+          }
+          for (std::size_t block : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{3001}}) {
+            wrong += rooted_and_blocked<float>(gpus, block) + rooted_and_blocked<std::int64_t>(gpus, block) +
+                     rooted_and_blocked<chorus::bfloat16>(gpus, block);
+            wrong += grouped(gpus, block);
+          }
+        },
+        quick());
     CHECK(wrong_total(wrong) == 0);
   }
 }
@@ -191,7 +197,8 @@ TEST_CASE("nccl plans: alltoall, gather and scatter post each block once, to the
   CHECK(at_root.size() == 5);  // one send (to itself), four receives
   CHECK((at_root[0].sending && at_root[0].peer == 2 && at_root[0].offset == 0));
   for (int p = 0; p < 4; ++p)
-    CHECK((!at_root[static_cast<std::size_t>(p + 1)].sending && at_root[static_cast<std::size_t>(p + 1)].offset == static_cast<std::size_t>(3 * p)));
+    CHECK((!at_root[static_cast<std::size_t>(p + 1)].sending &&
+           at_root[static_cast<std::size_t>(p + 1)].offset == static_cast<std::size_t>(3 * p)));
   const auto elsewhere = nccl::gather_plan(4, 1, 2, 3);
   CHECK((elsewhere.size() == 1 && elsewhere[0].sending && elsewhere[0].peer == 2));
   const auto from_root = nccl::scatter_plan(4, 0, 0, 3);
@@ -203,43 +210,47 @@ TEST_CASE("nccl plans: alltoall, gather and scatter post each block once, to the
 
 TEST_CASE("nccl: split, host memory through UCX, and bad calls") {
   std::atomic<std::size_t> wrong{0};
-  chorus::run_threads(5, [&](communicator& comm) {
-    // "Device" memory is what lives in this set; the rest is host memory,
-    // which must go through the chorus communicator, as NCCL leaves it.
-    std::vector<float> device_like(6, static_cast<float>(comm.rank()));
-    const auto adapter = std::make_shared<nccl::host_adapter>(
-        nccl::host_adapter_options{.moves = [&](const void* p) { return p == device_like.data(); }});
-    nccl::communicator gpus(comm, adapter);
-    const auto ran = chorus::allreduce(gpus, std::span(device_like));
-    wrong += ran != chorus::algo::nccl;
-    wrong += device_like[0] != 10.0f;  // 0 + 1 + 2 + 3 + 4
-    std::vector<float> host(6, 1.0f);
-    wrong += chorus::allreduce(gpus, std::span(host)) == chorus::algo::nccl;  // one of chorus's algorithms
-    wrong += host[5] != 5.0f;
-    std::vector<float> other(6);
-    expect_error([&] { chorus::allreduce(gpus, std::span<const float>(device_like), std::span(other)); },
-                 chorus::errc::invalid_argument, "device memory and some are not");
-    expect_error([&] { chorus::allreduce(gpus, std::span(device_like), chorus::algo::ring); },
-                 chorus::errc::invalid_argument, "runs nccl's own algorithms");
-    expect_error([&] { chorus::allreduce(gpus, std::span(device_like), [](float a, float b) { return a + b; }); },
-                 chorus::errc::invalid_argument, "not a user-defined operator");
-    std::vector<std::int16_t> shorts(3);
-    expect_error([&] { chorus::broadcast(gpus, std::span(device_like), 5); }, chorus::errc::invalid_argument, "root 5");
+  chorus::run_threads(
+      5,
+      [&](communicator& comm) {
+        // "Device" memory is what lives in this set; the rest is host memory,
+        // which must go through the chorus communicator, as NCCL leaves it.
+        std::vector<float> device_like(6, static_cast<float>(comm.rank()));
+        const auto adapter = std::make_shared<nccl::host_adapter>(
+            nccl::host_adapter_options{.moves = [&](const void* p) { return p == device_like.data(); }});
+        nccl::communicator gpus(comm, adapter);
+        const auto ran = chorus::allreduce(gpus, std::span(device_like));
+        wrong += ran != chorus::algo::nccl;
+        wrong += device_like[0] != 10.0f;  // 0 + 1 + 2 + 3 + 4
+        std::vector<float> host(6, 1.0f);
+        wrong += chorus::allreduce(gpus, std::span(host)) == chorus::algo::nccl;  // one of chorus's algorithms
+        wrong += host[5] != 5.0f;
+        std::vector<float> other(6);
+        expect_error([&] { chorus::allreduce(gpus, std::span<const float>(device_like), std::span(other)); },
+                     chorus::errc::invalid_argument, "device memory and some are not");
+        expect_error([&] { chorus::allreduce(gpus, std::span(device_like), chorus::algo::ring); },
+                     chorus::errc::invalid_argument, "runs nccl's own algorithms");
+        expect_error([&] { chorus::allreduce(gpus, std::span(device_like), [](float a, float b) { return a + b; }); },
+                     chorus::errc::invalid_argument, "not a user-defined operator");
+        std::vector<std::int16_t> shorts(3);
+        expect_error([&] { chorus::broadcast(gpus, std::span(device_like), 5); }, chorus::errc::invalid_argument,
+                     "root 5");
 
-    // Split: evens and odds, ordered by descending rank.
-    nccl::communicator half = gpus.split(comm.rank() % 2, -comm.rank());
-    wrong += half.size() != (comm.rank() % 2 == 0 ? 3 : 2);
-    wrong += half.rank() != (comm.rank() % 2 == 0 ? (4 - comm.rank()) / 2 : (3 - comm.rank()) / 2);
-    std::vector<float> mine(3, static_cast<float>(comm.rank()));
-    nccl::communicator all_nccl(comm, std::make_shared<nccl::host_adapter>());
-    nccl::communicator halves = all_nccl.split(comm.rank() % 2, comm.rank());
-    chorus::allreduce(halves, std::span(mine));
-    wrong += mine[2] != (comm.rank() % 2 == 0 ? 6.0f : 4.0f);
-    expect_error([&] { chorus::allreduce(halves, std::span(shorts)); }, chorus::errc::invalid_argument,
-                 "NCCL has no int16");
-    nccl::communicator none = all_nccl.split(comm.rank() == 0 ? -1 : 0, 0);
-    wrong += none.valid() == (comm.rank() == 0);
-  }, quick());
+        // Split: evens and odds, ordered by descending rank.
+        nccl::communicator half = gpus.split(comm.rank() % 2, -comm.rank());
+        wrong += half.size() != (comm.rank() % 2 == 0 ? 3 : 2);
+        wrong += half.rank() != (comm.rank() % 2 == 0 ? (4 - comm.rank()) / 2 : (3 - comm.rank()) / 2);
+        std::vector<float> mine(3, static_cast<float>(comm.rank()));
+        nccl::communicator all_nccl(comm, std::make_shared<nccl::host_adapter>());
+        nccl::communicator halves = all_nccl.split(comm.rank() % 2, comm.rank());
+        chorus::allreduce(halves, std::span(mine));
+        wrong += mine[2] != (comm.rank() % 2 == 0 ? 6.0f : 4.0f);
+        expect_error([&] { chorus::allreduce(halves, std::span(shorts)); }, chorus::errc::invalid_argument,
+                     "NCCL has no int16");
+        nccl::communicator none = all_nccl.split(comm.rank() == 0 ? -1 : 0, 0);
+        wrong += none.valid() == (comm.rank() == 0);
+      },
+      quick());
   CHECK(wrong.load() == 0);
 }
 
@@ -250,9 +261,9 @@ namespace {
 struct script {
   std::atomic<int> ids_made{0};
   bool fail_id = false;
-  bool stall_connect = false;    // check() stays in progress
+  bool stall_connect = false;  // check() stays in progress
   bool stream_never_idle = false;
-  nccl::health after_call{};     // what check() says after the first call
+  nccl::health after_call{};  // what check() says after the first call
   std::atomic<int> aborts{0};
   std::atomic<int> finalizes{0};
   std::mutex mutex;
@@ -314,12 +325,15 @@ class scripted_adapter final : public nccl::adapter {
 
 TEST_CASE("nccl bootstrap: rank 0's unique id reaches every rank through the store") {
   script s;
-  chorus::run_threads(3, [&](communicator& comm) {
-    nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s));
-    CHECK(gpus.device() == comm.rank() % 2);  // the rank (no CHORUS_LOCAL_RANK) modulo 2 devices
-  }, quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s));
+        CHECK(gpus.device() == comm.rank() % 2);  // the rank (no CHORUS_LOCAL_RANK) modulo 2 devices
+      },
+      quick());
   CHECK(s.ids_made.load() == 1);
-  CHECK(s.ids_seen.size() == 1);  // one id, seen by all three
+  CHECK(s.ids_seen.size() == 1);   // one id, seen by all three
   CHECK(s.finalizes.load() == 3);  // closed cleanly: finalized, never aborted
   CHECK(s.aborts.load() == 0);
 
@@ -328,22 +342,28 @@ TEST_CASE("nccl bootstrap: rank 0's unique id reaches every rank through the sto
   failing.fail_id = true;
   std::atomic<int> failed{0};
   const auto start = std::chrono::steady_clock::now();
-  chorus::run_threads(3, [&](communicator& comm) {
-    expect_error([&] { nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(failing)); },
-                 chorus::errc::unavailable, "scripted");
-    ++failed;
-  }, quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        expect_error([&] { nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(failing)); },
+                     chorus::errc::unavailable, "scripted");
+        ++failed;
+      },
+      quick());
   CHECK(failed.load() == 3);
   CHECK(std::chrono::steady_clock::now() - start < 30s);  // not the 60 s timeout: no one waited it out
 
   // The host adapter catches ranks that were given different ids.
-  chorus::run_threads(2, [&](communicator& comm) {
-    nccl::host_adapter adapter;
-    communicator own = comm.split(0, comm.rank());
-    nccl::unique_id id{};
-    id[3] = static_cast<std::byte>(comm.rank());
-    expect_error([&] { adapter.connect(own, id, 0); }, chorus::errc::mismatch, "different NCCL unique ids");
-  }, quick());
+  chorus::run_threads(
+      2,
+      [&](communicator& comm) {
+        nccl::host_adapter adapter;
+        communicator own = comm.split(0, comm.rank());
+        nccl::unique_id id{};
+        id[3] = static_cast<std::byte>(comm.rank());
+        expect_error([&] { adapter.connect(own, id, 0); }, chorus::errc::mismatch, "different NCCL unique ids");
+      },
+      quick());
 }
 
 TEST_CASE("nccl waits are bounded: a hang or an asynchronous error aborts and becomes a chorus::error") {
@@ -353,35 +373,45 @@ TEST_CASE("nccl waits are bounded: a hang or an asynchronous error aborts and be
   SUBCASE("a communicator whose ranks never all join") {
     script s;
     s.stall_connect = true;
-    chorus::run_threads(2, [&](communicator& comm) {
-      expect_error([&] { nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s), quickly); },
-                   chorus::errc::timeout, "300 ms");
-    }, quick());
+    chorus::run_threads(
+        2,
+        [&](communicator& comm) {
+          expect_error([&] { nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s), quickly); },
+                       chorus::errc::timeout, "300 ms");
+        },
+        quick());
     CHECK(s.aborts.load() == 2);
   }
   SUBCASE("a kernel that never finishes") {
     script s;
     s.stream_never_idle = true;
-    chorus::run_threads(2, [&](communicator& comm) {
-      nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s), quickly);
-      const auto start = std::chrono::steady_clock::now();
-      expect_error([&] { chorus::allreduce(gpus, std::span(data)); }, chorus::errc::timeout, "was aborted");
-      CHECK(std::chrono::steady_clock::now() - start < 10s);
-      expect_error([&] { chorus::allreduce(gpus, std::span(data)); }, chorus::errc::invalid_argument, "make a new one");
-      // Unsynchronised calls return once enqueued; wait() is bounded too.
-    }, quick());
+    chorus::run_threads(
+        2,
+        [&](communicator& comm) {
+          nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s), quickly);
+          const auto start = std::chrono::steady_clock::now();
+          expect_error([&] { chorus::allreduce(gpus, std::span(data)); }, chorus::errc::timeout, "was aborted");
+          CHECK(std::chrono::steady_clock::now() - start < 10s);
+          expect_error([&] { chorus::allreduce(gpus, std::span(data)); }, chorus::errc::invalid_argument,
+                       "make a new one");
+          // Unsynchronised calls return once enqueued; wait() is bounded too.
+        },
+        quick());
     CHECK(s.aborts.load() == 2);
     CHECK(s.finalizes.load() == 0);  // an aborted communicator is not finalized
     script t;
     t.stream_never_idle = true;
-    chorus::run_threads(1, [&](communicator& comm) {
-      nccl::options later;
-      later.timeout = 200ms;
-      later.synchronous = false;
-      nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(t), later);
-      chorus::allreduce(gpus, std::span(data));  // enqueued: returns
-      expect_error([&] { gpus.wait(nullptr); }, chorus::errc::timeout, "200 ms");
-    }, quick());
+    chorus::run_threads(
+        1,
+        [&](communicator& comm) {
+          nccl::options later;
+          later.timeout = 200ms;
+          later.synchronous = false;
+          nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(t), later);
+          chorus::allreduce(gpus, std::span(data));  // enqueued: returns
+          expect_error([&] { gpus.wait(nullptr); }, chorus::errc::timeout, "200 ms");
+        },
+        quick());
   }
   SUBCASE("NCCL's asynchronous errors, by category") {
     const std::pair<nccl::result, chorus::errc> cases[] = {
@@ -395,11 +425,14 @@ TEST_CASE("nccl waits are bounded: a hang or an asynchronous error aborts and be
       CHECK(nccl::category_of(state) == category);
       script s;
       s.after_call = {state, "peer 1 hung up", nccl::category_of(state)};
-      chorus::run_threads(1, [&](communicator& comm) {
-        nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s));
-        expect_error([&] { chorus::broadcast(gpus, std::span(data), 0); }, category,
-                     std::string(nccl::to_string(state)) + ": peer 1 hung up");
-      }, quick());
+      chorus::run_threads(
+          1,
+          [&](communicator& comm) {
+            nccl::communicator gpus(comm, std::make_shared<scripted_adapter>(s));
+            expect_error([&] { chorus::broadcast(gpus, std::span(data), 0); }, category,
+                         std::string(nccl::to_string(state)) + ": peer 1 hung up");
+          },
+          quick());
       CHECK(s.aborts.load() == 1);
     }
   }
@@ -407,18 +440,21 @@ TEST_CASE("nccl waits are bounded: a hang or an asynchronous error aborts and be
 
 TEST_CASE("nccl over the host adapter: a peer that never comes is a chorus::error on every survivor") {
   std::atomic<int> errors{0};
-  chorus::run_threads(3, [&](communicator& comm) {
-    nccl::communicator gpus(comm, host_nccl());
-    std::vector<double> data(1000, 1.0);
-    if (comm.rank() == 2) return;  // never calls the allreduce
-    try {
-      chorus::allreduce(gpus, std::span(data));
-    } catch (const chorus::error& failure) {
-      CAPTURE(failure.what());
-      CHECK((failure.category() == chorus::errc::timeout || failure.category() == chorus::errc::peer_failure));
-      ++errors;
-    }
-  }, quick(1500ms));
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        nccl::communicator gpus(comm, host_nccl());
+        std::vector<double> data(1000, 1.0);
+        if (comm.rank() == 2) return;  // never calls the allreduce
+        try {
+          chorus::allreduce(gpus, std::span(data));
+        } catch (const chorus::error& failure) {
+          CAPTURE(failure.what());
+          CHECK((failure.category() == chorus::errc::timeout || failure.category() == chorus::errc::peer_failure));
+          ++errors;
+        }
+      },
+      quick(1500ms));
   CHECK(errors.load() == 2);
 }
 
@@ -433,8 +469,13 @@ TEST_CASE("schemes run unchanged on an NCCL communicator: the same models as on 
     for (std::size_t k = 0; k < size; ++k) weights[k] = static_cast<float>(rank) + static_cast<float>(k) / 64.0f;
     auto scheme = make_scheme(over, std::span(weights), std::span(grads));
     for (int step = 0; step < 6; ++step) {
-      scheme.step([&] { for (std::size_t k = 0; k < size; ++k) grads[k] = gradient(rank, step, k); },
-                  [&] { for (std::size_t k = 0; k < size; ++k) weights[k] -= 0.5f * grads[k]; });
+      scheme.step(
+          [&] {
+            for (std::size_t k = 0; k < size; ++k) grads[k] = gradient(rank, step, k);
+          },
+          [&] {
+            for (std::size_t k = 0; k < size; ++k) weights[k] -= 0.5f * grads[k];
+          });
     }
     scheme.finish();
     return weights;
@@ -454,13 +495,16 @@ TEST_CASE("schemes run unchanged on an NCCL communicator: the same models as on 
                                     {.topology = chorus::averaging::topology::ring(c.size())});
   };
   std::atomic<std::size_t> wrong{0};
-  chorus::run_threads(3, [&](communicator& comm) {
-    nccl::communicator gpus(comm, host_nccl());
-    wrong += count_different(train(decentralised, gpus, comm.rank()), train(decentralised, comm, comm.rank()));
-    wrong += count_different(train(local, gpus, comm.rank()), train(local, comm, comm.rank()));
-    wrong += count_different(train(sgd, gpus, comm.rank()), train(sgd, comm, comm.rank()));
-    wrong += count_different(train(elastic, gpus, comm.rank()), train(elastic, comm, comm.rank()));
-  }, quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        nccl::communicator gpus(comm, host_nccl());
+        wrong += count_different(train(decentralised, gpus, comm.rank()), train(decentralised, comm, comm.rank()));
+        wrong += count_different(train(local, gpus, comm.rank()), train(local, comm, comm.rank()));
+        wrong += count_different(train(sgd, gpus, comm.rank()), train(sgd, comm, comm.rank()));
+        wrong += count_different(train(elastic, gpus, comm.rank()), train(elastic, comm, comm.rank()));
+      },
+      quick());
   CHECK(wrong.load() == 0);
 }
 
@@ -586,26 +630,32 @@ TEST_CASE("nccl compressed allreduce: encoded once, allgathered, decoded in rank
       std::vector<feedback> host_feedback_refs(static_cast<std::size_t>(n), feedback{chorus::codec::int8{64}});
       std::vector<feedback> device_feedback_refs(static_cast<std::size_t>(n), feedback{chorus::codec::int8{64}});
       const int launches_before = kernels.codec_launches.load();
-      chorus::run_threads(n, [&](communicator& comm) {
-        // Host memory, every buffer through the host adapter.
-        nccl::communicator host_side(comm, host_nccl());
-        host_buffers on_host{{}, expected};
-        wrong += compressed_case(host_side, chorus::codec::fp16{}, count, 1, on_host, fp16_refs, serial);
-        wrong += compressed_case(host_side, chorus::codec::onebit{72}, count, 1, on_host, onebit_refs, serial);
-        wrong += compressed_case(host_side, feedback{chorus::codec::int8{64}}, count, 2, on_host, host_feedback_refs, serial);
-        // Device memory on the fake device, which the host cannot touch:
-        // the device kernels encode and decode, the adapter moves bytes.
-        nccl::communicator device_side(comm, nccl_on_fake);
-        device_buffers on_device{fake, expected};
-        wrong += compressed_case(device_side, chorus::codec::int8{64}, count, 1, on_device, int8_refs, serial);
-        wrong += compressed_case(device_side, chorus::codec::fp16{}, count, 1, on_device, fp16_refs, serial);
-        wrong += compressed_case(device_side, feedback{chorus::codec::int8{64}}, count, 2, on_device, device_feedback_refs, serial);
-        // Plain collectives on device memory too: NCCL's, never the host's.
-        auto x = inputs<float>(comm.rank(), count, 9, flavour::general);
-        std::span<float> d = on_device.load(x);
-        wrong += chorus::allreduce(device_side, d) != chorus::algo::nccl;
-        wrong += count_different(on_device.result(), reference<float>(all_ranks(n), count, 9, flavour::general, chorus::op::sum{}));
-      }, quick());
+      chorus::run_threads(
+          n,
+          [&](communicator& comm) {
+            // Host memory, every buffer through the host adapter.
+            nccl::communicator host_side(comm, host_nccl());
+            host_buffers on_host{{}, expected};
+            wrong += compressed_case(host_side, chorus::codec::fp16{}, count, 1, on_host, fp16_refs, serial);
+            wrong += compressed_case(host_side, chorus::codec::onebit{72}, count, 1, on_host, onebit_refs, serial);
+            wrong += compressed_case(host_side, feedback{chorus::codec::int8{64}}, count, 2, on_host,
+                                     host_feedback_refs, serial);
+            // Device memory on the fake device, which the host cannot touch:
+            // the device kernels encode and decode, the adapter moves bytes.
+            nccl::communicator device_side(comm, nccl_on_fake);
+            device_buffers on_device{fake, expected};
+            wrong += compressed_case(device_side, chorus::codec::int8{64}, count, 1, on_device, int8_refs, serial);
+            wrong += compressed_case(device_side, chorus::codec::fp16{}, count, 1, on_device, fp16_refs, serial);
+            wrong += compressed_case(device_side, feedback{chorus::codec::int8{64}}, count, 2, on_device,
+                                     device_feedback_refs, serial);
+            // Plain collectives on device memory too: NCCL's, never the host's.
+            auto x = inputs<float>(comm.rank(), count, 9, flavour::general);
+            std::span<float> d = on_device.load(x);
+            wrong += chorus::allreduce(device_side, d) != chorus::algo::nccl;
+            wrong += count_different(on_device.result(),
+                                     reference<float>(all_ranks(n), count, 9, flavour::general, chorus::op::sum{}));
+          },
+          quick());
       CHECK(wrong.load() == 0);
       CHECK(kernels.codec_launches.load() > launches_before);  // the device path ran its kernels
     }
@@ -616,60 +666,69 @@ TEST_CASE("nccl point-to-point: queued sends and receives go as one group at the
   for (int n : {2, 3, 5}) {
     CAPTURE(n);
     std::atomic<std::size_t> wrong{0};
-    chorus::run_threads(n, [&](communicator& comm) {
-      std::vector<std::uint32_t> device_out, device_in;  // what the adapter moves
-      const auto adapter = std::make_shared<nccl::host_adapter>(nccl::host_adapter_options{
-          .moves = [&](const void* p) { return p == device_out.data() || p == device_in.data(); }});
-      nccl::communicator gpus(comm, adapter);
-      const int me = gpus.rank(), right = (me + 1) % n, left = (me + n - 1) % n;
-      for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{40009}}) {
-        // Everyone sends right and receives from the left, all posted before
-        // any wait: as plain (ungrouped) NCCL calls this would deadlock.
-        device_out = patterned(me, right, 5, count);
-        device_in.assign(count, 0);
-        const std::vector<std::uint32_t> host_out = patterned(me, left, 6, count);
-        std::vector<std::uint32_t> host_in(count);
-        std::vector<nccl::communicator::request> requests;
-        requests.push_back(gpus.isend(std::span<const std::uint32_t>(device_out), right, 3));
-        requests.push_back(gpus.irecv(std::span(device_in), left, 3));
-        requests.push_back(gpus.isend(std::span<const std::uint32_t>(host_out), left, 4));  // UCX
-        requests.push_back(gpus.irecv(std::span(host_in), right, 4));
-        gpus.wait_all(std::span(requests));
-        gpus.expect_bytes(requests[1], count * 4, "recv");
-        gpus.expect_bytes(requests[3], count * 4, "recv");
-        wrong += count_wrong(device_in, left, me, 5);
-        wrong += count_wrong(host_in, right, me, 6);
-      }
-    }, quick());
+    chorus::run_threads(
+        n,
+        [&](communicator& comm) {
+          std::vector<std::uint32_t> device_out, device_in;  // what the adapter moves
+          const auto adapter = std::make_shared<nccl::host_adapter>(nccl::host_adapter_options{
+              .moves = [&](const void* p) { return p == device_out.data() || p == device_in.data(); }});
+          nccl::communicator gpus(comm, adapter);
+          const int me = gpus.rank(), right = (me + 1) % n, left = (me + n - 1) % n;
+          for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{40009}}) {
+            // Everyone sends right and receives from the left, all posted before
+            // any wait: as plain (ungrouped) NCCL calls this would deadlock.
+            device_out = patterned(me, right, 5, count);
+            device_in.assign(count, 0);
+            const std::vector<std::uint32_t> host_out = patterned(me, left, 6, count);
+            std::vector<std::uint32_t> host_in(count);
+            std::vector<nccl::communicator::request> requests;
+            requests.push_back(gpus.isend(std::span<const std::uint32_t>(device_out), right, 3));
+            requests.push_back(gpus.irecv(std::span(device_in), left, 3));
+            requests.push_back(gpus.isend(std::span<const std::uint32_t>(host_out), left, 4));  // UCX
+            requests.push_back(gpus.irecv(std::span(host_in), right, 4));
+            gpus.wait_all(std::span(requests));
+            gpus.expect_bytes(requests[1], count * 4, "recv");
+            gpus.expect_bytes(requests[3], count * 4, "recv");
+            wrong += count_wrong(device_in, left, me, 5);
+            wrong += count_wrong(host_in, right, me, 6);
+          }
+        },
+        quick());
     CHECK(wrong.load() == 0);
   }
 }
 
 TEST_CASE("asynchronous schemes on an NCCL communicator keep their messages on its chorus communicator") {
   std::atomic<std::size_t> wrong{0};
-  chorus::run_threads(3, [&](communicator& comm) {
-    nccl::communicator gpus(comm, host_nccl());
-    std::vector<float> gossiped(101, static_cast<float>(comm.rank())), elastic(101, static_cast<float>(comm.rank()));
-    chorus::averaging::gosgd gossip(gpus, chorus::averaging::parameters(std::span(gossiped)), {.push_probability = 1.0});
-    static_assert(std::is_same_v<decltype(gossip), chorus::averaging::gosgd<communicator>>);
-    chorus::averaging::easgd_async centre(gpus, chorus::averaging::parameters(std::span(elastic)), {.alpha = 0.5, .tau = 1});
-    static_assert(std::is_same_v<decltype(centre), chorus::averaging::easgd_async<communicator>>);
-    for (int step = 0; step < 5; ++step) {
-      gossip.step([] {}, [] {});
-      centre.step([] {}, [] {});
-    }
-    gossip.finish();
-    centre.finish();
-    // No gradients: gossip's consensus is the mean of the starting models
-    // (0, 1, 2), and every rank ends with the same model either way.
-    std::vector<float> gossip_all(303), elastic_all(303);
-    chorus::allgather(comm, std::span<const float>(gossiped), std::span(gossip_all));
-    chorus::allgather(comm, std::span<const float>(elastic), std::span(elastic_all));
-    for (std::size_t k = 0; k < 303; ++k) {
-      wrong += std::abs(gossip_all[k] - 1.0f) > 1e-5f;
-      wrong += elastic_all[k] != elastic_all[k % 101];
-    }
-  }, quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        nccl::communicator gpus(comm, host_nccl());
+        std::vector<float> gossiped(101, static_cast<float>(comm.rank())),
+            elastic(101, static_cast<float>(comm.rank()));
+        chorus::averaging::gosgd gossip(gpus, chorus::averaging::parameters(std::span(gossiped)),
+                                        {.push_probability = 1.0});
+        static_assert(std::is_same_v<decltype(gossip), chorus::averaging::gosgd<communicator>>);
+        chorus::averaging::easgd_async centre(gpus, chorus::averaging::parameters(std::span(elastic)),
+                                              {.alpha = 0.5, .tau = 1});
+        static_assert(std::is_same_v<decltype(centre), chorus::averaging::easgd_async<communicator>>);
+        for (int step = 0; step < 5; ++step) {
+          gossip.step([] {}, [] {});
+          centre.step([] {}, [] {});
+        }
+        gossip.finish();
+        centre.finish();
+        // No gradients: gossip's consensus is the mean of the starting models
+        // (0, 1, 2), and every rank ends with the same model either way.
+        std::vector<float> gossip_all(303), elastic_all(303);
+        chorus::allgather(comm, std::span<const float>(gossiped), std::span(gossip_all));
+        chorus::allgather(comm, std::span<const float>(elastic), std::span(elastic_all));
+        for (std::size_t k = 0; k < 303; ++k) {
+          wrong += std::abs(gossip_all[k] - 1.0f) > 1e-5f;
+          wrong += elastic_all[k] != elastic_all[k % 101];
+        }
+      },
+      quick());
   CHECK(wrong.load() == 0);
 }
 
@@ -687,47 +746,54 @@ TEST_CASE("D-PSGD with a device model on an NCCL communicator: mixes on the devi
     return static_cast<float>((rank * 5 + step * 11 + static_cast<int>(k) * 3) % 19) * 0.013f - 0.1f;
   };
   const chorus::codec::any_codec wires[] = {chorus::codec::any_codec(), chorus::codec::by_name("fp16"),
-                                              chorus::codec::any_codec(chorus::codec::int8{64})};
+                                            chorus::codec::any_codec(chorus::codec::int8{64})};
   for (const chorus::codec::any_codec& wire : wires) {
     for (int n : {2, 3, 5}) {
       CAPTURE(wire.name());
       CAPTURE(n);
       std::atomic<std::size_t> wrong{0};
       const int reductions_before = kernels.launches.load();
-      chorus::run_threads(n, [&](communicator& comm) {
-        const chorus::averaging::dpsgd_options options{chorus::averaging::topology::ring(n), wire};
-        // The same 4 steps on host memory over UCX, and on the fake device over "NCCL".
-        std::vector<float> host(total);
-        for (std::size_t k = 0; k < total; ++k) host[k] = start_value(comm.rank(), k);
-        auto* device = static_cast<float*>(fake.allocate_device(total * sizeof(float)));
-        fake.write(device, std::span<const float>(host));
-        const auto tensors = [&](float* base) {
-          std::vector<std::span<float>> parts;
-          std::size_t offset = 0;
-          for (std::size_t size : sizes) {
-            parts.emplace_back(base + offset, size);
-            offset += size;
-          }
-          return chorus::averaging::parameters(parts);
-        };
-        nccl::communicator gpus(comm, nccl_on_fake);
-        {
-          chorus::averaging::dpsgd on_host(comm, tensors(host.data()), options);
-          chorus::averaging::dpsgd on_device(gpus, tensors(device), options);
-          for (int step = 0; step < 4; ++step) {
-            std::vector<float> grads(total);
-            for (std::size_t k = 0; k < total; ++k) grads[k] = gradient(comm.rank(), step, k);
-            on_host.step([] {}, [&] { for (std::size_t k = 0; k < total; ++k) host[k] -= grads[k]; });
-            on_device.step([] {}, [&] {
-              std::vector<float> now = fake.read(device, total);
-              for (std::size_t k = 0; k < total; ++k) now[k] -= grads[k];
-              fake.write(device, std::span<const float>(now));
-            });
-          }
-          wrong += count_different(fake.read(device, total), host);
-        }
-        fake.free_device(device);
-      }, quick());
+      chorus::run_threads(
+          n,
+          [&](communicator& comm) {
+            const chorus::averaging::dpsgd_options options{chorus::averaging::topology::ring(n), wire};
+            // The same 4 steps on host memory over UCX, and on the fake device over "NCCL".
+            std::vector<float> host(total);
+            for (std::size_t k = 0; k < total; ++k) host[k] = start_value(comm.rank(), k);
+            auto* device = static_cast<float*>(fake.allocate_device(total * sizeof(float)));
+            fake.write(device, std::span<const float>(host));
+            const auto tensors = [&](float* base) {
+              std::vector<std::span<float>> parts;
+              std::size_t offset = 0;
+              for (std::size_t size : sizes) {
+                parts.emplace_back(base + offset, size);
+                offset += size;
+              }
+              return chorus::averaging::parameters(parts);
+            };
+            nccl::communicator gpus(comm, nccl_on_fake);
+            {
+              chorus::averaging::dpsgd on_host(comm, tensors(host.data()), options);
+              chorus::averaging::dpsgd on_device(gpus, tensors(device), options);
+              for (int step = 0; step < 4; ++step) {
+                std::vector<float> grads(total);
+                for (std::size_t k = 0; k < total; ++k) grads[k] = gradient(comm.rank(), step, k);
+                on_host.step([] {},
+                             [&] {
+                               for (std::size_t k = 0; k < total; ++k) host[k] -= grads[k];
+                             });
+                on_device.step([] {},
+                               [&] {
+                                 std::vector<float> now = fake.read(device, total);
+                                 for (std::size_t k = 0; k < total; ++k) now[k] -= grads[k];
+                                 fake.write(device, std::span<const float>(now));
+                               });
+              }
+              wrong += count_different(fake.read(device, total), host);
+            }
+            fake.free_device(device);
+          },
+          quick());
       CHECK(wrong.load() == 0);
       CHECK(kernels.launches.load() > reductions_before);  // the mixing ran on the device
     }

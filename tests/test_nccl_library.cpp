@@ -39,20 +39,23 @@ TEST_CASE("nccl library: no device means a clear error on every rank") {
     CAPTURE(ranks);
     std::atomic<int> failed{0};
     const auto start = std::chrono::steady_clock::now();
-    chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-      try {
-        nccl::communicator gpus = nccl::connect(comm);
-        FAIL("an NCCL communicator without a device");
-      } catch (const chorus::error& failure) {
-        const std::string message = failure.what();
-        CAPTURE(message);
-        CHECK(failure.category() == chorus::errc::unavailable);
-        CHECK(message.find("NCCL 2.") != std::string::npos);
-        CHECK(message.find("cudaSetDevice: cudaError") != std::string::npos);
-        CHECK(message.find("ncclCommInitRankConfig: nccl") != std::string::npos);
-        ++failed;
-      }
-    }, chorus_test::quick(20s));
+    chorus::run_threads(
+        ranks,
+        [&](chorus::communicator& comm) {
+          try {
+            nccl::communicator gpus = nccl::connect(comm);
+            FAIL("an NCCL communicator without a device");
+          } catch (const chorus::error& failure) {
+            const std::string message = failure.what();
+            CAPTURE(message);
+            CHECK(failure.category() == chorus::errc::unavailable);
+            CHECK(message.find("NCCL 2.") != std::string::npos);
+            CHECK(message.find("cudaSetDevice: cudaError") != std::string::npos);
+            CHECK(message.find("ncclCommInitRankConfig: nccl") != std::string::npos);
+            ++failed;
+          }
+        },
+        chorus_test::quick(20s));
     CHECK(failed.load() == ranks);
     CHECK(std::chrono::steady_clock::now() - start < 15s);  // failed at once, not at the timeout
   }

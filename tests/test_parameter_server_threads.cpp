@@ -37,7 +37,8 @@ struct per_rank {
 // Dyadic gradients with few significant bits: with a power-of-two rate every
 // sum and step below is exact, so two paths agree bit for bit or not at all.
 float dyadic_gradient(int worker, int step, std::size_t k) {
-  return static_cast<float>(static_cast<int>((k * 7 + static_cast<std::size_t>(worker * 13 + step * 5)) % 64) - 32) / 64.0f;
+  return static_cast<float>(static_cast<int>((k * 7 + static_cast<std::size_t>(worker * 13 + step * 5)) % 64) - 32) /
+         64.0f;
 }
 
 std::vector<float> dyadic_start(std::size_t size) {
@@ -51,25 +52,28 @@ std::vector<float> dyadic_start(std::size_t size) {
 std::vector<std::vector<float>> bsp_or_allreduce(int ranks, int servers, bool server_side, int steps) {
   const avg::sgd_options optimiser{.learning_rate = 0.25, .momentum = 0.5};
   per_rank<std::vector<float>> models(ranks);
-  chorus::run_threads(ranks, [&](communicator& comm) {
-    std::vector<float> x = dyadic_start(4099), g(x.size());
-    avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-    const int worker = comm.rank() - servers;
-    const auto compute = [&](int step) {
-      for (std::size_t k = 0; k < g.size(); ++k) g[k] = dyadic_gradient(worker, step, k);
-    };
-    if (server_side) {
-      avg::parameter_server ps(comm, params, grads, {.dedicated_servers = servers, .optimiser = optimiser});
-      if (ps.is_worker())
-        for (int step = 0; step < steps; ++step) ps.step([&] { compute(step); }, [] {});
-      ps.finish();
-    } else {
-      avg::sgd local(params, optimiser);
-      avg::allreduce_sgd scheme(comm, params, grads);
-      for (int step = 0; step < steps; ++step) scheme.step([&] { compute(step); }, [&] { local.apply(grads); });
-    }
-    models.set(comm.rank(), x);
-  }, quick());
+  chorus::run_threads(
+      ranks,
+      [&](communicator& comm) {
+        std::vector<float> x = dyadic_start(4099), g(x.size());
+        avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+        const int worker = comm.rank() - servers;
+        const auto compute = [&](int step) {
+          for (std::size_t k = 0; k < g.size(); ++k) g[k] = dyadic_gradient(worker, step, k);
+        };
+        if (server_side) {
+          avg::parameter_server ps(comm, params, grads, {.dedicated_servers = servers, .optimiser = optimiser});
+          if (ps.is_worker())
+            for (int step = 0; step < steps; ++step) ps.step([&] { compute(step); }, [] {});
+          ps.finish();
+        } else {
+          avg::sgd local(params, optimiser);
+          avg::allreduce_sgd scheme(comm, params, grads);
+          for (int step = 0; step < steps; ++step) scheme.step([&] { compute(step); }, [&] { local.apply(grads); });
+        }
+        models.set(comm.rank(), x);
+      },
+      quick());
   return models.values;
 }
 
@@ -112,31 +116,35 @@ TEST_CASE("SSP: every pull holds all of the worker's own pushes and every other 
   per_rank<std::vector<std::string>> violations(n);
   per_rank<avg::shard_stats> shards(n);
   per_rank<double> waited(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    // 4 blocks of 5 and 3 more elements: shards do not follow the blocks.
-    std::vector<float> x(n * block + 3, 1.0f), g(x.size(), 0.0f);
-    for (std::size_t k = 0; k < block; ++k) g[static_cast<std::size_t>(comm.rank()) * block + k] = 1.0f;
-    avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-    avg::parameter_server ps(comm, params, grads,
-                             {.mode = avg::consistency::ssp, .staleness = s, .optimiser = {.learning_rate = rate}});
-    std::vector<std::string> wrong;
-    for (int step = 1; step <= steps; ++step) {
-      if (comm.rank() == n - 1) std::this_thread::sleep_for(3ms);  // the slow worker
-      ps.step([] {}, [] {});
-      for (int v = 0; v < n; ++v) {
-        const std::size_t held = pushes_held(x, v, n);
-        const bool own = v == comm.rank();
-        if (own ? held != static_cast<std::size_t>(step) : held + s < static_cast<std::size_t>(step))
-          wrong.push_back("step " + std::to_string(step) + ": worker " + std::to_string(v) + "'s pushes held " +
-                          std::to_string(held));
-      }
-    }
-    ps.finish();
-    violations.set(comm.rank(), wrong);
-    shards.set(comm.rank(), ps.server_stats());
-    waited.set(comm.rank(), ps.worker_stats().waited_seconds);
-    for (int v = 0; v < n; ++v) CHECK(pushes_held(x, v, n) == static_cast<std::size_t>(steps));  // all of them, at the end
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        // 4 blocks of 5 and 3 more elements: shards do not follow the blocks.
+        std::vector<float> x(n * block + 3, 1.0f), g(x.size(), 0.0f);
+        for (std::size_t k = 0; k < block; ++k) g[static_cast<std::size_t>(comm.rank()) * block + k] = 1.0f;
+        avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+        avg::parameter_server ps(comm, params, grads,
+                                 {.mode = avg::consistency::ssp, .staleness = s, .optimiser = {.learning_rate = rate}});
+        std::vector<std::string> wrong;
+        for (int step = 1; step <= steps; ++step) {
+          if (comm.rank() == n - 1) std::this_thread::sleep_for(3ms);  // the slow worker
+          ps.step([] {}, [] {});
+          for (int v = 0; v < n; ++v) {
+            const std::size_t held = pushes_held(x, v, n);
+            const bool own = v == comm.rank();
+            if (own ? held != static_cast<std::size_t>(step) : held + s < static_cast<std::size_t>(step))
+              wrong.push_back("step " + std::to_string(step) + ": worker " + std::to_string(v) + "'s pushes held " +
+                              std::to_string(held));
+          }
+        }
+        ps.finish();
+        violations.set(comm.rank(), wrong);
+        shards.set(comm.rank(), ps.server_stats());
+        waited.set(comm.rank(), ps.worker_stats().waited_seconds);
+        for (int v = 0; v < n; ++v)
+          CHECK(pushes_held(x, v, n) == static_cast<std::size_t>(steps));  // all of them, at the end
+      },
+      quick());
   std::uint64_t gap = 0, applied = 0;
   for (int r = 0; r < n; ++r) {
     for (const auto& v : violations.values[static_cast<std::size_t>(r)]) MESSAGE("rank " << r << ": " << v);
@@ -144,29 +152,34 @@ TEST_CASE("SSP: every pull holds all of the worker's own pushes and every other 
     gap = std::max(gap, shards.values[static_cast<std::size_t>(r)].clock_gap_max);
     applied += shards.values[static_cast<std::size_t>(r)].gradients_applied;
   }
-  CHECK(gap == s);                     // the bound held, and the fast workers did reach it
+  CHECK(gap == s);                                 // the bound held, and the fast workers did reach it
   CHECK(applied == std::uint64_t{n} * n * steps);  // every push at every shard
-  CHECK(waited.values[0] > 0.0);       // a fast worker waited for the slow one
+  CHECK(waited.values[0] > 0.0);                   // a fast worker waited for the slow one
 }
 
 TEST_CASE("Downpour applies every pushed gradient exactly once, the unpushed rest at finish(), without waiting") {
   const int n = 3;
   per_rank<avg::shard_stats> shards(n);
-  chorus::run_threads(n, [&](communicator& comm) {
-    std::vector<float> x(n * block + 1, 1.0f), g(x.size(), 0.0f);
-    for (std::size_t k = 0; k < block; ++k) g[static_cast<std::size_t>(comm.rank()) * block + k] = 1.0f;
-    avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-    avg::parameter_server ps(comm, params, grads,
-                             {.mode = avg::consistency::downpour, .push_every = 3, .fetch_every = 2,
-                              .optimiser = {.learning_rate = rate}});
-    const int steps = 10 + 3 * comm.rank();  // 10, 13, 16: not multiples of 3
-    for (int step = 0; step < steps; ++step) ps.step([] {}, [] {});
-    ps.finish();
-    for (int v = 0; v < n; ++v) CHECK(pushes_held(x, v, n) == static_cast<std::size_t>(10 + 3 * v));
-    CHECK(ps.worker_stats().waited_seconds == 0.0);
-    CHECK(ps.worker_stats().fetches_applied >= 1);
-    shards.set(comm.rank(), ps.server_stats());
-  }, quick());
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        std::vector<float> x(n * block + 1, 1.0f), g(x.size(), 0.0f);
+        for (std::size_t k = 0; k < block; ++k) g[static_cast<std::size_t>(comm.rank()) * block + k] = 1.0f;
+        avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+        avg::parameter_server ps(comm, params, grads,
+                                 {.mode = avg::consistency::downpour,
+                                  .push_every = 3,
+                                  .fetch_every = 2,
+                                  .optimiser = {.learning_rate = rate}});
+        const int steps = 10 + 3 * comm.rank();  // 10, 13, 16: not multiples of 3
+        for (int step = 0; step < steps; ++step) ps.step([] {}, [] {});
+        ps.finish();
+        for (int v = 0; v < n; ++v) CHECK(pushes_held(x, v, n) == static_cast<std::size_t>(10 + 3 * v));
+        CHECK(ps.worker_stats().waited_seconds == 0.0);
+        CHECK(ps.worker_stats().fetches_applied >= 1);
+        shards.set(comm.rank(), ps.server_stats());
+      },
+      quick());
   std::uint64_t applied = 0;
   for (const auto& stats : shards.values) applied += stats.gradients_applied;
   CHECK(applied == 3u * (4 + 5 + 6));  // ceil(steps / 3) pushes per worker, at each of 3 shards
@@ -175,28 +188,34 @@ TEST_CASE("Downpour applies every pushed gradient exactly once, the unpushed res
 TEST_CASE("parameter server: every shard size, rank 0's start, and bad options rejected clearly") {
   for (std::size_t size : {0u, 1u, 2u, 7u}) {
     CAPTURE(size);
-    chorus::run_threads(3, [&](communicator& comm) {
-      std::vector<float> x(size, static_cast<float>(comm.rank() + 1)), g(size, 1.0f);
-      avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-      avg::parameter_server ps(comm, params, grads, {.optimiser = {.learning_rate = 0.5}});
-      for (float value : x) CHECK(value == 1.0f);  // rank 0's model
-      ps.step([] {}, [] {});
-      ps.finish();
-      for (float value : x) CHECK(value == 0.5f);  // 1 - 0.5 * mean(1, 1, 1)
-    }, quick());
+    chorus::run_threads(
+        3,
+        [&](communicator& comm) {
+          std::vector<float> x(size, static_cast<float>(comm.rank() + 1)), g(size, 1.0f);
+          avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+          avg::parameter_server ps(comm, params, grads, {.optimiser = {.learning_rate = 0.5}});
+          for (float value : x) CHECK(value == 1.0f);  // rank 0's model
+          ps.step([] {}, [] {});
+          ps.finish();
+          for (float value : x) CHECK(value == 0.5f);  // 1 - 0.5 * mean(1, 1, 1)
+        },
+        quick());
   }
-  chorus::run_threads(3, [&](communicator& comm) {
-    std::vector<float> x(5), g(5), h(4);
-    avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-    using chorus::errc;
-    chorus_test::expect_error([&] { avg::parameter_server(comm, params, grads, {.dedicated_servers = 3}); },
-                              errc::invalid_argument, "leave no worker among 3 ranks");
-    chorus_test::expect_error([&] { avg::parameter_server(comm, params, grads, {.push_every = 2}); },
-                              errc::invalid_argument, "are Downpour's");
-    chorus_test::expect_error(
-        [&] { avg::parameter_server(comm, params, grads, {.mode = avg::consistency::downpour, .fetch_every = 0}); },
-        errc::invalid_argument, "at least 1");
-    chorus_test::expect_error([&] { avg::parameter_server(comm, params, avg::parameters{std::span<float>(h)}); },
-                              errc::invalid_argument, "do not match");
-  }, quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        std::vector<float> x(5), g(5), h(4);
+        avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+        using chorus::errc;
+        chorus_test::expect_error([&] { avg::parameter_server(comm, params, grads, {.dedicated_servers = 3}); },
+                                  errc::invalid_argument, "leave no worker among 3 ranks");
+        chorus_test::expect_error([&] { avg::parameter_server(comm, params, grads, {.push_every = 2}); },
+                                  errc::invalid_argument, "are Downpour's");
+        chorus_test::expect_error(
+            [&] { avg::parameter_server(comm, params, grads, {.mode = avg::consistency::downpour, .fetch_every = 0}); },
+            errc::invalid_argument, "at least 1");
+        chorus_test::expect_error([&] { avg::parameter_server(comm, params, avg::parameters{std::span<float>(h)}); },
+                                  errc::invalid_argument, "do not match");
+      },
+      quick());
 }

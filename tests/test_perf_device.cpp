@@ -55,26 +55,29 @@ class fake_memory final : public perf::device_memory {
 int sweep_on_device(const perf::collective& entry, int ranks, fake_memory& memory, const std::string& codec = {},
                     std::shared_ptr<chorus::nccl::adapter> nccl = {}) {
   std::atomic<int> worst{0};
-  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-    std::optional<chorus::nccl::communicator> gpus;
-    if (nccl) gpus.emplace(comm, nccl);
-    perf::options config;
-    config.collective = std::string(entry.name);
-    config.codec = codec;
-    config.min_bytes = 4;
-    config.max_bytes = 40000;  // not a multiple of the chunks or the rank counts
-    config.factor = 100;
-    config.iterations = 1;
-    config.warmup = 0;
-    config.memory = &memory;
-    if (gpus) {
-      config.backend = "nccl";
-      config.nccl = &*gpus;
-    }
-    const int status = entry.run(comm, config);
-    int seen = worst.load();
-    while (status > seen && !worst.compare_exchange_weak(seen, status)) {}
-  }, chorus_test::quick());
+  chorus::run_threads(
+      ranks,
+      [&](chorus::communicator& comm) {
+        std::optional<chorus::nccl::communicator> gpus;
+        if (nccl) gpus.emplace(comm, nccl);
+        perf::options config;
+        config.collective = std::string(entry.name);
+        config.codec = codec;
+        config.min_bytes = 4;
+        config.max_bytes = 40000;  // not a multiple of the chunks or the rank counts
+        config.factor = 100;
+        config.iterations = 1;
+        config.warmup = 0;
+        config.memory = &memory;
+        if (gpus) {
+          config.backend = "nccl";
+          config.nccl = &*gpus;
+        }
+        const int status = entry.run(comm, config);
+        int seen = worst.load();
+        while (status > seen && !worst.compare_exchange_weak(seen, status)) {}
+      },
+      chorus_test::quick());
   return worst.load();
 }
 

@@ -43,7 +43,10 @@ class recording_case final : public perf::benchmark_case {
   std::vector<std::string> calls;
   std::size_t resized_to = 0;
 
-  void resize(std::size_t bytes) override { resized_to = bytes; calls.push_back("resize"); }
+  void resize(std::size_t bytes) override {
+    resized_to = bytes;
+    calls.push_back("resize");
+  }
   std::size_t bytes() const override { return resized_to; }
   std::size_t count() const override { return resized_to / 4; }
   bool has(perf::form f) const override { return f == perf::form::out_of_place || in_place; }
@@ -93,10 +96,10 @@ TEST_CASE("harness: bad command lines are usage errors") {
 
 TEST_CASE("harness: --auto-iters repeats small sizes, within [iterations, 2000]") {
   const auto s = settings_from({"-n", "5", "--auto-iters", "1M"});
-  CHECK(perf::iterations_for(s, 1 << 20) == 5);     // one call moves enough; never fewer than -n
-  CHECK(perf::iterations_for(s, 4096) == 256);      // 1 MiB / 4 KiB
-  CHECK(perf::iterations_for(s, 8) == 2000);        // capped
-  CHECK(perf::iterations_for(s, 0) == 2000);        // an empty buffer
+  CHECK(perf::iterations_for(s, 1 << 20) == 5);  // one call moves enough; never fewer than -n
+  CHECK(perf::iterations_for(s, 4096) == 256);   // 1 MiB / 4 KiB
+  CHECK(perf::iterations_for(s, 8) == 2000);     // capped
+  CHECK(perf::iterations_for(s, 0) == 2000);     // an empty buffer
   CHECK(perf::iterations_for(settings_from({"-n", "7"}), 8) == 7);
 }
 
@@ -128,11 +131,13 @@ TEST_CASE("harness: #wrong adds up over ranks and sizes into the exit status and
   recording_case bench;
   bench.in_place = false;
   auto s = settings_from({"-b", "1K", "-e", "4K", "-f", "4", "-n", "1", "-w", "0", "--json", json});
-  const perf::table t{"test table", "fake_collective", "float", "-", 0.5, {perf::form::out_of_place, perf::form::in_place}};
+  const perf::table t{
+      "test table", "fake_collective", "float", "-", 0.5, {perf::form::out_of_place, perf::form::in_place}};
 
   CHECK(perf::sweep(ranks, s, t, bench) == 0);
   const std::string clean = read_all(json);
-  CHECK(clean.find("\"collective\": \"fake_collective\", \"ranks\": 2, \"size\": 1024, \"count\": 256") != std::string::npos);
+  CHECK(clean.find("\"collective\": \"fake_collective\", \"ranks\": 2, \"size\": 1024, \"count\": 256") !=
+        std::string::npos);
   CHECK(clean.find("\"size\": 4096") != std::string::npos);
   CHECK(clean.find("\"algo\": \"fake\"") != std::string::npos);
   CHECK(clean.find("out_of_place") != std::string::npos);

@@ -42,12 +42,16 @@ TEST_CASE("every built-in topology is doubly stochastic, with rows and columns t
       for (std::size_t p = 0; p < t.period(); ++p) {
         const auto dense = t.at(p).dense();
         for (int i = 0; i < n; ++i)
-          for (const auto& entry : t.at(p).column(i)) CHECK(dense[static_cast<std::size_t>(entry.peer)][static_cast<std::size_t>(i)] == doctest::Approx(entry.weight));
+          for (const auto& entry : t.at(p).column(i))
+            CHECK(dense[static_cast<std::size_t>(entry.peer)][static_cast<std::size_t>(i)] ==
+                  doctest::Approx(entry.weight));
         std::vector<double> x(static_cast<std::size_t>(n));
         for (int j = 0; j < n; ++j) x[static_cast<std::size_t>(j)] = j * j + 1.0;
         for (int i = 0; i < n; ++i) {
           double expected = 0;
-          for (int j = 0; j < n; ++j) expected += dense[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] * x[static_cast<std::size_t>(j)];
+          for (int j = 0; j < n; ++j)
+            expected +=
+                dense[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] * x[static_cast<std::size_t>(j)];
           CHECK(sparse_times(t.at(p), i, x) == doctest::Approx(expected));
         }
       }
@@ -63,7 +67,8 @@ TEST_CASE("ring weights are 1/3 and its spectral gap matches the circulant eigen
   CHECK(ring.at(0).weight(3, 5) == 0.0);
   for (int n : {3, 5, 7, 10}) {
     double largest = 0;  // eigenvalues (1 + 2 cos(2 pi k / n)) / 3, k != 0
-    for (int k = 1; k < n; ++k) largest = std::max(largest, std::fabs((1 + 2 * std::cos(2 * std::numbers::pi * k / n)) / 3));
+    for (int k = 1; k < n; ++k)
+      largest = std::max(largest, std::fabs((1 + 2 * std::cos(2 * std::numbers::pi * k / n)) / 3));
     CAPTURE(n);
     CHECK(topology::ring(n).spectral_gap() == doctest::Approx(1 - largest).epsilon(1e-9));
   }
@@ -98,10 +103,12 @@ TEST_CASE("torus: 1/5 for self and each of four neighbours") {
 TEST_CASE("user weights are checked with clear errors") {
   using chorus::errc;
   expect_error([] { topology::from_weights({{0.5, 0.5}, {0.5}}); }, errc::invalid_argument, "row 1 has 1 entries");
-  expect_error([] { topology::from_weights({{1.5, -0.5}, {-0.5, 1.5}}); }, errc::invalid_argument, "not a finite non-negative");
+  expect_error([] { topology::from_weights({{1.5, -0.5}, {-0.5, 1.5}}); }, errc::invalid_argument,
+               "not a finite non-negative");
   expect_error([] { topology::from_weights({{0.5, 0.5}, {0.2, 0.7}}); }, errc::invalid_argument, "row 1 sums to 0.9");
   const std::vector<std::vector<double>> column_only{{0.5, 1.0, 0.0}, {0.5, 0.0, 0.5}, {0.0, 0.0, 0.5}};
-  expect_error([&] { topology::from_weights(column_only); }, errc::invalid_argument, "not doubly stochastic: row 0 sums to 1.5");
+  expect_error([&] { topology::from_weights(column_only); }, errc::invalid_argument,
+               "not doubly stochastic: row 0 sums to 1.5");
   const topology push = topology::from_weights(column_only, stochastic::column);
   CHECK(push.is_column_stochastic());
   CHECK_FALSE(push.is_row_stochastic());

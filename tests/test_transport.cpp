@@ -146,7 +146,8 @@ TEST_CASE("UCX errors: a status's category, and a gone peer's failure whatever U
   CHECK(chorus::ucx::category_of(UCS_ERR_CONNECTION_RESET, false) == errc::peer_failure);
   CHECK(chorus::ucx::category_of(UCS_ERR_ENDPOINT_TIMEOUT, false) == errc::peer_failure);
   CHECK(chorus::ucx::category_of(UCS_ERR_IO_ERROR, false) == errc::transport);
-  CHECK(chorus::ucx::category_of(UCS_ERR_IO_ERROR, true) == errc::peer_failure);  // "Shared memory error" from a dead peer
+  CHECK(chorus::ucx::category_of(UCS_ERR_IO_ERROR, true) ==
+        errc::peer_failure);  // "Shared memory error" from a dead peer
   CHECK(chorus::ucx::to_hex(0xabc) == "abc");
 }
 
@@ -186,7 +187,9 @@ TEST_CASE("UCX waiting policy: done, deadline, and when each mode sleeps") {
     CHECK(waited >= 30ms);
     CHECK(waited < 2s);
     CHECK(watches > 0);
-    if (mode == progress_mode::block) CHECK(sleeps > 0);
-    else CHECK(sleeps == 0);
+    if (mode == progress_mode::block)
+      CHECK(sleeps > 0);
+    else
+      CHECK(sleeps == 0);
   }
 }

@@ -128,25 +128,28 @@ int run_on_device(const perf::collective& chosen, chorus::communicator& comm, pe
 }
 
 const std::array<const perf::collective*, 8> collectives{
-    &perf::allreduce_entry, &perf::broadcast_entry, &perf::reduce_entry,   &perf::allgather_entry,
-    &perf::reduce_scatter_entry, &perf::alltoall_entry, &perf::gather_entry, &perf::scatter_entry};
+    &perf::allreduce_entry,      &perf::broadcast_entry, &perf::reduce_entry, &perf::allgather_entry,
+    &perf::reduce_scatter_entry, &perf::alltoall_entry,  &perf::gather_entry, &perf::scatter_entry};
 
 // An empty problem is --help: the usage on stdout, exit status 0.
 [[noreturn]] void usage(const std::string& problem) {
   std::FILE* out = problem.empty() ? stdout : stderr;
   if (!problem.empty()) std::fprintf(out, "chorus-perf: %s\n", problem.c_str());
-  std::fprintf(out, "usage: chorus-perf COLLECTIVE %s [--algo A] [--dtype T] [--op OP] [--root R] [--codec C] [--scheme ring|once|sparse] [--device host|cuda] [--backend ucx|nccl|both]\n",
+  std::fprintf(out,
+               "usage: chorus-perf COLLECTIVE %s [--algo A] [--dtype T] [--op OP] [--root R] [--codec C] [--scheme "
+               "ring|once|sparse] [--device host|cuda] [--backend ucx|nccl|both]\n",
                std::string(perf::sweep_usage).c_str());
   std::fprintf(out, "collectives:");
   for (const perf::collective* c : collectives) std::fprintf(out, " %s", std::string(c->name).c_str());
-  std::fprintf(out, "\ntypes: %s\nRun it under a launcher, e.g. chorus-run -n 4 chorus-perf allreduce -b 8 -e 64M -f 2\n",
+  std::fprintf(out,
+               "\ntypes: %s\nRun it under a launcher, e.g. chorus-run -n 4 chorus-perf allreduce -b 8 -e 64M -f 2\n",
                std::string(perf::dtype_names).c_str());
   std::exit(problem.empty() ? 0 : 2);
 }
 
 chorus::compression_scheme parse_scheme(std::string_view text) {
-  for (const auto scheme : {chorus::compression_scheme::ring, chorus::compression_scheme::encode_once,
-                            chorus::compression_scheme::sparse})
+  for (const auto scheme :
+       {chorus::compression_scheme::ring, chorus::compression_scheme::encode_once, chorus::compression_scheme::sparse})
     if (text == chorus::compressed::scheme_name(scheme)) return scheme;
   throw perf::usage_error("unknown --scheme '" + std::string(text) + "' (ring, once, sparse)");
 }
@@ -159,22 +162,28 @@ const perf::collective& find(std::string_view name) {
 
 void take_flag(perf::options& parsed, std::string_view flag, std::string_view value) {
   if (perf::take_sweep_flag(parsed, flag, value)) return;
-  if (flag == "--algo") parsed.algorithm = chorus::parse_algorithm(value, "--algo");
-  else if (flag == "--dtype") parsed.dtype = value;
-  else if (flag == "--op") parsed.op = value;
-  else if (flag == "--root") parsed.root = perf::count_argument(value);
-  else if (flag == "--codec") parsed.codec = value;
-  else if (flag == "--scheme") parsed.scheme = parse_scheme(value);
+  if (flag == "--algo")
+    parsed.algorithm = chorus::parse_algorithm(value, "--algo");
+  else if (flag == "--dtype")
+    parsed.dtype = value;
+  else if (flag == "--op")
+    parsed.op = value;
+  else if (flag == "--root")
+    parsed.root = perf::count_argument(value);
+  else if (flag == "--codec")
+    parsed.codec = value;
+  else if (flag == "--scheme")
+    parsed.scheme = parse_scheme(value);
   else if (flag == "--backend") {
     if (value != "ucx" && value != "nccl" && value != "both")
       throw perf::usage_error("unknown --backend '" + std::string(value) + "' (ucx, nccl, both)");
     parsed.backend = value;
-  }
-  else if (flag == "--device") {
-    if (value != "host" && value != "cuda") throw perf::usage_error("unknown --device '" + std::string(value) + "' (host, cuda)");
+  } else if (flag == "--device") {
+    if (value != "host" && value != "cuda")
+      throw perf::usage_error("unknown --device '" + std::string(value) + "' (host, cuda)");
     parsed.device = value;
-  }
-  else throw perf::usage_error("unknown option " + std::string(flag));
+  } else
+    throw perf::usage_error("unknown option " + std::string(flag));
 }
 
 // --codec, --scheme and --algo apply only where the collective has them.
@@ -182,7 +191,8 @@ void check_choices(const perf::options& parsed) {
   if (!parsed.codec.empty()) {
     if (parsed.collective != "allreduce" || parsed.dtype != "float" || (parsed.op != "sum" && parsed.op != "avg"))
       throw perf::usage_error("--codec applies to allreduce of float with --op sum or avg");
-    if (parsed.algorithm != chorus::algorithm::automatic) throw perf::usage_error("--codec and --algo exclude each other");
+    if (parsed.algorithm != chorus::algorithm::automatic)
+      throw perf::usage_error("--codec and --algo exclude each other");
     try {
       if (!chorus::codec::by_name(parsed.codec)) throw perf::usage_error("--codec none: leave --codec out");
     } catch (const chorus::error& bad) {
@@ -192,9 +202,11 @@ void check_choices(const perf::options& parsed) {
   if (parsed.scheme != chorus::compression_scheme::automatic && parsed.codec.empty())
     throw perf::usage_error("--scheme needs --codec");
   if (parsed.backend != "ucx") {
-    if (parsed.device != "cuda") throw perf::usage_error("--backend " + parsed.backend + " needs --device cuda: NCCL moves device memory");
+    if (parsed.device != "cuda")
+      throw perf::usage_error("--backend " + parsed.backend + " needs --device cuda: NCCL moves device memory");
     if (parsed.algorithm != chorus::algorithm::automatic || parsed.scheme != chorus::compression_scheme::automatic)
-      throw perf::usage_error("--backend " + parsed.backend + ": NCCL chooses its own algorithms (no --algo or --scheme)");
+      throw perf::usage_error("--backend " + parsed.backend +
+                              ": NCCL chooses its own algorithms (no --algo or --scheme)");
   }
   if (parsed.algorithm == chorus::algorithm::automatic) return;
   const chorus::collective_algorithms* offered = chorus::find_collective(parsed.collective);

@@ -148,10 +148,10 @@ class launcher {
   // any of the same name.
   std::vector<std::string> environment(int rank, const std::string& address, const std::string& token) const {
     const std::string size = std::to_string(args_.ranks);
-    const std::vector<std::string> own{"CHORUS_RANK=" + std::to_string(rank), "CHORUS_SIZE=" + size,
-                                       "CHORUS_LOCAL_RANK=" + std::to_string(rank), "CHORUS_LOCAL_SIZE=" + size,
-                                       "CHORUS_ADDR=" + address, "CHORUS_TOKEN=" + token,
-                                       "CHORUS_LAUNCHER=chorus-run"};
+    const std::vector<std::string> own{
+        "CHORUS_RANK=" + std::to_string(rank), "CHORUS_SIZE=" + size,    "CHORUS_LOCAL_RANK=" + std::to_string(rank),
+        "CHORUS_LOCAL_SIZE=" + size,           "CHORUS_ADDR=" + address, "CHORUS_TOKEN=" + token,
+        "CHORUS_LAUNCHER=chorus-run"};
     const auto replaced = [&](std::string_view entry) {
       return std::any_of(own.begin(), own.end(), [&](const std::string& mine) {
         return entry.starts_with(std::string_view(mine).substr(0, mine.find('=') + 1));

@@ -34,9 +34,12 @@ int main(int argc, char** argv) {
   std::string store_dir, listen_address = "127.0.0.1";
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--store" && i + 1 < argc) store_dir = argv[++i];
-    else if (std::string_view(argv[i]) == "--bind" && i + 1 < argc) listen_address = argv[++i];
-    else rest.push_back(argv[i]);
+    if (std::string_view(argv[i]) == "--store" && i + 1 < argc)
+      store_dir = argv[++i];
+    else if (std::string_view(argv[i]) == "--bind" && i + 1 < argc)
+      listen_address = argv[++i];
+    else
+      rest.push_back(argv[i]);
   }
   if (store_dir.empty()) {
     std::fprintf(stderr, "gloo_allreduce: --store DIR is required\n");
@@ -60,7 +63,8 @@ int main(int argc, char** argv) {
   lib.prepare = [&](std::vector<float>& data) {
     pointers[0] = data.data();
     const int count = static_cast<int>(data.size());
-    if (settings.algorithm == "ring") algorithm = std::make_unique<gloo::AllreduceRing<float>>(context, pointers, count);
+    if (settings.algorithm == "ring")
+      algorithm = std::make_unique<gloo::AllreduceRing<float>>(context, pointers, count);
     else if (settings.algorithm == "ring_chunked")
       algorithm = std::make_unique<gloo::AllreduceRingChunked<float>>(context, pointers, count);
     else if (settings.algorithm == "halving_doubling")

@@ -48,8 +48,8 @@ inline settings parse(int argc, char** argv) {
 struct library {
   int rank = 0, size = 1;
   std::string name;
-  std::function<void(std::vector<float>&)> prepare;      // called when the buffer is (re)sized
-  std::function<void(std::vector<float>&)> allreduce;    // in place
+  std::function<void(std::vector<float>&)> prepare;    // called when the buffer is (re)sized
+  std::function<void(std::vector<float>&)> allreduce;  // in place
   std::function<void()> barrier;
   std::function<void(double&, double&, double&)> over_ranks;  // sum, min, max
   std::function<void(std::uint64_t&)> sum_count;
@@ -69,7 +69,9 @@ class library_world final : public perf::world {
 };
 
 // Inputs are the small integers chorus-perf uses, so every sum is exact.
-inline float input_at(int rank, std::size_t index) { return static_cast<float>((index * 7 + static_cast<std::size_t>(rank) * 3) % 5); }
+inline float input_at(int rank, std::size_t index) {
+  return static_cast<float>((index * 7 + static_cast<std::size_t>(rank) * 3) % 5);
+}
 
 class allreduce_case final : public perf::benchmark_case {
  public:
@@ -107,8 +109,8 @@ inline int run(library& lib, const settings& s) {
   library_world ranks(lib);
   allreduce_case bench(lib, s.algorithm);
   char title[160];
-  std::snprintf(title, sizeof title, "%s allreduce float sum in place: %d ranks, %d iterations after %d warm-up", lib.name.c_str(),
-                lib.size, s.iterations, s.warmup);
+  std::snprintf(title, sizeof title, "%s allreduce float sum in place: %d ranks, %d iterations after %d warm-up",
+                lib.name.c_str(), lib.size, s.iterations, s.warmup);
   const double factor = 2.0 * (lib.size - 1) / lib.size;
   return perf::sweep(ranks, s, perf::table{title, "allreduce", "float", "sum", factor, {perf::form::in_place}}, bench);
 }

@@ -25,8 +25,7 @@ struct split {
 
 inline std::vector<std::uint8_t> read_gzip(const std::string& path) {
   gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr)
-    throw std::runtime_error("cannot open " + path + " (install the dataset-fashion-mnist package)");
+  if (file == nullptr) throw std::runtime_error("cannot open " + path + " (install the dataset-fashion-mnist package)");
   std::vector<std::uint8_t> bytes;
   std::uint8_t chunk[1 << 16];
   int got = 0;
@@ -37,8 +36,8 @@ inline std::vector<std::uint8_t> read_gzip(const std::string& path) {
 }
 
 inline std::uint32_t big_endian(const std::vector<std::uint8_t>& bytes, std::size_t at) {
-  return std::uint32_t{bytes.at(at)} << 24 | std::uint32_t{bytes.at(at + 1)} << 16 | std::uint32_t{bytes.at(at + 2)} << 8 |
-         bytes.at(at + 3);
+  return std::uint32_t{bytes.at(at)} << 24 | std::uint32_t{bytes.at(at + 1)} << 16 |
+         std::uint32_t{bytes.at(at + 2)} << 8 | bytes.at(at + 3);
 }
 
 // IDX: magic 0x00000801 (labels) or 0x00000803 (images), then the sizes.

@@ -130,7 +130,9 @@ class mlp {
     return at;
   }
   template <class V>
-  static std::span<V> weights(std::span<V> all, std::size_t l) { return all.subspan(offset(l), widths[l] * widths[l + 1]); }
+  static std::span<V> weights(std::span<V> all, std::size_t l) {
+    return all.subspan(offset(l), widths[l] * widths[l + 1]);
+  }
   template <class V>
   static std::span<V> biases(std::span<V> all, std::size_t l) {
     return all.subspan(offset(l) + widths[l] * widths[l + 1], widths[l + 1]);
@@ -155,7 +157,8 @@ class mlp {
       std::vector<float>& out = activations_[l + 1];
       out.resize(batch * widths[l + 1]);
       const std::span<const float> w = weights(parameters, l), b = biases(parameters, l);
-      for (std::size_t i = 0; i < batch; ++i) std::copy(b.begin(), b.end(), out.begin() + static_cast<std::ptrdiff_t>(i * widths[l + 1]));
+      for (std::size_t i = 0; i < batch; ++i)
+        std::copy(b.begin(), b.end(), out.begin() + static_cast<std::ptrdiff_t>(i * widths[l + 1]));
       gemm(batch, widths[l + 1], widths[l], activations_[l].data(), w.data(), out.data(), true);
       if (l + 1 < layers) {
         for (float& v : out) v = std::max(v, 0.0f);

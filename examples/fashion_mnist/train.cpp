@@ -39,25 +39,26 @@ namespace avg = chorus::averaging;
 namespace {
 
 struct settings {
-  std::string scheme = "allreduce";  // allreduce | local | dpsgd | easgd | easgd-sync | gosgd | ps-bsp | ssp | downpour | tree-easgd
+  std::string scheme =
+      "allreduce";  // allreduce | local | dpsgd | easgd | easgd-sync | gosgd | ps-bsp | ssp | downpour | tree-easgd
   std::string codec = "none";
   std::string directory = fashion_mnist::default_directory;
   std::string csv;
   int epochs = 12;
-  std::size_t batch = 32;           // per rank
+  std::size_t batch = 32;  // per rank
   double learning_rate = 0.02;
   double momentum = 0.9;
-  std::uint64_t period = 8;         // local SGD H
-  double alpha = 0.1;               // EASGD elastic force
-  std::uint64_t tau = 4;            // EASGD steps between elastic updates
-  double push_probability = 0.5;    // GoSGD p
-  std::uint64_t staleness = 3;      // SSP s
-  std::uint64_t push_every = 1;     // Downpour n_push
-  std::uint64_t fetch_every = 1;    // Downpour n_fetch
-  int fanout = 2;                   // TreeEASGD d
-  std::string on_peer_failure;      // raise | continue; continue where a rank is killed
-  int kill_rank = -1;               // the fault demonstration: this rank SIGKILLs itself
-  std::uint64_t kill_at_step = 0;   // ... at this step (counted over the run)
+  std::uint64_t period = 8;        // local SGD H
+  double alpha = 0.1;              // EASGD elastic force
+  std::uint64_t tau = 4;           // EASGD steps between elastic updates
+  double push_probability = 0.5;   // GoSGD p
+  std::uint64_t staleness = 3;     // SSP s
+  std::uint64_t push_every = 1;    // Downpour n_push
+  std::uint64_t fetch_every = 1;   // Downpour n_fetch
+  int fanout = 2;                  // TreeEASGD d
+  std::string on_peer_failure;     // raise | continue; continue where a rank is killed
+  int kill_rank = -1;              // the fault demonstration: this rank SIGKILLs itself
+  std::uint64_t kill_at_step = 0;  // ... at this step (counted over the run)
 };
 
 const char* const scheme_names = "allreduce|local|dpsgd|easgd|easgd-sync|gosgd|ps-bsp|ssp|downpour|tree-easgd";
@@ -66,11 +67,12 @@ const char* const scheme_names = "allreduce|local|dpsgd|easgd|easgd-sync|gosgd|p
 [[noreturn]] void usage(const std::string& problem) {
   std::ostream& out = problem.empty() ? std::cout : std::cerr;
   if (!problem.empty()) out << problem << "\n";
-  out << "usage: fashion_mnist [--scheme " << scheme_names << "]"
-               " [--codec none|fp16|bf16|int8|onebit|topk:R|randomk:R] [--epochs N] [--batch B] [--lr X] [--momentum X]"
-               " [--period H] [--alpha X] [--tau T] [--p X] [--staleness S] [--push-every N] [--fetch-every N]"
-               " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
-               " [--data DIR] [--csv FILE]\n"
+  out << "usage: fashion_mnist [--scheme " << scheme_names
+      << "]"
+         " [--codec none|fp16|bf16|int8|onebit|topk:R|randomk:R] [--epochs N] [--batch B] [--lr X] [--momentum X]"
+         " [--period H] [--alpha X] [--tau T] [--p X] [--staleness S] [--push-every N] [--fetch-every N]"
+         " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
+         " [--data DIR] [--csv FILE]\n"
          "Trains an MLP on Fashion-MNIST with one averaging scheme, e.g.\n"
          "  chorus-run -n 4 fashion_mnist --scheme gosgd --epochs 12 --csv gosgd.csv\n"
          "With --kill-rank R (not 0: it reports) rank R kills itself at step S, to show training that survives\n"
@@ -85,26 +87,46 @@ settings parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") usage("");
     if (i + 1 >= argc) usage("missing value after " + flag);
     const std::string value = argv[++i];
-    if (flag == "--scheme") chosen.scheme = value;
-    else if (flag == "--codec") chosen.codec = value;
-    else if (flag == "--epochs") chosen.epochs = std::stoi(value);
-    else if (flag == "--batch") chosen.batch = std::stoul(value);
-    else if (flag == "--lr") chosen.learning_rate = std::stod(value);
-    else if (flag == "--momentum") chosen.momentum = std::stod(value);
-    else if (flag == "--period") chosen.period = std::stoul(value);
-    else if (flag == "--alpha") chosen.alpha = std::stod(value);
-    else if (flag == "--tau") chosen.tau = std::stoul(value);
-    else if (flag == "--p") chosen.push_probability = std::stod(value);
-    else if (flag == "--staleness") chosen.staleness = std::stoul(value);
-    else if (flag == "--push-every") chosen.push_every = std::stoul(value);
-    else if (flag == "--fetch-every") chosen.fetch_every = std::stoul(value);
-    else if (flag == "--fanout") chosen.fanout = std::stoi(value);
-    else if (flag == "--on-peer-failure") chosen.on_peer_failure = value;
-    else if (flag == "--kill-rank") chosen.kill_rank = std::stoi(value);
-    else if (flag == "--kill-at-step") chosen.kill_at_step = std::stoul(value);
-    else if (flag == "--data") chosen.directory = value;
-    else if (flag == "--csv") chosen.csv = value;
-    else usage("unknown flag " + flag);
+    if (flag == "--scheme")
+      chosen.scheme = value;
+    else if (flag == "--codec")
+      chosen.codec = value;
+    else if (flag == "--epochs")
+      chosen.epochs = std::stoi(value);
+    else if (flag == "--batch")
+      chosen.batch = std::stoul(value);
+    else if (flag == "--lr")
+      chosen.learning_rate = std::stod(value);
+    else if (flag == "--momentum")
+      chosen.momentum = std::stod(value);
+    else if (flag == "--period")
+      chosen.period = std::stoul(value);
+    else if (flag == "--alpha")
+      chosen.alpha = std::stod(value);
+    else if (flag == "--tau")
+      chosen.tau = std::stoul(value);
+    else if (flag == "--p")
+      chosen.push_probability = std::stod(value);
+    else if (flag == "--staleness")
+      chosen.staleness = std::stoul(value);
+    else if (flag == "--push-every")
+      chosen.push_every = std::stoul(value);
+    else if (flag == "--fetch-every")
+      chosen.fetch_every = std::stoul(value);
+    else if (flag == "--fanout")
+      chosen.fanout = std::stoi(value);
+    else if (flag == "--on-peer-failure")
+      chosen.on_peer_failure = value;
+    else if (flag == "--kill-rank")
+      chosen.kill_rank = std::stoi(value);
+    else if (flag == "--kill-at-step")
+      chosen.kill_at_step = std::stoul(value);
+    else if (flag == "--data")
+      chosen.directory = value;
+    else if (flag == "--csv")
+      chosen.csv = value;
+    else
+      usage("unknown flag " + flag);
   }
   if (chosen.on_peer_failure.empty()) chosen.on_peer_failure = chosen.kill_rank >= 0 ? "continue" : "raise";
   if (chosen.on_peer_failure != "raise" && chosen.on_peer_failure != "continue")
@@ -124,9 +146,13 @@ struct trainer {
   std::ofstream csv;
 
   trainer(chorus::communicator& c, const settings& s)
-      : comm(c), config(s), train(fashion_mnist::load(s.directory, "train")), test(fashion_mnist::load(s.directory, "t10k")),
+      : comm(c),
+        config(s),
+        train(fashion_mnist::load(s.directory, "train")),
+        test(fashion_mnist::load(s.directory, "t10k")),
         random(1234 + static_cast<std::uint64_t>(c.rank())) {
-    for (std::size_t i = static_cast<std::size_t>(comm.rank()); i < train.size(); i += static_cast<std::size_t>(comm.size()))
+    for (std::size_t i = static_cast<std::size_t>(comm.rank()); i < train.size();
+         i += static_cast<std::size_t>(comm.size()))
       shard.push_back(i);
     if (comm.rank() == 0 && !config.csv.empty()) {
       csv.open(config.csv);
@@ -141,7 +167,8 @@ struct trainer {
   // optimiser step matters (not where a server's replaces the model).
   template <class Scheme>
   void run(Scheme& scheme, const std::function<std::vector<float>()>& held, bool local_step = true) {
-    avg::sgd optimiser(avg::parameters(model.tensors()), {.learning_rate = config.learning_rate, .momentum = config.momentum, .nesterov = true});
+    avg::sgd optimiser(avg::parameters(model.tensors()),
+                       {.learning_rate = config.learning_rate, .momentum = config.momentum, .nesterov = true});
     const avg::parameters gradients(model.gradient_tensors());
     std::vector<float> images(config.batch * fashion_mnist::pixels);
     std::vector<std::uint8_t> labels(config.batch);
@@ -156,14 +183,15 @@ struct trainer {
       for (std::size_t step = 0; step < steps_per_epoch(); ++step) {
         for (std::size_t b = 0; b < config.batch; ++b) {
           const std::size_t sample = shard[step * config.batch + b];
-          std::copy_n(train.images.begin() + static_cast<std::ptrdiff_t>(sample * fashion_mnist::pixels), fashion_mnist::pixels,
-                      images.begin() + static_cast<std::ptrdiff_t>(b * fashion_mnist::pixels));
+          std::copy_n(train.images.begin() + static_cast<std::ptrdiff_t>(sample * fashion_mnist::pixels),
+                      fashion_mnist::pixels, images.begin() + static_cast<std::ptrdiff_t>(b * fashion_mnist::pixels));
           labels[b] = train.labels[sample];
         }
         if (comm.rank() == config.kill_rank && steps++ == config.kill_at_step) die();
-        scheme.step([&] { model.train_batch(images, labels); }, [&] {
-          if (local_step) optimiser.apply(gradients);
-        });
+        scheme.step([&] { model.train_batch(images, labels); },
+                    [&] {
+                      if (local_step) optimiser.apply(gradients);
+                    });
       }
       if (comm.rank() == 0) report(std::to_string(epoch), held(), scheme.stats());
     }
@@ -196,11 +224,12 @@ struct trainer {
   template <class Scheme>
   void report_server(const Scheme& scheme) const {
     const avg::shard_stats served = scheme.server_stats();
-    std::printf("server (rank 0's shard): %llu gradients applied, staleness mean %.2f max %llu, largest clock gap "
-                "served %llu; rank 0 waited %.1f s in %llu pulls\n",
-                static_cast<unsigned long long>(served.gradients_applied), served.mean_staleness(),
-                static_cast<unsigned long long>(served.staleness_max), static_cast<unsigned long long>(served.clock_gap_max),
-                scheme.worker_stats().waited_seconds, static_cast<unsigned long long>(scheme.worker_stats().pulls));
+    std::printf(
+        "server (rank 0's shard): %llu gradients applied, staleness mean %.2f max %llu, largest clock gap "
+        "served %llu; rank 0 waited %.1f s in %llu pulls\n",
+        static_cast<unsigned long long>(served.gradients_applied), served.mean_staleness(),
+        static_cast<unsigned long long>(served.staleness_max), static_cast<unsigned long long>(served.clock_gap_max),
+        scheme.worker_stats().waited_seconds, static_cast<unsigned long long>(scheme.worker_stats().pulls));
   }
 
   double report(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats) {
@@ -212,8 +241,9 @@ struct trainer {
                 static_cast<double>(stats.bytes_sent) / 1e6, config.scheme.c_str(), config.codec.c_str(), comm.size());
     std::fflush(stdout);
     if (csv.is_open())
-      csv << config.scheme << ',' << config.codec << ',' << comm.size() << ',' << epoch << ',' << wall << ',' << accuracy << ','
-          << loss / static_cast<double>(test.size()) << ',' << stats.bytes_sent << '\n' << std::flush;
+      csv << config.scheme << ',' << config.codec << ',' << comm.size() << ',' << epoch << ',' << wall << ','
+          << accuracy << ',' << loss / static_cast<double>(test.size()) << ',' << stats.bytes_sent << '\n'
+          << std::flush;
     return accuracy;
   }
 };
@@ -234,10 +264,11 @@ void train(chorus::communicator& comm, const settings& config) {
   const auto local_model = [&] { return copy_of(job.model.values()); };
   const avg::peer_failure_policy on_failure =
       config.on_peer_failure == "continue" ? avg::peer_failure_policy::continue_ : avg::peer_failure_policy::raise;
-  const bool tolerant = config.scheme == "gosgd" || config.scheme == "easgd" || config.scheme == "ssp" ||
-                        config.scheme == "downpour";
+  const bool tolerant =
+      config.scheme == "gosgd" || config.scheme == "easgd" || config.scheme == "ssp" || config.scheme == "downpour";
   if (on_failure == avg::peer_failure_policy::continue_ && !tolerant)
-    usage("--on-peer-failure continue: " + config.scheme + " raises on a lost rank (gosgd, easgd, ssp, downpour go on)");
+    usage("--on-peer-failure continue: " + config.scheme +
+          " raises on a lost rank (gosgd, easgd, ssp, downpour go on)");
   if (config.scheme == "allreduce") {
     avg::allreduce_sgd scheme(comm, model, avg::parameters(job.model.gradient_tensors()), {.codec = wire});
     job.run(scheme, local_model);
@@ -251,25 +282,32 @@ void train(chorus::communicator& comm, const settings& config) {
     avg::easgd scheme(comm, model, {.alpha = config.alpha, .tau = config.tau, .codec = wire});
     job.run(scheme, [&] { return copy_of(scheme.centre()); });
   } else if (config.scheme == "easgd") {
-    if (wire) throw chorus::error(chorus::errc::invalid_argument, "easgd (asynchronous) sends full-precision models; use --codec none");
-    avg::easgd_async scheme(comm, model, {.alpha = config.alpha, .tau = config.tau, .server = 0, .on_peer_failure = on_failure});
+    if (wire)
+      throw chorus::error(chorus::errc::invalid_argument,
+                          "easgd (asynchronous) sends full-precision models; use --codec none");
+    avg::easgd_async scheme(comm, model,
+                            {.alpha = config.alpha, .tau = config.tau, .server = 0, .on_peer_failure = on_failure});
     job.run(scheme, [&] { return scheme.centre_snapshot(); });
   } else if (config.scheme == "gosgd") {
-    avg::gosgd scheme(comm, model, {.push_probability = config.push_probability, .codec = wire, .on_peer_failure = on_failure});
+    avg::gosgd scheme(comm, model,
+                      {.push_probability = config.push_probability, .codec = wire, .on_peer_failure = on_failure});
     job.run(scheme, local_model);
   } else if (config.scheme == "tree-easgd") {
-    avg::tree_easgd scheme(comm, model, {.alpha = config.alpha, .tau_up = config.tau, .tau_down = config.tau,
-                                         .fanout = config.fanout});
+    avg::tree_easgd scheme(
+        comm, model, {.alpha = config.alpha, .tau_up = config.tau, .tau_down = config.tau, .fanout = config.fanout});
     job.run(scheme, local_model);
   } else if (const auto mode = consistency_named(config.scheme)) {
-    if (wire) throw chorus::error(chorus::errc::invalid_argument, "the parameter server sends full-precision gradients; use --codec none");
-    avg::parameter_server scheme(comm, model, avg::parameters(job.model.gradient_tensors()),
-                                 {.mode = *mode, .staleness = config.staleness,
-                                  .push_every = *mode == avg::consistency::downpour ? config.push_every : 1,
-                                  .fetch_every = *mode == avg::consistency::downpour ? config.fetch_every : 1,
-                                  .optimiser = {.learning_rate = config.learning_rate, .momentum = config.momentum,
-                                                .nesterov = true},
-                                  .on_peer_failure = on_failure});
+    if (wire)
+      throw chorus::error(chorus::errc::invalid_argument,
+                          "the parameter server sends full-precision gradients; use --codec none");
+    avg::parameter_server scheme(
+        comm, model, avg::parameters(job.model.gradient_tensors()),
+        {.mode = *mode,
+         .staleness = config.staleness,
+         .push_every = *mode == avg::consistency::downpour ? config.push_every : 1,
+         .fetch_every = *mode == avg::consistency::downpour ? config.fetch_every : 1,
+         .optimiser = {.learning_rate = config.learning_rate, .momentum = config.momentum, .nesterov = true},
+         .on_peer_failure = on_failure});
     job.run(scheme, local_model, *mode == avg::consistency::downpour);
   } else {
     usage("unknown scheme " + config.scheme);

@@ -23,6 +23,6 @@
 #include <chorus/comm/ucx_communicator.hpp>
 #include <chorus/init.hpp>
 
-#include <chorus/collective.hpp>
-#include <chorus/codec.hpp>
 #include <chorus/averaging.hpp>
+#include <chorus/codec.hpp>
+#include <chorus/collective.hpp>

@@ -65,7 +65,8 @@ buffer view(const Array& given, std::string_view role, std::string_view operatio
     throw bad("is not in CPU memory (DLPack device type " + std::to_string(device) +
               "): the Python binding takes host arrays; move it with .cpu() or use chorus's C++ GPU path");
   buffer seen;
-  if (const auto type = chorus_type(given.dtype(), seen.boolean)) seen.type = *type;
+  if (const auto type = chorus_type(given.dtype(), seen.boolean))
+    seen.type = *type;
   else
     throw bad("has element type " + describe(given.dtype()) +
               ", which chorus has not (int8-64, uint8-64, float16, bfloat16, float32, float64, bool)");
@@ -114,7 +115,9 @@ float_array numpy_array(std::vector<float> values) {
   return {owned->data(), {owned->size()}, owner};
 }
 
-float_array numpy_array(std::span<const float> values) { return numpy_array(std::vector<float>(values.begin(), values.end())); }
+float_array numpy_array(std::span<const float> values) {
+  return numpy_array(std::vector<float>(values.begin(), values.end()));
+}
 
 algorithm algorithm_named(const std::string& name, std::string_view collective) {
   const algorithm chosen = parse_algorithm(name, "algo");

@@ -11,8 +11,8 @@
 #include <chorus/averaging/gosgd.hpp>
 #include <chorus/averaging/local_sgd.hpp>
 #include <chorus/averaging/parameter_server.hpp>
-#include <chorus/averaging/tree_easgd.hpp>
 #include <chorus/averaging/topology.hpp>
+#include <chorus/averaging/tree_easgd.hpp>
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -76,16 +76,21 @@ template <class Scheme>
 nb::class_<py_scheme<Scheme>> scheme_class(nb::module_& m, const char* name, const char* doc) {
   using held = py_scheme<Scheme>;
   return nb::class_<held>(m, name, doc)
-      .def("begin_step", [](held& self) { without_gil([&] { self.get().begin_step(); }); },
-           "Before the gradient: starts what overlaps it.")
-      .def("reduce_gradients", [](held& self) { without_gil([&] { self.get().reduce_gradients(); }); },
-           "After the gradient, before the update: allreduce-SGD averages the gradients; the others pass.")
-      .def("end_step", [](held& self) { without_gil([&] { self.get().end_step(); }); },
-           "After the update: the scheme's model step (mix, pull, push, average).")
-      .def("finish", [](held& self) { without_gil([&] { self.get().finish(); }); },
-           "Collective: the parameters become the model to keep (average, centre, consensus).")
-      .def_prop_ro("stats", [](held& self) { return stats_of(self.get().stats()); },
-                   "steps, exchanges, merges, bytes_sent, messages_sent of this rank.")
+      .def(
+          "begin_step", [](held& self) { without_gil([&] { self.get().begin_step(); }); },
+          "Before the gradient: starts what overlaps it.")
+      .def(
+          "reduce_gradients", [](held& self) { without_gil([&] { self.get().reduce_gradients(); }); },
+          "After the gradient, before the update: allreduce-SGD averages the gradients; the others pass.")
+      .def(
+          "end_step", [](held& self) { without_gil([&] { self.get().end_step(); }); },
+          "After the update: the scheme's model step (mix, pull, push, average).")
+      .def(
+          "finish", [](held& self) { without_gil([&] { self.get().finish(); }); },
+          "Collective: the parameters become the model to keep (average, centre, consensus).")
+      .def_prop_ro(
+          "stats", [](held& self) { return stats_of(self.get().stats()); },
+          "steps, exchanges, merges, bytes_sent, messages_sent of this rank.")
       .def(
           "close", [](held& self) { without_gil([&] { self.scheme.reset(); }); },
           "Stops the scheme's threads (asynchronous schemes) without finishing.");
@@ -230,7 +235,8 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("push_probability") = 0.5, nb::arg("seed") = 1,
           nb::arg("codec").none() = nb::none(), nb::arg("on_peer_failure") = "raise")
       .def(
-          "lost_peers", [](py_scheme<avg::gosgd<chorus::communicator>>& self) { return lost_of(self.get().lost_peers()); },
+          "lost_peers",
+          [](py_scheme<avg::gosgd<chorus::communicator>>& self) { return lost_of(self.get().lost_peers()); },
           "The peers this rank went on without (on_peer_failure='continue').")
       .def(
           "quiesce",
@@ -265,8 +271,12 @@ void bind_averaging(nb::module_& m) {
             avg::parameters model = parameters_of(params, "params");
             avg::parameters gradients = parameters_of(grads, "grads");
             construct(self, comm, nb::make_tuple(params, grads), std::move(model), std::move(gradients),
-                      avg::parameter_server_options{consistency_named(mode), staleness, push_every, fetch_every,
-                                                    dedicated_servers, {learning_rate, momentum, nesterov, 0.0},
+                      avg::parameter_server_options{consistency_named(mode),
+                                                    staleness,
+                                                    push_every,
+                                                    fetch_every,
+                                                    dedicated_servers,
+                                                    {learning_rate, momentum, nesterov, 0.0},
                                                     policy_named(on_peer_failure)});
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("grads"), nb::arg("mode") = "bsp", nb::arg("staleness") = 3,

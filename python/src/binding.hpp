@@ -15,10 +15,10 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
-#include <chorus/comm/background.hpp>
-#include <chorus/core/algorithm.hpp>
 #include <chorus/collective/nonblocking.hpp>
+#include <chorus/comm/background.hpp>
 #include <chorus/comm/ucx_communicator.hpp>
+#include <chorus/core/algorithm.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/error.hpp>
 

@@ -70,8 +70,9 @@ void bind_codecs(nb::module_& m) {
           },
           nb::arg("name"), nb::arg("block") = nb::none())
       .def_prop_ro("name", [](const py_codec& self) { return std::string(self.wire.name()); })
-      .def("encoded_bytes", [](const py_codec& self, std::size_t n) { return self.wire.encoded_bytes(n); },
-           nb::arg("n"), "Bytes that n float32 values take on the wire.")
+      .def(
+          "encoded_bytes", [](const py_codec& self, std::size_t n) { return self.wire.encoded_bytes(n); }, nb::arg("n"),
+          "Bytes that n float32 values take on the wire.")
       .def(
           "encode",
           [](const py_codec& self, nb::handle values, nb::handle output) {
@@ -123,8 +124,10 @@ void bind_codecs(nb::module_& m) {
           "__init__",
           [](py_feedback* self, nb::handle codec, std::optional<std::size_t> block) {
             codec::any_codec wire;
-            if (nb::isinstance<nb::str>(codec)) wire = codec_named(nb::cast<std::string>(codec), block);
-            else wire = nb::cast<py_codec&>(codec).wire;
+            if (nb::isinstance<nb::str>(codec))
+              wire = codec_named(nb::cast<std::string>(codec), block);
+            else
+              wire = nb::cast<py_codec&>(codec).wire;
             if (!wire) throw error(errc::invalid_argument, "error feedback needs a codec, not 'none'");
             new (self) py_feedback{codec::any_error_feedback(wire), std::string(wire.name())};
           },

@@ -8,7 +8,6 @@
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/any_error_feedback.hpp>
 
-
 namespace chorus::python {
 
 struct py_codec {
@@ -23,7 +22,7 @@ struct py_feedback {
 };
 
 struct codec_choice {
-  codec::any_codec wire;           // when no feedback
+  codec::any_codec wire;            // when no feedback
   py_feedback* feedback = nullptr;  // owned by the Python object the call keeps referenced
 
   bool active() const { return feedback != nullptr || static_cast<bool>(wire); }

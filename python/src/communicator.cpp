@@ -49,7 +49,8 @@ bool pending_request::test() {
 }
 
 void pending_request::wait() {
-  if (!finished_) settle([&] {
+  if (!finished_)
+    settle([&] {
       without_gil([&] { done_.wait(); });
       finished_ = true;
     });
@@ -164,18 +165,18 @@ void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator
         const options given = options_from(timeout, std::move(progress), check);
         return made(without_gil([&] { return chorus::connect(info, given); }));
       },
-      nb::arg("rank"), nb::arg("size"), nb::arg("local_size"), nb::arg("host"), nb::arg("token"),
-      nb::arg("publish"), nb::arg("look_up"), nb::arg("timeout") = nb::none(), nb::arg("progress") = nb::none(),
+      nb::arg("rank"), nb::arg("size"), nb::arg("local_size"), nb::arg("host"), nb::arg("token"), nb::arg("publish"),
+      nb::arg("look_up"), nb::arg("timeout") = nb::none(), nb::arg("progress") = nb::none(),
       nb::arg("check") = nb::none(),
       "Joins a job whose ranks learn where the store is through another key-value store: rank 0 hosts "
       "chorus's store on a free port of `host` and calls publish(host, port); the others call look_up() "
       "for 'host:port'. The torch backend passes torch's store.");
 
-  communicator
-      .def_prop_ro("rank", [](py_communicator& self) { return self.get("rank").rank(); })
+  communicator.def_prop_ro("rank", [](py_communicator& self) { return self.get("rank").rank(); })
       .def_prop_ro("size", [](py_communicator& self) { return self.get("size").size(); })
-      .def_prop_ro("timeout", [](py_communicator& self) { return self.get("timeout").timeout().count() / 1000.0; },
-                   "Seconds every wait of this communicator is bounded by.")
+      .def_prop_ro(
+          "timeout", [](py_communicator& self) { return self.get("timeout").timeout().count() / 1000.0; },
+          "Seconds every wait of this communicator is bounded by.")
       .def_prop_ro("closed", [](py_communicator& self) { return !self.comm.valid(); })
       .def_ro("last_algorithm", &py_communicator::last_algorithm,
               "The algorithm the last blocking collective called on this object ran.")

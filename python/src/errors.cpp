@@ -68,8 +68,10 @@ void call_back(const std::shared_ptr<nb::object>& callback, const std::exception
   if (!callback || !callback->is_valid() || callback->is_none() || finalizing()) return;
   nb::gil_scoped_acquire gil;
   try {
-    if (failure) (*callback)(exception_for(failure));
-    else (*callback)(nb::none());
+    if (failure)
+      (*callback)(exception_for(failure));
+    else
+      (*callback)(nb::none());
   } catch (nb::python_error& raised) {
     raised.discard_as_unraisable("chorus: a completion callback");
   }

@@ -46,9 +46,8 @@ struct broadcast_call {
       return algorithm::automatic;
     }
     algorithm ran = algorithm::automatic;
-    visit_element_type(data.type, [&](auto element) {
-      ran = broadcast(comm, data.as<decltype(element)>(), root, forced);
-    });
+    visit_element_type(data.type,
+                       [&](auto element) { ran = broadcast(comm, data.as<decltype(element)>(), root, forced); });
     return ran;
   }
 };
@@ -68,7 +67,8 @@ struct allgather_call {
 
   algorithm run(chorus::communicator& comm) const {
     if (wire.active()) {
-      wire.visit_codec([&](const auto& coder) { chorus::allgather(comm, mine.as<const float>(), all.as<float>(), coder); });
+      wire.visit_codec(
+          [&](const auto& coder) { chorus::allgather(comm, mine.as<const float>(), all.as<float>(), coder); });
       return algorithm::automatic;
     }
     algorithm ran = algorithm::automatic;
@@ -148,8 +148,8 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
          nb::object callback) {
         const allgather_call call = checked_allgather(tensor, output, algo, codec, "iallgather");
         return start_collective(
-            self, "iallgather", [call](chorus::communicator& c) { call.run(c); },
-            nb::make_tuple(tensor, output, codec), std::move(callback));
+            self, "iallgather", [call](chorus::communicator& c) { call.run(c); }, nb::make_tuple(tensor, output, codec),
+            std::move(callback));
       },
       nb::arg("tensor"), nb::arg("output"), nb::arg("algo") = "auto", nb::arg("codec").none() = nb::none(),
       nb::arg("callback").none() = nb::none(), "allgather started on the background thread; returns a Request.");

@@ -22,17 +22,23 @@ namespace {
 struct bitwise_and {
   static constexpr std::string_view name = "band";
   template <class T>
-  T operator()(T a, T b) const noexcept { return static_cast<T>(a & b); }
+  T operator()(T a, T b) const noexcept {
+    return static_cast<T>(a & b);
+  }
 };
 struct bitwise_or {
   static constexpr std::string_view name = "bor";
   template <class T>
-  T operator()(T a, T b) const noexcept { return static_cast<T>(a | b); }
+  T operator()(T a, T b) const noexcept {
+    return static_cast<T>(a | b);
+  }
 };
 struct bitwise_xor {
   static constexpr std::string_view name = "bxor";
   template <class T>
-  T operator()(T a, T b) const noexcept { return static_cast<T>(a ^ b); }
+  T operator()(T a, T b) const noexcept {
+    return static_cast<T>(a ^ b);
+  }
 };
 
 // A bool array is bytes of 0 and 1: "sum" and "max" are "or", "prod" and
@@ -96,13 +102,14 @@ struct allreduce_call {
     compression_options told;
     if (forced != algorithm::automatic) told.scheme = compressed::as_scheme(forced);
     return wire.visit([&](auto& coder) {
-      return op == "avg" ? allreduce(comm, data, op::avg{}, coder, told) : allreduce(comm, data, op::sum{}, coder, told);
+      return op == "avg" ? allreduce(comm, data, op::avg{}, coder, told)
+                         : allreduce(comm, data, op::sum{}, coder, told);
     });
   }
 };
 
-allreduce_call checked_allreduce(nb::handle tensor, nb::handle output, const std::string& op,
-                                 const std::string& algo, nb::handle codec, const char* operation) {
+allreduce_call checked_allreduce(nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
+                                 nb::handle codec, const char* operation) {
   allreduce_call call;
   call.out = output.is_none() ? writable(tensor, "tensor", operation) : writable(output, "output", operation);
   call.in = output.is_none() ? call.out : readable(tensor, "tensor", operation);
@@ -139,28 +146,28 @@ struct rooted_call {
 void bind_reductions(nb::class_<py_communicator>& communicator) {
   communicator.def(
       "allreduce",
-      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& op,
-         const std::string& algo, nb::handle codec) {
+      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
+         nb::handle codec) {
         chorus::communicator& comm = self.get("allreduce");
         const allreduce_call call = checked_allreduce(tensor, output, op, algo, codec, "allreduce");
         self.last_algorithm = to_string(without_gil([&] { return call.run(comm); }));
         return self.last_algorithm;
       },
-      nb::arg("tensor"), nb::arg("output").none() = nb::none(), nb::arg("op") = "sum",
-      nb::arg("algo") = "auto", nb::arg("codec").none() = nb::none(),
+      nb::arg("tensor"), nb::arg("output").none() = nb::none(), nb::arg("op") = "sum", nb::arg("algo") = "auto",
+      nb::arg("codec").none() = nb::none(),
       "Reduces `tensor` over all ranks, into `output` if given (else in place); returns the algorithm that ran.");
 
   communicator.def(
       "iallreduce",
-      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& op,
-         const std::string& algo, nb::handle codec, nb::object callback) {
+      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
+         nb::handle codec, nb::object callback) {
         const allreduce_call call = checked_allreduce(tensor, output, op, algo, codec, "iallreduce");
         return start_collective(
-            self, "iallreduce", [call](chorus::communicator& c) { call.run(c); },
-            nb::make_tuple(tensor, output, codec), std::move(callback));
+            self, "iallreduce", [call](chorus::communicator& c) { call.run(c); }, nb::make_tuple(tensor, output, codec),
+            std::move(callback));
       },
-      nb::arg("tensor"), nb::arg("output").none() = nb::none(), nb::arg("op") = "sum",
-      nb::arg("algo") = "auto", nb::arg("codec").none() = nb::none(), nb::arg("callback").none() = nb::none(),
+      nb::arg("tensor"), nb::arg("output").none() = nb::none(), nb::arg("op") = "sum", nb::arg("algo") = "auto",
+      nb::arg("codec").none() = nb::none(), nb::arg("callback").none() = nb::none(),
       "allreduce started on the communicator's background thread; returns a Request.");
 
   communicator.def(
@@ -185,15 +192,14 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
 
   const auto reduce_scatter_into = [](chorus::communicator& comm, const rooted_call& call, algorithm forced) {
     algorithm ran = algorithm::automatic;
-    visit_reduction(call.in, call.out, call.op, "reduce_scatter", [&](auto in, auto out, auto reduction) {
-      ran = reduce_scatter(comm, in, out, reduction, forced);
-    });
+    visit_reduction(call.in, call.out, call.op, "reduce_scatter",
+                    [&](auto in, auto out, auto reduction) { ran = reduce_scatter(comm, in, out, reduction, forced); });
     return ran;
   };
   communicator.def(
       "reduce_scatter",
-      [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output,
-                            const std::string& op, const std::string& algo) {
+      [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output, const std::string& op,
+                            const std::string& algo) {
         chorus::communicator& comm = self.get("reduce_scatter");
         const rooted_call call{readable(input, "input", "reduce_scatter"), writable(output, "output", "reduce_scatter"),
                                op, 0};
@@ -208,8 +214,8 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
 
   communicator.def(
       "ireduce_scatter",
-      [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output,
-                            const std::string& op, const std::string& algo, nb::object callback) {
+      [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output, const std::string& op,
+                            const std::string& algo, nb::object callback) {
         const rooted_call call{readable(input, "input", "ireduce_scatter"),
                                writable(output, "output", "ireduce_scatter"), op, 0};
         require_same_type(call.in, call.out, "ireduce_scatter");

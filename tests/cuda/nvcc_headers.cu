@@ -22,7 +22,8 @@ void average_gradients(chorus::communicator& comm, float* grads, int n, cudaStre
   scale<<<(n + 255) / 256, 256, 0, stream>>>(grads, 1.0f / static_cast<float>(comm.size()), n);
   chorus::cuda::device_call call;
   call.stream = stream;
-  chorus::cuda::allreduce(comm, chorus::cuda::runtime(), std::span(grads, static_cast<std::size_t>(n)), chorus::op::sum{}, call);
+  chorus::cuda::allreduce(comm, chorus::cuda::runtime(), std::span(grads, static_cast<std::size_t>(n)),
+                          chorus::op::sum{}, call);
 }
 
 // The same through the front doors: a router installed once for the

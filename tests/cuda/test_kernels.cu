@@ -97,8 +97,8 @@ std::vector<float> inputs(std::size_t n, std::uint64_t seed, bool specials) {
     const auto r = next(state);
     const float u = static_cast<float>(r % 2000001) / 1000000.0f - 1.0f;
     switch ((i / 64) % 7) {
-      case 1: x[i] = u * 1e-41f; break;              // subnormal
-      case 2: x[i] = u * 3e38f; break;               // beyond fp16, near float's limit
+      case 1: x[i] = u * 1e-41f; break;  // subnormal
+      case 2: x[i] = u * 3e38f; break;   // beyond fp16, near float's limit
       case 3: x[i] = (r % 3 == 0) ? 0.0f : -0.0f; break;
       case 4: x[i] = specials && r % 50 == 0 ? (r % 100 == 0 ? INFINITY : NAN) : u; break;
       default: x[i] = u * 4.0f;
@@ -107,9 +107,7 @@ std::vector<float> inputs(std::size_t n, std::uint64_t seed, bool specials) {
   return x;
 }
 
-bool same(float a, float b) {
-  return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
-}
+bool same(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
 template <class T>
 bool same(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -158,7 +156,8 @@ void codec_matches_cpu(const Codec& c, const std::string& name, std::size_t n) {
     const std::vector<float> values = inputs(n, 31 * n + static_cast<std::size_t>(step), false);
     feedback.encode(values, cpu_bytes);
     d_in.upload(values);
-    chorus::cuda::kernels::error_feedback_encode(c, d_in.get(), d_residual.get(), d_work.get(), d_bytes.get(), n, Side::where());
+    chorus::cuda::kernels::error_feedback_encode(c, d_in.get(), d_residual.get(), d_work.get(), d_bytes.get(), n,
+                                                 Side::where());
     const std::vector<float> cpu_residual(feedback.residual().begin(), feedback.residual().end());
     expect(d_bytes.download() == cpu_bytes, where + ": error feedback encode, step " + std::to_string(step));
     expect(n == 0 || same(d_residual.download(), cpu_residual),
@@ -172,8 +171,10 @@ std::vector<T> typed(std::size_t n, std::uint64_t seed) {
   std::uint64_t state = seed;
   for (auto& v : values) {
     const auto r = next(state);
-    if constexpr (std::is_integral_v<T>) v = static_cast<T>(static_cast<std::int64_t>(r % 2001) - 1000);
-    else v = static_cast<T>(static_cast<float>(r % 2000001) / 1000.0f - 1000.0f);
+    if constexpr (std::is_integral_v<T>)
+      v = static_cast<T>(static_cast<std::int64_t>(r % 2001) - 1000);
+    else
+      v = static_cast<T>(static_cast<float>(r % 2000001) / 1000.0f - 1000.0f);
   }
   return values;
 }
@@ -266,8 +267,10 @@ int main(int argc, char** argv) {
     std::printf("skipped: no CUDA device (cudaGetDeviceCount fails or reports none)\n");
     return 77;
   }
-  if (on_device) every_kernel<on_gpu>();
-  else every_kernel<on_this_thread>();
+  if (on_device)
+    every_kernel<on_gpu>();
+  else
+    every_kernel<on_this_thread>();
   if (failures != 0) {
     std::fprintf(stderr, "%d checks failed\n", failures);
     return 1;

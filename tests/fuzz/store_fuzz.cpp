@@ -60,8 +60,7 @@ void parse_as_body(std::span<const std::byte> body) {
     frame.u64();
     frame.u32();
     frame.expect_end();
-  } catch (const store::protocol_error&) {
-  }
+  } catch (const store::protocol_error&) {}
 }
 
 }  // namespace
@@ -80,7 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::unique_ptr<store::session_protocol>> sessions;
   for (store::session_id id = 1; id <= 2; ++id)
     sessions.push_back(std::make_unique<store::session_protocol>(values, options, id));
-  const auto hello = store::frame_writer(store::opcode::hello).put_u32(store::protocol_version).put_string("token").finish();
+  const auto hello =
+      store::frame_writer(store::opcode::hello).put_u32(store::protocol_version).put_string("token").finish();
   check_replies(sessions[0]->feed(hello).send);
 
   const std::size_t cut = (static_cast<std::size_t>(data[0]) % 31) + 1;
@@ -91,7 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool was_closed = session.closed();
     store::session_protocol::effects effects = session.feed(stream.first(count));
     stream = stream.subspan(count);
-    if (was_closed) require(effects.send.empty() && !effects.close && effects.woken.empty() && effects.failed_waits.empty());
+    if (was_closed)
+      require(effects.send.empty() && !effects.close && effects.woken.empty() && effects.failed_waits.empty());
     check_replies(effects.send);
     require(!session.partial() || !session.closed());
     for (store::session_id woken : effects.woken) {

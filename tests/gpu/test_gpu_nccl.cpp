@@ -25,31 +25,37 @@ void expect(bool ok, const char* what, int ranks, std::size_t count) {
 }
 
 // Values that sum exactly in float, in any order.
-float value(int rank, std::size_t i) { return static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % 97) - 48) / 8.0f; }
+float value(int rank, std::size_t i) {
+  return static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % 97) - 48) / 8.0f;
+}
 
 void collectives(int ranks, std::size_t count) {
-  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-    chorus::nccl::options on_own_gpu;
-    on_own_gpu.device = comm.rank();
-    chorus::nccl::communicator gpus = chorus::nccl::connect(comm, on_own_gpu);
-    std::vector<float> host(count), expected(count, 0.0f);
-    for (std::size_t i = 0; i < count; ++i) {
-      host[i] = value(comm.rank(), i);
-      for (int r = 0; r < ranks; ++r) expected[i] += value(r, i);
-    }
-    float* device = nullptr;
-    if (cudaMalloc(reinterpret_cast<void**>(&device), std::max<std::size_t>(count, 1) * sizeof(float)) != cudaSuccess)
-      return expect(false, "cudaMalloc", ranks, count);
-    cudaMemcpy(device, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
-    const auto ran = chorus::allreduce(gpus, std::span(device, count));
-    expect(ran == chorus::algo::nccl, "allreduce reports nccl", ranks, count);
-    std::vector<float> result(count);
-    cudaMemcpy(result.data(), device, count * sizeof(float), cudaMemcpyDeviceToHost);
-    expect(count == 0 || std::memcmp(result.data(), expected.data(), count * sizeof(float)) == 0, "allreduce sum", ranks,
-           count);
-    chorus::broadcast(gpus, std::span(device, count), ranks - 1);
-    cudaFree(device);
-  }, chorus_test::quick());
+  chorus::run_threads(
+      ranks,
+      [&](chorus::communicator& comm) {
+        chorus::nccl::options on_own_gpu;
+        on_own_gpu.device = comm.rank();
+        chorus::nccl::communicator gpus = chorus::nccl::connect(comm, on_own_gpu);
+        std::vector<float> host(count), expected(count, 0.0f);
+        for (std::size_t i = 0; i < count; ++i) {
+          host[i] = value(comm.rank(), i);
+          for (int r = 0; r < ranks; ++r) expected[i] += value(r, i);
+        }
+        float* device = nullptr;
+        if (cudaMalloc(reinterpret_cast<void**>(&device), std::max<std::size_t>(count, 1) * sizeof(float)) !=
+            cudaSuccess)
+          return expect(false, "cudaMalloc", ranks, count);
+        cudaMemcpy(device, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+        const auto ran = chorus::allreduce(gpus, std::span(device, count));
+        expect(ran == chorus::algo::nccl, "allreduce reports nccl", ranks, count);
+        std::vector<float> result(count);
+        cudaMemcpy(result.data(), device, count * sizeof(float), cudaMemcpyDeviceToHost);
+        expect(count == 0 || std::memcmp(result.data(), expected.data(), count * sizeof(float)) == 0, "allreduce sum",
+               ranks, count);
+        chorus::broadcast(gpus, std::span(device, count), ranks - 1);
+        cudaFree(device);
+      },
+      chorus_test::quick());
 }
 
 }  // namespace

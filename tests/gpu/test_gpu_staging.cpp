@@ -25,24 +25,31 @@ void expect(bool ok, const char* what, std::size_t count) {
 }
 
 void staged_equals_host(int ranks, std::size_t count) {
-  chorus::run_threads(ranks, [&](chorus::communicator& comm) {
-    std::vector<float> host(count);
-    for (std::size_t i = 0; i < count; ++i) host[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(comm.rank()) * 13) % 101) * 0.37f;
-    const std::vector<float> input = host;
-    chorus::allreduce(comm, std::span(host));
-    float* device = nullptr;
-    if (cudaMalloc(reinterpret_cast<void**>(&device), std::max<std::size_t>(count, 1) * sizeof(float)) != cudaSuccess) {
-      expect(false, "cudaMalloc", count);
-      return;
-    }
-    expect(chorus::cuda::memory_kind_of(device) == chorus::memory_kind::cuda_device, "memory kind of cudaMalloc", count);
-    cudaMemcpy(device, input.data(), count * sizeof(float), cudaMemcpyHostToDevice);
-    chorus::cuda::allreduce(comm, chorus::cuda::runtime(), std::span(device, count));
-    std::vector<float> result(count);
-    cudaMemcpy(result.data(), device, count * sizeof(float), cudaMemcpyDeviceToHost);
-    cudaFree(device);
-    expect(count == 0 || std::memcmp(result.data(), host.data(), count * sizeof(float)) == 0, "staged == host", count);
-  }, chorus_test::quick());
+  chorus::run_threads(
+      ranks,
+      [&](chorus::communicator& comm) {
+        std::vector<float> host(count);
+        for (std::size_t i = 0; i < count; ++i)
+          host[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(comm.rank()) * 13) % 101) * 0.37f;
+        const std::vector<float> input = host;
+        chorus::allreduce(comm, std::span(host));
+        float* device = nullptr;
+        if (cudaMalloc(reinterpret_cast<void**>(&device), std::max<std::size_t>(count, 1) * sizeof(float)) !=
+            cudaSuccess) {
+          expect(false, "cudaMalloc", count);
+          return;
+        }
+        expect(chorus::cuda::memory_kind_of(device) == chorus::memory_kind::cuda_device, "memory kind of cudaMalloc",
+               count);
+        cudaMemcpy(device, input.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+        chorus::cuda::allreduce(comm, chorus::cuda::runtime(), std::span(device, count));
+        std::vector<float> result(count);
+        cudaMemcpy(result.data(), device, count * sizeof(float), cudaMemcpyDeviceToHost);
+        cudaFree(device);
+        expect(count == 0 || std::memcmp(result.data(), host.data(), count * sizeof(float)) == 0, "staged == host",
+               count);
+      },
+      chorus_test::quick());
 }
 
 }  // namespace

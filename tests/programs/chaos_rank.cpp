@@ -35,7 +35,8 @@ struct chaos {
   std::size_t random_count() {
     const int magnitude = std::uniform_int_distribution<int>(0, 22)(shared);
     if (magnitude == 0) return std::uniform_int_distribution<std::size_t>(0, 1)(shared);
-    return std::uniform_int_distribution<std::size_t>(std::size_t{1} << (magnitude - 1), std::size_t{1} << magnitude)(shared);
+    return std::uniform_int_distribution<std::size_t>(std::size_t{1} << (magnitude - 1),
+                                                      std::size_t{1} << magnitude)(shared);
   }
 
   std::span<float> fill(std::vector<float>& buffer, std::size_t count) {
@@ -72,10 +73,10 @@ struct chaos {
                                                        chorus::algo::rabenseifner, chorus::algo::tree};
     switch (std::uniform_int_distribution<int>(0, 10)(shared)) {
       case 0:
-      case 1:
-        chorus::allreduce(comm, fill(a, count), chorus::op::sum{}, algorithms[shared() % 5]);
+      case 1: chorus::allreduce(comm, fill(a, count), chorus::op::sum{}, algorithms[shared() % 5]); return;
+      case 2:
+        chorus::broadcast(comm, fill(a, count), static_cast<int>(shared() % static_cast<std::uint64_t>(n)));
         return;
-      case 2: chorus::broadcast(comm, fill(a, count), static_cast<int>(shared() % static_cast<std::uint64_t>(n))); return;
       case 3: {
         const std::size_t mine = per_rank();
         chorus::allgather(comm, std::span<const float>(fill(a, mine)), fill(b, mine * static_cast<std::size_t>(n)));
@@ -83,7 +84,8 @@ struct chaos {
       }
       case 4: {
         const std::size_t block = per_rank();
-        chorus::reduce_scatter(comm, std::span<const float>(fill(a, block * static_cast<std::size_t>(n))), fill(b, block));
+        chorus::reduce_scatter(comm, std::span<const float>(fill(a, block * static_cast<std::size_t>(n))),
+                               fill(b, block));
         return;
       }
       case 5: {
@@ -101,8 +103,10 @@ struct chaos {
         return;
       }
       case 8:
-        if (shared() % 2 == 0) chorus::allreduce(comm, fill(a, count), chorus::op::avg{}, chorus::codec::fp16{});
-        else chorus::allreduce(comm, fill(a, count), chorus::op::avg{}, chorus::codec::int8{});
+        if (shared() % 2 == 0)
+          chorus::allreduce(comm, fill(a, count), chorus::op::avg{}, chorus::codec::fp16{});
+        else
+          chorus::allreduce(comm, fill(a, count), chorus::op::avg{}, chorus::codec::int8{});
         return;
       case 9: {
         auto pending = chorus::iallreduce(comm, fill(a, count));
@@ -115,7 +119,8 @@ struct chaos {
 };
 
 long long wall_clock_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace

@@ -33,9 +33,11 @@ void allreduce_case(chorus::communicator& comm, chorus::algorithm algorithm, std
                     std::uint64_t seed) {
   auto data = inputs<T>(comm.rank(), count, seed, flavour::general);
   chorus::allreduce(comm, std::span(data), op, algorithm);
-  const std::size_t bad = count_different(data, reference<T>(all_ranks(comm.size()), count, seed, flavour::general, op));
-  if (bad) std::printf("allreduce %s %s count %zu: %zu wrong\n", std::string(chorus::to_string(chorus::dtype_of<T>)).c_str(),
-                       std::string(chorus::to_string(algorithm)).c_str(), count, bad);
+  const std::size_t bad =
+      count_different(data, reference<T>(all_ranks(comm.size()), count, seed, flavour::general, op));
+  if (bad)
+    std::printf("allreduce %s %s count %zu: %zu wrong\n", std::string(chorus::to_string(chorus::dtype_of<T>)).c_str(),
+                std::string(chorus::to_string(algorithm)).c_str(), count, bad);
   wrong += bad;
   prints.push_back(fingerprint(data.data(), data.size() * sizeof(T)));
 }
@@ -97,9 +99,9 @@ int main() {
     chorus::communicator comm = chorus::init();
     const std::size_t n = static_cast<std::size_t>(comm.size());
     const std::vector<std::size_t> counts{0, 1, n - 1, n + 1, 99991, (3u << 20) / 4 + 7};
-    for (const auto algorithm : with_host_algorithms(comm, {chorus::algo::ring, chorus::algo::recursive_doubling,
-                                                            chorus::algo::rabenseifner, chorus::algo::tree,
-                                                            chorus::algo::automatic})) {
+    for (const auto algorithm :
+         with_host_algorithms(comm, {chorus::algo::ring, chorus::algo::recursive_doubling, chorus::algo::rabenseifner,
+                                     chorus::algo::tree, chorus::algo::automatic})) {
       std::uint64_t seed = 1;
       for (const std::size_t count : counts) {
         allreduce_case<float>(comm, algorithm, count, chorus::op::sum{}, ++seed);

@@ -126,8 +126,8 @@ int main(int argc, char** argv) {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double timeout = std::chrono::duration<double>(comm.timeout()).count();
     const double limit = pending ? timeout / 2 : timeout + 2.0;  // a sanitizer build is 10x slower
-    const bool expected = failure.category() == chorus::errc::peer_failure ||
-                          (!pending && failure.category() == chorus::errc::timeout);
+    const bool expected =
+        failure.category() == chorus::errc::peer_failure || (!pending && failure.category() == chorus::errc::timeout);
     const bool ok = expected && failure.peer() == 2 && waited <= limit;
     std::printf("rank %d: %s after %.2f s: %s\n", comm.rank(), ok ? "ok" : "WRONG", waited, failure.what());
     // Stay alive a moment: the other survivor must find rank 2 the only

@@ -47,8 +47,9 @@ std::vector<float> fresh(int rank, std::size_t count) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
-    std::printf("usage: scheme_consensus [ELEMENTS]   (under a launcher)\n"
-                "D-PSGD, GoSGD and local SGD with zero gradients must end on the mean of the initial models.\n");
+    std::printf(
+        "usage: scheme_consensus [ELEMENTS]   (under a launcher)\n"
+        "D-PSGD, GoSGD and local SGD with zero gradients must end on the mean of the initial models.\n");
     return 0;
   }
   const std::size_t count = argc > 1 ? std::stoul(argv[1]) : 10007;
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
   std::vector<float> a = fresh(comm.rank(), count);
   failures += check(comm, "dpsgd", a, avg::dpsgd(comm, avg::parameters{std::span<float>(a)}));
   std::vector<float> b = fresh(comm.rank(), count);
-  failures += check(comm, "gosgd", b, avg::gosgd(comm, avg::parameters{std::span<float>(b)}, {.push_probability = 0.7}));
+  failures +=
+      check(comm, "gosgd", b, avg::gosgd(comm, avg::parameters{std::span<float>(b)}, {.push_probability = 0.7}));
   std::vector<float> c = fresh(comm.rank(), count);
   failures += check(comm, "local_sgd", c, avg::local_sgd(comm, avg::parameters{std::span<float>(c)}, {.period = 3}));
   return failures == 0 ? 0 : 1;

@@ -69,7 +69,8 @@ int expect_error(chorus::communicator& comm, Scheme& scheme) {
     return 1;
   } catch (const chorus::error& failure) {
     const double waited = seconds_since(start);
-    const bool expected = failure.category() == chorus::errc::peer_failure || failure.category() == chorus::errc::timeout;
+    const bool expected =
+        failure.category() == chorus::errc::peer_failure || failure.category() == chorus::errc::timeout;
     const bool ok = expected && waited <= time_limit(comm);
     std::printf("rank %d: %s after %.2f s: %s\n", comm.rank(), ok ? "ok" : "WRONG", waited, failure.what());
     return ok ? 0 : 1;
@@ -85,11 +86,14 @@ void train(chorus::communicator& comm, Scheme& scheme, std::vector<float>& x, st
       std::fflush(stdout);
       ::kill(::getpid(), SIGKILL);
     }
-    scheme.step([&] { for (std::size_t k = 0; k < x.size(); ++k) gradient[k] = x[k] - 1.0f; },
-                [&] {
-                  if (local_step)
-                    for (std::size_t k = 0; k < x.size(); ++k) x[k] -= learning_rate * gradient[k];
-                });
+    scheme.step(
+        [&] {
+          for (std::size_t k = 0; k < x.size(); ++k) gradient[k] = x[k] - 1.0f;
+        },
+        [&] {
+          if (local_step)
+            for (std::size_t k = 0; k < x.size(); ++k) x[k] -= learning_rate * gradient[k];
+        });
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
@@ -98,12 +102,15 @@ void train(chorus::communicator& comm, Scheme& scheme, std::vector<float>& x, st
 int check(chorus::communicator& comm, std::span<const float> kept, double start_loss,
           const std::vector<avg::lost_peer>& lost, bool must_list_victim, double seconds) {
   const double ratio = loss(kept) / start_loss;
-  const bool listed = std::any_of(lost.begin(), lost.end(), [](const avg::lost_peer& peer) { return peer.rank == victim; });
+  const bool listed =
+      std::any_of(lost.begin(), lost.end(), [](const avg::lost_peer& peer) { return peer.rank == victim; });
   const bool ok = ratio <= loss_bound && (listed || !must_list_victim) && seconds <= time_limit(comm);
   std::printf("rank %d: %s: loss %.3g of the start's (bound %.3g), %zu lost%s, %.2f s\n", comm.rank(),
               ok ? "ok" : "WRONG", ratio, loss_bound, lost.size(),
-              lost.empty() ? "" : (" (rank " + std::to_string(lost[0].rank) + " at step " + std::to_string(lost[0].step) +
-                                   ", " + std::to_string(lost[0].seconds) + " s)").c_str(),
+              lost.empty() ? ""
+                           : (" (rank " + std::to_string(lost[0].rank) + " at step " + std::to_string(lost[0].step) +
+                              ", " + std::to_string(lost[0].seconds) + " s)")
+                                 .c_str(),
               seconds);
   return ok ? 0 : 1;
 }
@@ -131,8 +138,9 @@ int survive_gosgd(chorus::communicator& comm) {
 
 int survive_easgd(chorus::communicator& comm) {
   std::vector<float> x(50000, static_cast<float>(comm.rank())), gradient(x.size());
-  avg::easgd_async scheme(comm, avg::parameters{std::span<float>(x)},
-                          {.alpha = 0.2, .tau = 1, .server = 0, .on_peer_failure = avg::peer_failure_policy::continue_});
+  avg::easgd_async scheme(
+      comm, avg::parameters{std::span<float>(x)},
+      {.alpha = 0.2, .tau = 1, .server = 0, .on_peer_failure = avg::peer_failure_policy::continue_});
   const double start_loss = loss(x);  // every rank starts from the server's model
   const auto start = std::chrono::steady_clock::now();
   train(comm, scheme, x, gradient, true);
@@ -143,7 +151,9 @@ int survive_easgd(chorus::communicator& comm) {
 int survive_parameter_server(chorus::communicator& comm, avg::consistency mode) {
   std::vector<float> x(50000, static_cast<float>(comm.rank())), gradient(x.size());
   avg::parameter_server scheme(comm, avg::parameters{std::span<float>(x)}, avg::parameters{std::span<float>(gradient)},
-                               {.mode = mode, .staleness = 2, .dedicated_servers = 1,
+                               {.mode = mode,
+                                .staleness = 2,
+                                .dedicated_servers = 1,
                                 .optimiser = {.learning_rate = learning_rate},
                                 .on_peer_failure = avg::peer_failure_policy::continue_});
   const double start_loss = loss(x);

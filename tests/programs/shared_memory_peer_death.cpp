@@ -56,7 +56,8 @@ int main() {
     return 1;
   } catch (const chorus::error& failure) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const bool expected = failure.category() == chorus::errc::peer_failure || failure.category() == chorus::errc::timeout;
+    const bool expected =
+        failure.category() == chorus::errc::peer_failure || failure.category() == chorus::errc::timeout;
     const double limit = static_cast<double>(comm.timeout().count()) / 1000 + 5;
     const int left = segments_of(pids);
     std::printf("rank %d: %s after %.2f s (limit %.0f s); chorus segments in /dev/shm: %d\n", comm.rank(),

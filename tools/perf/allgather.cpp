@@ -18,7 +18,8 @@ struct allgather {
   // buffer (fill() puts every rank's input index i at i).
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form f, Op) const {
-    if (f == form::in_place) return c.on([&](auto& comm) { return chorus::allgather(comm, b.in_place(b.shape.output), c.config.algorithm); });
+    if (f == form::in_place)
+      return c.on([&](auto& comm) { return chorus::allgather(comm, b.in_place(b.shape.output), c.config.algorithm); });
     return c.on([&](auto& comm) { return chorus::allgather(comm, b.in(), b.out(), c.config.algorithm); });
   }
 

@@ -16,7 +16,9 @@ struct allreduce {
 
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form f, Op op) const {
-    if (f == form::in_place) return c.on([&](auto& comm) { return chorus::allreduce(comm, b.in_place(b.shape.count), op, c.config.algorithm); });
+    if (f == form::in_place)
+      return c.on(
+          [&](auto& comm) { return chorus::allreduce(comm, b.in_place(b.shape.count), op, c.config.algorithm); });
     return c.on([&](auto& comm) { return chorus::allreduce(comm, b.in(), b.out(), op, c.config.algorithm); });
   }
 

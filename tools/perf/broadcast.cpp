@@ -18,14 +18,18 @@ struct broadcast {
   // itself takes one buffer).
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form f, Op) const {
-    if (f == form::in_place) return c.on([&](auto& comm) { return chorus::broadcast(comm, b.in_place(b.shape.count), c.config.root, c.config.algorithm); });
+    if (f == form::in_place)
+      return c.on([&](auto& comm) {
+        return chorus::broadcast(comm, b.in_place(b.shape.count), c.config.root, c.config.algorithm);
+      });
     if (c.rank == c.config.root) b.copy_input_to_output();
     return c.on([&](auto& comm) { return chorus::broadcast(comm, b.out(), c.config.root, c.config.algorithm); });
   }
 
   template <class T, class Op>
   std::uint64_t wrong(const context& c, const buffers<T>& b, form f, Op) const {
-    return count_wrong(b.result(f), b.shape.count, [&](std::size_t i) { return input_at<T>(c.config, c.config.root, i); });
+    return count_wrong(b.result(f), b.shape.count,
+                       [&](std::size_t i) { return input_at<T>(c.config, c.config.root, i); });
   }
 };
 

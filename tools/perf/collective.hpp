@@ -58,13 +58,13 @@ struct options : sweep_settings {
   std::string collective;
   std::string dtype = "float", op = "sum";
   int root = 0;
-  chorus::algorithm algorithm = chorus::algorithm::automatic;  // --algo
-  std::string codec;                                            // --codec: compressed allreduce
+  chorus::algorithm algorithm = chorus::algorithm::automatic;                 // --algo
+  std::string codec;                                                          // --codec: compressed allreduce
   chorus::compression_scheme scheme = chorus::compression_scheme::automatic;  // --scheme
-  std::string device = "host";                                  // --device host|cuda
-  device_memory* memory = nullptr;                              // set for --device cuda
-  std::string backend = "ucx";                                  // --backend ucx|nccl|both
-  chorus::nccl::communicator* nccl = nullptr;                   // set while the NCCL sweep runs
+  std::string device = "host";                                                // --device host|cuda
+  device_memory* memory = nullptr;                                            // set for --device cuda
+  std::string backend = "ucx";                                                // --backend ucx|nccl|both
+  chorus::nccl::communicator* nccl = nullptr;                                 // set while the NCCL sweep runs
 };
 
 // The ranks of a chorus communicator; defined in perf/world.cpp so that
@@ -121,16 +121,21 @@ struct buffers {
   std::vector<T> input, output;
 
   buffers(layout s, device_memory* memory)
-      : shape(s), input(std::max(s.input, s.output)), output(input.size()),
-        device_input_(memory, input.size()), device_output_(memory, input.size()) {}
+      : shape(s),
+        input(std::max(s.input, s.output)),
+        output(input.size()),
+        device_input_(memory, input.size()),
+        device_output_(memory, input.size()) {}
 
   std::span<const T> in() const { return std::span<const T>(input_data(), shape.input); }
   std::span<T> out() { return std::span<T>(device_output_.data ? device_output_.data : output.data(), shape.output); }
   std::span<T> in_place(std::size_t length) { return std::span<T>(input_data(), length); }
   // The output given the input, where the buffers live.
   void copy_input_to_output() {
-    if (device_input_.memory) device_input_.memory->copy(out().data(), in().data(), in().size_bytes());
-    else std::copy(in().begin(), in().end(), out().begin());
+    if (device_input_.memory)
+      device_input_.memory->copy(out().data(), in().data(), in().size_bytes());
+    else
+      std::copy(in().begin(), in().end(), out().begin());
   }
   void upload() {
     device_input_.upload(input);
@@ -232,11 +237,13 @@ class chorus_case : public benchmark_case {
 template <class Descriptor, class T, class Op>
 class collective_case final : public chorus_case {
  public:
-  collective_case(const Descriptor& d, const context& c, Op op) : chorus_case(c, Descriptor::in_place, label()), descriptor_(d), op_(op) {}
+  collective_case(const Descriptor& d, const context& c, Op op)
+      : chorus_case(c, Descriptor::in_place, label()), descriptor_(d), op_(op) {}
 
   void resize(std::size_t bytes) override {
     buffers_.reset();  // one size's device buffers at a time
-    buffers_.emplace(descriptor_.shape(std::max<std::size_t>(1, bytes / sizeof(T)), context_.ranks), context_.config.memory);
+    buffers_.emplace(descriptor_.shape(std::max<std::size_t>(1, bytes / sizeof(T)), context_.ranks),
+                     context_.config.memory);
     shape_ = buffers_->shape;
     bytes_ = buffers_->input.size() * sizeof(T);
   }
@@ -246,8 +253,10 @@ class collective_case final : public chorus_case {
 
  private:
   static labeller label() {
-    if constexpr (requires { Descriptor::label(chorus::algorithm::automatic); }) return &Descriptor::label;
-    else return &algorithm_name;
+    if constexpr (requires { Descriptor::label(chorus::algorithm::automatic); })
+      return &Descriptor::label;
+    else
+      return &algorithm_name;
   }
 
   const Descriptor& descriptor_;
@@ -291,20 +300,23 @@ inline constexpr std::string_view codec_names = "fp16, bf16, int8, onebit, ident
 inline std::string title_of(const options& config, int ranks) {
   char text[256];
   std::string memory = config.memory ? config.memory->name() : "host memory";
-  if (config.nccl != nullptr) memory += ", over NCCL (" + config.nccl->through().name() + ")";
-  else if (config.backend != "ucx") memory += ", over UCX";
-  std::snprintf(text, sizeof text, "chorus-perf %s: %d ranks, dtype %s, op %s, root %d, %d iterations after %d warm-up, check %s%s%s, %s",
-                config.collective.c_str(), ranks, config.dtype.c_str(), config.op.c_str(), config.root, config.iterations,
-                config.warmup, config.check ? "on" : "off", config.codec.empty() ? "" : ", codec ", config.codec.c_str(),
-                memory.c_str());
+  if (config.nccl != nullptr)
+    memory += ", over NCCL (" + config.nccl->through().name() + ")";
+  else if (config.backend != "ucx")
+    memory += ", over UCX";
+  std::snprintf(text, sizeof text,
+                "chorus-perf %s: %d ranks, dtype %s, op %s, root %d, %d iterations after %d warm-up, check %s%s%s, %s",
+                config.collective.c_str(), ranks, config.dtype.c_str(), config.op.c_str(), config.root,
+                config.iterations, config.warmup, config.check ? "on" : "off", config.codec.empty() ? "" : ", codec ",
+                config.codec.c_str(), memory.c_str());
   return text;
 }
 
 inline int sweep_collective(chorus::communicator& comm, const options& config, bool reduces, double bus_factor,
                             chorus_case& bench) {
   communicator_world ranks(comm);
-  table t{title_of(config, comm.size()), config.collective, config.dtype, reduces ? config.op : "-", bus_factor,
-          {form::out_of_place, form::in_place}};
+  table t{title_of(config, comm.size()), config.collective, config.dtype,
+          reduces ? config.op : "-",     bus_factor,        {form::out_of_place, form::in_place}};
   return sweep(ranks, config, std::move(t), bench);
 }
 

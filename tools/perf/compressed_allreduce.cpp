@@ -27,14 +27,16 @@ struct compressed_allreduce {
 
   template <class Op>
   chorus::algorithm call(const context& c, buffers<float>& b, form f, Op op) const {
-    if (f == form::in_place) return c.on([&](auto& comm) { return chorus::allreduce(comm, b.in_place(b.shape.count), op, codec, options); });
+    if (f == form::in_place)
+      return c.on([&](auto& comm) { return chorus::allreduce(comm, b.in_place(b.shape.count), op, codec, options); });
     b.copy_input_to_output();
     return c.on([&](auto& comm) { return chorus::allreduce(comm, b.out(), op, codec, options); });
   }
 
   static std::string label(chorus::algorithm used) {
     if (used == chorus::algorithm::nccl) return std::string(Codec::name) + "/nccl";
-    return std::string(Codec::name) + "/" + std::string(chorus::compressed::scheme_name(chorus::compressed::as_scheme(used)));
+    return std::string(Codec::name) + "/" +
+           std::string(chorus::compressed::scheme_name(chorus::compressed::as_scheme(used)));
   }
 
   // The bound is computed a chunk of whole codec blocks at a time, from

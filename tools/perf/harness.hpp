@@ -69,15 +69,24 @@ inline int count_argument(std::string_view text) {
 
 // Takes `flag value` if it is one of the shared options; false if it is not.
 inline bool take_sweep_flag(sweep_settings& s, std::string_view flag, std::string_view value) {
-  if (flag == "-b") s.min_bytes = size_argument(value);
-  else if (flag == "-e") s.max_bytes = size_argument(value);
-  else if (flag == "-f") s.factor = size_argument(value);
-  else if (flag == "-n") s.iterations = std::max(1, count_argument(value));
-  else if (flag == "-w") s.warmup = count_argument(value);
-  else if (flag == "-c") s.check = count_argument(value) != 0;
-  else if (flag == "--json") s.json = value;
-  else if (flag == "--auto-iters") s.auto_bytes = size_argument(value);
-  else return false;
+  if (flag == "-b")
+    s.min_bytes = size_argument(value);
+  else if (flag == "-e")
+    s.max_bytes = size_argument(value);
+  else if (flag == "-f")
+    s.factor = size_argument(value);
+  else if (flag == "-n")
+    s.iterations = std::max(1, count_argument(value));
+  else if (flag == "-w")
+    s.warmup = count_argument(value);
+  else if (flag == "-c")
+    s.check = count_argument(value) != 0;
+  else if (flag == "--json")
+    s.json = value;
+  else if (flag == "--auto-iters")
+    s.auto_bytes = size_argument(value);
+  else
+    return false;
   return true;
 }
 
@@ -195,7 +204,8 @@ class printer {
   }
 
   void print(const row& r) {
-    std::printf(" %11zu %10zu %9s %6s %19s", r.bytes, r.count, table_.type.c_str(), table_.op.c_str(), r.algorithm.c_str());
+    std::printf(" %11zu %10zu %9s %6s %19s", r.bytes, r.count, table_.type.c_str(), table_.op.c_str(),
+                r.algorithm.c_str());
     for (const auto& result : r.results) std::printf(" %s", cells(result, r.bytes).c_str());
     std::printf("\n");
     std::fflush(stdout);
@@ -217,7 +227,8 @@ class printer {
   bool write_json(const std::string& path) const {
     std::ofstream file(path);
     file << "[\n";
-    for (std::size_t i = 0; i < json_rows_.size(); ++i) file << "  " << json_rows_[i] << (i + 1 < json_rows_.size() ? ",\n" : "\n");
+    for (std::size_t i = 0; i < json_rows_.size(); ++i)
+      file << "  " << json_rows_[i] << (i + 1 < json_rows_.size() ? ",\n" : "\n");
     file << "]\n";
     return static_cast<bool>(file);
   }
@@ -234,8 +245,8 @@ class printer {
     char range[40];
     std::snprintf(range, sizeof range, "%.1f-%.1f", m->min_us, m->max_us);
     const double algbw = m->algbw(bytes);
-    std::snprintf(text, sizeof text, "%9.1f %17s %7.2f %7.2f %6llu", m->mean_us, range, algbw, algbw * table_.bus_factor,
-                  static_cast<unsigned long long>(m->wrong));
+    std::snprintf(text, sizeof text, "%9.1f %17s %7.2f %7.2f %6llu", m->mean_us, range, algbw,
+                  algbw * table_.bus_factor, static_cast<unsigned long long>(m->wrong));
     return text;
   }
 
@@ -249,8 +260,8 @@ class printer {
       const measurement& m = *r.results[i];
       const double algbw = m.algbw(r.bytes);
       out << ", \"" << json_name(table_.forms[i]) << "\": {\"time_us\": " << m.mean_us << ", \"min_us\": " << m.min_us
-          << ", \"max_us\": " << m.max_us << ", \"algbw_gbps\": " << algbw << ", \"busbw_gbps\": " << algbw * table_.bus_factor
-          << ", \"wrong\": " << m.wrong << "}";
+          << ", \"max_us\": " << m.max_us << ", \"algbw_gbps\": " << algbw
+          << ", \"busbw_gbps\": " << algbw * table_.bus_factor << ", \"wrong\": " << m.wrong << "}";
     }
     out << "}";
     return out.str();

@@ -16,7 +16,8 @@ struct reduce {
 
   template <class T, class Op>
   chorus::algorithm call(const context& c, buffers<T>& b, form f, Op op) const {
-    if (f == form::in_place) return c.on([&](auto& comm) { return chorus::reduce(comm, b.in_place(b.shape.count), c.config.root, op); });
+    if (f == form::in_place)
+      return c.on([&](auto& comm) { return chorus::reduce(comm, b.in_place(b.shape.count), c.config.root, op); });
     return c.on([&](auto& comm) { return chorus::reduce(comm, b.in(), b.out(), c.config.root, op); });
   }
 

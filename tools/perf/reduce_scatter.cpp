@@ -22,7 +22,8 @@ struct reduce_scatter {
   template <class T, class Op>
   std::uint64_t wrong(const context& c, const buffers<T>& b, form f, Op op) const {
     const std::size_t first = static_cast<std::size_t>(c.rank) * b.shape.count;
-    return count_wrong(b.result(f), b.shape.count, [&](std::size_t i) { return expected_reduction<T>(c, first + i, op); });
+    return count_wrong(b.result(f), b.shape.count,
+                       [&](std::size_t i) { return expected_reduction<T>(c, first + i, op); });
   }
 };
 

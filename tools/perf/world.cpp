@@ -14,6 +14,8 @@ void communicator_world::sum_min_max(double& sum, double& low, double& high) {
   chorus::allreduce(comm_, std::span(&high, 1), chorus::op::max{});
 }
 
-void communicator_world::sum(std::uint64_t& count) { chorus::allreduce(comm_, std::span(&count, 1), chorus::op::sum{}); }
+void communicator_world::sum(std::uint64_t& count) {
+  chorus::allreduce(comm_, std::span(&count, 1), chorus::op::sum{});
+}
 
 }  // namespace perf

@@ -32,7 +32,10 @@ template <class Communicator>
 class allreduce_sgd : public scheme_base<allreduce_sgd<Communicator>> {
  public:
   allreduce_sgd(Communicator& comm, parameters model, parameters gradients, allreduce_sgd_options options = {})
-      : comm_(comm), model_(std::move(model)), gradients_(std::move(gradients)), options_(std::move(options)),
+      : comm_(comm),
+        model_(std::move(model)),
+        gradients_(std::move(gradients)),
+        options_(std::move(options)),
         feedback_(options_.error_feedback ? options_.codec : codec::any_codec{}) {
     model_.require_same_shape(gradients_, "allreduce_sgd gradients");
     if (!options_.error_feedback) codec::require_model_codec(options_.codec, "allreduce_sgd without error feedback");
@@ -40,8 +43,10 @@ class allreduce_sgd : public scheme_base<allreduce_sgd<Communicator>> {
 
   void reduce_gradients() {
     this->metered([&] {
-      if (feedback_) average_models(comm_, gradients_, feedback_);
-      else average_models(comm_, gradients_, options_.codec, options_.bucket_bytes);
+      if (feedback_)
+        average_models(comm_, gradients_, feedback_);
+      else
+        average_models(comm_, gradients_, options_.codec, options_.bucket_bytes);
     });
     ++this->stats_.exchanges;
   }

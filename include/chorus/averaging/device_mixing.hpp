@@ -53,7 +53,10 @@ class device_mixing {
   }
 
   device_mixing(Communicator& comm, parameters model, codec::any_codec wire, memory_router& router)
-      : comm_(comm), model_(std::move(model)), wire_(std::move(wire)), router_(router),
+      : comm_(comm),
+        model_(std::move(model)),
+        wire_(std::move(wire)),
+        router_(router),
         message_bytes_(wire_.encoded_bytes(model_.size())) {}
 
   // Snapshots the model, encodes it (the snapshot becomes what the
@@ -79,8 +82,8 @@ class device_mixing {
     requests_.clear();
     on_device([&](local_arithmetic& where) {
       for (std::size_t k = 0; k < senders_.size(); ++k)
-        requests_.push_back(comm_.irecv(std::span(bytes(incoming_[k], where, message_bytes_), message_bytes_),
-                                        senders_[k].peer, tag));
+        requests_.push_back(
+            comm_.irecv(std::span(bytes(incoming_[k], where, message_bytes_), message_bytes_), senders_[k].peer, tag));
     });
     const std::span<const std::byte> outgoing(static_cast<const std::byte*>(outgoing_.get()), message_bytes_);
     for (const weighted_peer& to : w.column(me))
@@ -136,14 +139,18 @@ class device_mixing {
   // The wire's encoding on the device; no codec (or identity): the raw floats.
   void encode(local_arithmetic& where, const float* values, std::byte* out) const {
     with_spec([&](const codec_spec* spec) {
-      if (spec != nullptr) where.encode(*spec, values, out, model_.size());
-      else where.copy(out, values, model_.size() * sizeof(float));
+      if (spec != nullptr)
+        where.encode(*spec, values, out, model_.size());
+      else
+        where.copy(out, values, model_.size() * sizeof(float));
     });
   }
   void decode(local_arithmetic& where, const std::byte* in, float* values) const {
     with_spec([&](const codec_spec* spec) {
-      if (spec != nullptr) where.decode(*spec, in, values, model_.size(), false);
-      else where.copy(values, in, model_.size() * sizeof(float));
+      if (spec != nullptr)
+        where.decode(*spec, in, values, model_.size(), false);
+      else
+        where.copy(values, in, model_.size() * sizeof(float));
     });
   }
   template <class F>

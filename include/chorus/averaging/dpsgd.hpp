@@ -37,14 +37,15 @@ namespace chorus::averaging {
 
 struct dpsgd_options {
   std::optional<averaging::topology> topology{};  // default: ring over the communicator
-  codec::any_codec codec{};                     // none: full-precision models
+  codec::any_codec codec{};                       // none: full-precision models
 };
 
 template <class Communicator>
 class dpsgd : public scheme_base<dpsgd<Communicator>> {
  public:
   dpsgd(Communicator& comm, parameters model, dpsgd_options options = {})
-      : comm_(comm.split(0, comm.rank())), model_(std::move(model)),
+      : comm_(comm.split(0, comm.rank())),
+        model_(std::move(model)),
         topology_(options.topology.value_or(averaging::topology::ring(comm.size()))),
         exchange_(comm_, model_.size(), std::move(options.codec)) {
     if (topology_.size() != comm.size())
@@ -70,9 +71,8 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
   void end_step() {
     this->metered([&] {
       if (on_device_) return on_device_->finish();
-      exchange_.finish([&](int, double weight, std::span<const float> neighbour) {
-        mix_in(static_cast<float>(weight), neighbour);
-      });
+      exchange_.finish(
+          [&](int, double weight, std::span<const float> neighbour) { mix_in(static_cast<float>(weight), neighbour); });
     });
     ++round_;
     ++this->stats_.exchanges;

@@ -26,14 +26,15 @@
 namespace chorus::averaging {
 
 struct easgd_options {
-  double alpha = 0.05;      // elastic force eta * rho
-  std::uint64_t tau = 1;    // local steps between elastic updates
-  codec::any_codec codec{}; // on the allreduce of the differences
+  double alpha = 0.05;       // elastic force eta * rho
+  std::uint64_t tau = 1;     // local steps between elastic updates
+  codec::any_codec codec{};  // on the allreduce of the differences
 };
 
 inline void require_elastic(double alpha, std::uint64_t tau, const char* scheme) {
   if (!(alpha > 0.0 && alpha < 1.0))
-    throw error(errc::invalid_argument, std::string(scheme) + ": alpha must be in (0, 1), got " + std::to_string(alpha));
+    throw error(errc::invalid_argument,
+                std::string(scheme) + ": alpha must be in (0, 1), got " + std::to_string(alpha));
   if (tau == 0) throw error(errc::invalid_argument, std::string(scheme) + ": tau must be at least 1");
 }
 
@@ -86,7 +87,8 @@ class easgd : public scheme_base<easgd<Communicator>> {
     });
     this->metered([&] {
       if (options_.codec)
-        codec::visit(options_.codec, [&](auto coder) { allreduce(comm_, std::span<float>(difference_), op::sum{}, coder); });
+        codec::visit(options_.codec,
+                     [&](auto coder) { allreduce(comm_, std::span<float>(difference_), op::sum{}, coder); });
       else
         allreduce(comm_, std::span<float>(difference_), op::sum{});
     });

@@ -44,9 +44,9 @@
 namespace chorus::averaging {
 
 struct easgd_async_options {
-  double alpha = 0.05;    // elastic force eta * rho
-  std::uint64_t tau = 4;  // local steps between pulls
-  int server = 0;         // the rank that holds the centre
+  double alpha = 0.05;                                               // elastic force eta * rho
+  std::uint64_t tau = 4;                                             // local steps between pulls
+  int server = 0;                                                    // the rank that holds the centre
   peer_failure_policy on_peer_failure = peer_failure_policy::raise;  // for dead workers
 };
 
@@ -64,8 +64,13 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       : easgd_async(host_side<Other>::of(comm), std::move(model), std::move(options)) {}
 
   easgd_async(Communicator& comm, parameters model, easgd_async_options options = {})
-      : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(options),
-        elements_(model_.size()), bytes_(elements_ * sizeof(float)), message_(bytes_), reply_(bytes_),
+      : comm_(comm.split(0, comm.rank())),
+        model_(std::move(model)),
+        options_(options),
+        elements_(model_.size()),
+        bytes_(elements_ * sizeof(float)),
+        message_(bytes_),
+        reply_(bytes_),
         losses_(options_.on_peer_failure) {
     require_elastic(options_.alpha, options_.tau, "easgd_async");
     if (options_.server < 0 || options_.server >= comm_.size())
@@ -145,7 +150,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     request receive;
     request answer;
     std::uint64_t pulls = 0;  // served so far
-    bool done = false;  // said goodbye, or lost
+    bool done = false;        // said goodbye, or lost
     bool lost = false;
   };
 
@@ -276,8 +281,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   parameters model_;
   easgd_async_options options_;
   std::size_t elements_, bytes_;
-  wire::message message_;   // this rank's pulls (x) and goodbye
-  wire::message reply_;     // d, the answer to a pull
+  wire::message message_;    // this rank's pulls (x) and goodbye
+  wire::message reply_;      // d, the answer to a pull
   std::uint64_t pulls_ = 0;  // sent to the server
   // Server only.
   std::vector<float> centre_;

@@ -78,15 +78,20 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       : gosgd(host_side<Other>::of(comm), std::move(model), std::move(options)) {}
 
   gosgd(Communicator& comm, parameters model, gosgd_options options = {})
-      : comm_(comm.split(0, comm.rank())), group_(comm_), model_(std::move(model)), options_(std::move(options)),
-        weight_(1.0 / comm_.size()), random_(options_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(comm_.rank())),
+      : comm_(comm.split(0, comm.rank())),
+        group_(comm_),
+        model_(std::move(model)),
+        options_(std::move(options)),
+        weight_(1.0 / comm_.size()),
+        random_(options_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(comm_.rank())),
         payload_bytes_(options_.codec.encoded_bytes(model_.size())),
-        peers_(static_cast<std::size_t>(comm_.size())), losses_(options_.on_peer_failure),
+        peers_(static_cast<std::size_t>(comm_.size())),
+        losses_(options_.on_peer_failure),
         unmerged_(comm_.pending_merges(), "gosgd", comm_.world_ranks()) {
     codec::require_model_codec(options_.codec, "gosgd");
     if (!(options_.push_probability >= 0.0 && options_.push_probability <= 1.0))
-      throw error(errc::invalid_argument, "gosgd: push probability must be in [0, 1], got " +
-                                              std::to_string(options_.push_probability));
+      throw error(errc::invalid_argument,
+                  "gosgd: push probability must be in [0, 1], got " + std::to_string(options_.push_probability));
     for_each_peer([&](int peer, peer_state&) { post(peer); });
     if (comm_.size() > 1) progress_ = comm_.progress_thread().add([] { return false; });
   }

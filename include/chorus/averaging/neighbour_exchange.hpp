@@ -36,8 +36,7 @@ class neighbour_exchange {
   using request = typename Communicator::request;
 
   neighbour_exchange(Communicator& comm, std::size_t elements, codec::any_codec wire = {})
-      : comm_(comm), elements_(elements), wire_(std::move(wire)),
-        message_bytes_(wire_.encoded_bytes(elements)) {
+      : comm_(comm), elements_(elements), wire_(std::move(wire)), message_bytes_(wire_.encoded_bytes(elements)) {
     codec::require_model_codec(wire_, "neighbour_exchange (D-PSGD, push-sum)");
   }
 

@@ -42,8 +42,8 @@
 
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/parameter_shard.hpp>
-#include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/parameters.hpp>
+#include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/collective/broadcast.hpp>
@@ -67,7 +67,7 @@ struct parameter_server_options {
   std::uint64_t push_every = 1;   // Downpour: n_push
   std::uint64_t fetch_every = 1;  // Downpour: n_fetch
   int dedicated_servers = 0;      // 0: a shard on every rank; k: ranks 0..k-1 serve only
-  sgd_options optimiser{.learning_rate = 0.05, .momentum = 0.9};  // the servers'
+  sgd_options optimiser{.learning_rate = 0.05, .momentum = 0.9};     // the servers'
   peer_failure_policy on_peer_failure = peer_failure_policy::raise;  // for dead workers (SSP, Downpour)
 };
 
@@ -85,8 +85,11 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
 
   // Collective: every rank starts from rank 0's model.
   parameter_server(Communicator& comm, parameters model, parameters gradients, parameter_server_options options = {})
-      : comm_(comm.split(0, comm.rank())), model_(std::move(model)), gradients_(std::move(gradients)),
-        options_(options), servers_(options_.dedicated_servers > 0 ? options_.dedicated_servers : comm_.size()),
+      : comm_(comm.split(0, comm.rank())),
+        model_(std::move(model)),
+        gradients_(std::move(gradients)),
+        options_(options),
+        servers_(options_.dedicated_servers > 0 ? options_.dedicated_servers : comm_.size()),
         losses_(options_.on_peer_failure) {
     check_options();
     model_.require_same_shape(gradients_, "parameter_server gradients");
@@ -124,7 +127,8 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   void set_learning_rate(double rate) {
     if (!(rate >= 0.0) || options_.optimiser.learning_rate <= 0.0)
       throw error(errc::invalid_argument, "parameter_server: learning rate " + std::to_string(rate) +
-                                              " (servers' rate " + std::to_string(options_.optimiser.learning_rate) + ")");
+                                              " (servers' rate " + std::to_string(options_.optimiser.learning_rate) +
+                                              ")");
     gradient_scale_ = static_cast<float>(rate / options_.optimiser.learning_rate);
   }
 
@@ -190,7 +194,8 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   void exchange_shards(std::span<float> assembled) {
     std::vector<request> moves;
     for (int s = 0; s < servers_; ++s)
-      if (s != comm_.rank()) moves.push_back(comm_.irecv(assembled.subspan(shard_offset(s), shard_size(s)), s, shard_tag));
+      if (s != comm_.rank())
+        moves.push_back(comm_.irecv(assembled.subspan(shard_offset(s), shard_size(s)), s, shard_tag));
     if (is_server()) {
       const std::span<const float> mine = assembled.subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
       for (int r = 0; r < comm_.size(); ++r)
@@ -202,11 +207,13 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   void check_options() const {
     const int n = comm_.size();
     if (options_.mode == consistency::bsp && options_.on_peer_failure == peer_failure_policy::continue_)
-      throw error(errc::invalid_argument, "parameter_server: BSP is synchronous (a round needs every worker) and cannot "
-                                          "go on without one; on_peer_failure = continue is for ssp and downpour");
+      throw error(errc::invalid_argument,
+                  "parameter_server: BSP is synchronous (a round needs every worker) and cannot "
+                  "go on without one; on_peer_failure = continue is for ssp and downpour");
     if (options_.dedicated_servers < 0 || options_.dedicated_servers >= n)
       throw error(errc::invalid_argument, "parameter_server: " + std::to_string(options_.dedicated_servers) +
-                                              " dedicated servers leave no worker among " + std::to_string(n) + " ranks");
+                                              " dedicated servers leave no worker among " + std::to_string(n) +
+                                              " ranks");
     if (options_.push_every == 0 || options_.fetch_every == 0)
       throw error(errc::invalid_argument, "parameter_server: push_every and fetch_every must be at least 1");
     if (options_.mode != consistency::downpour && (options_.push_every != 1 || options_.fetch_every != 1))
@@ -234,8 +241,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   }
 
   void start_serving(const std::vector<float>& start) {
-    const std::span<const float> mine =
-        std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
+    const std::span<const float> mine = std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
     std::vector<int> workers;
     for (int w = first_worker(); w < comm_.size(); ++w) workers.push_back(w);
     shard_ = std::make_unique<shard>(comm_, mine, std::move(workers),
@@ -299,7 +305,8 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
         if (!comm_.test(link(s).reply_receive)) return false;
       return true;
     };
-    comm_.progress_until(all_replied, std::string("parameter_server pull (") + std::string(to_string(options_.mode)) + ")");
+    comm_.progress_until(all_replied,
+                         std::string("parameter_server pull (") + std::string(to_string(options_.mode)) + ")");
     waits_.waited_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     take_fetch();
   }
@@ -331,11 +338,13 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     if (options_.mode == consistency::downpour) {
       if (accumulated_steps_ > 0) push_accumulated();  // every gradient reaches a server once
       if (fetching_) {
-        comm_.progress_until([&] {
-          for (int s = 0; s < servers_; ++s)
-            if (!comm_.test(link(s).reply_receive)) return false;
-          return true;
-        }, "parameter_server finish, the last fetch");
+        comm_.progress_until(
+            [&] {
+              for (int s = 0; s < servers_; ++s)
+                if (!comm_.test(link(s).reply_receive)) return false;
+              return true;
+            },
+            "parameter_server finish, the last fetch");
         take_fetch();
       }
     }

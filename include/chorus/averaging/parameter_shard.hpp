@@ -97,7 +97,12 @@ class parameter_shard {
 
   parameter_shard(Communicator& comm, std::span<const float> start, std::vector<int> workers, shard_rules rules,
                   peer_losses& losses)
-      : comm_(comm), losses_(losses), rules_(rules), x_(start.begin(), start.end()), step_(x_.size()), workers_(std::move(workers)),
+      : comm_(comm),
+        losses_(losses),
+        rules_(rules),
+        x_(start.begin(), start.end()),
+        step_(x_.size()),
+        workers_(std::move(workers)),
         links_(workers_.size()) {
     if (rules_.optimiser.momentum != 0.0) velocity_.assign(x_.size(), 0.0f);
     for (std::size_t w = 0; w < links_.size(); ++w) {
@@ -145,8 +150,8 @@ class parameter_shard {
     request receive;
     bool holding = false;  // `head` arrived and waits to be served
     wire::header head;
-    std::uint64_t received = 0;  // messages read, for their sequence
-    std::uint64_t clock = 0;     // pushes taken (BSP: into a round)
+    std::uint64_t received = 0;         // messages read, for their sequence
+    std::uint64_t clock = 0;            // pushes taken (BSP: into a round)
     std::vector<float> round_gradient;  // BSP: its push of the current round
     wire::message reply;
     request reply_send;

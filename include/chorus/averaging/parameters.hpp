@@ -17,12 +17,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <string_view>
-#include <thread>
 #include <cstddef>
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 namespace chorus::averaging {
@@ -37,7 +37,8 @@ struct local_wait {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (!done()) {
       if (std::chrono::steady_clock::now() >= deadline)
-        throw error(errc::timeout, "device copies did not finish within CHORUS_TIMEOUT", {-1, -1, std::string(operation)});
+        throw error(errc::timeout, "device copies did not finish within CHORUS_TIMEOUT",
+                    {-1, -1, std::string(operation)});
       std::this_thread::yield();
     }
   }
@@ -47,7 +48,7 @@ struct local_wait {
 class parameters {
  public:
   parameters() = default;
-  parameters(std::span<float> whole) : tensors_{whole}, size_(whole.size()) {}  // NOLINT: implicit on purpose
+  parameters(std::span<float> whole) : tensors_{whole}, size_(whole.size()) {}        // NOLINT: implicit on purpose
   parameters(std::vector<std::span<float>> tensors) : tensors_(std::move(tensors)) {  // NOLINT
     for (const auto& tensor : tensors_) size_ += tensor.size();
   }
@@ -67,8 +68,8 @@ class parameters {
     for (const auto& tensor : tensors_) {
       const std::span<Flat> part = flat.subspan(offset, tensor.size());
       if (memory_router* router = routed(tensor))
-        through_host(*router, waiting, [&](std::span<float> host) { f(host, part); },
-                     staged(tensor, buffer_use::read_write));
+        through_host(
+            *router, waiting, [&](std::span<float> host) { f(host, part); }, staged(tensor, buffer_use::read_write));
       else
         f(tensor, part);
       offset += tensor.size();
@@ -121,9 +122,9 @@ class parameters {
     for (std::size_t t = 0; same && t < tensors_.size(); ++t) same = other.tensors_[t].size() == tensors_[t].size();
     if (!same)
       throw error(errc::invalid_argument, std::string(what) + ": " + std::to_string(other.tensors_.size()) +
-                                              " tensors of " + std::to_string(other.size_) + " elements do not match the " +
-                                              std::to_string(tensors_.size()) + " tensors of " + std::to_string(size_) +
-                                              " parameters");
+                                              " tensors of " + std::to_string(other.size_) +
+                                              " elements do not match the " + std::to_string(tensors_.size()) +
+                                              " tensors of " + std::to_string(size_) + " parameters");
   }
 
  private:

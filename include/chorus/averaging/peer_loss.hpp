@@ -87,7 +87,8 @@ class peer_losses {
   void record(int world_rank, std::uint64_t step) {
     std::lock_guard lock(mutex_);
     if (std::any_of(lost_.begin(), lost_.end(), [&](const lost_peer& peer) { return peer.rank == world_rank; })) return;
-    lost_.push_back({world_rank, step, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()});
+    lost_.push_back(
+        {world_rank, step, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()});
   }
 
   peer_failure_policy policy_;

@@ -48,10 +48,10 @@ template <class C>
 using host_side_t = typename host_side<C>::type;
 
 struct averaging_stats {
-  std::uint64_t steps = 0;              // local steps taken
-  std::uint64_t exchanges = 0;          // averaging events: allreduces, mixing rounds, pulls, pushes
-  std::uint64_t merges = 0;             // models received and merged (gossip, centre updates)
-  std::uint64_t bytes_sent = 0;         // by this rank for the scheme, all messages
+  std::uint64_t steps = 0;       // local steps taken
+  std::uint64_t exchanges = 0;   // averaging events: allreduces, mixing rounds, pulls, pushes
+  std::uint64_t merges = 0;      // models received and merged (gossip, centre updates)
+  std::uint64_t bytes_sent = 0;  // by this rank for the scheme, all messages
   std::uint64_t messages_sent = 0;
 };
 

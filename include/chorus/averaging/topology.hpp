@@ -198,12 +198,14 @@ class topology {
     std::vector<std::vector<weighted_peer>> rows(n);
     for (std::size_t i = 0; i < n; ++i) {
       if (w[i].size() != n)
-        throw error(errc::invalid_argument, name + ": row " + std::to_string(i) + " has " + std::to_string(w[i].size()) +
-                                                " entries, the matrix is " + std::to_string(n) + "x" + std::to_string(n));
+        throw error(errc::invalid_argument, name + ": row " + std::to_string(i) + " has " +
+                                                std::to_string(w[i].size()) + " entries, the matrix is " +
+                                                std::to_string(n) + "x" + std::to_string(n));
       for (std::size_t j = 0; j < n; ++j) {
         if (!std::isfinite(w[i][j]) || w[i][j] < 0)
-          throw error(errc::invalid_argument, name + ": weight [" + std::to_string(i) + "][" + std::to_string(j) + "] = " +
-                                                  std::to_string(w[i][j]) + " is not a finite non-negative number");
+          throw error(errc::invalid_argument, name + ": weight [" + std::to_string(i) + "][" + std::to_string(j) +
+                                                  "] = " + std::to_string(w[i][j]) +
+                                                  " is not a finite non-negative number");
         if (w[i][j] != 0) rows[i].push_back({static_cast<int>(j), w[i][j]});
       }
     }
@@ -226,7 +228,9 @@ class topology {
     std::string bad;
     if (required != stochastic::column) bad = first_bad_sum(true);
     if (bad.empty() && required != stochastic::row) bad = first_bad_sum(false);
-    if (!bad.empty()) throw error(errc::invalid_argument, "topology " + name_ + " is not " + to_string(required) + " stochastic: " + bad);
+    if (!bad.empty())
+      throw error(errc::invalid_argument,
+                  "topology " + name_ + " is not " + to_string(required) + " stochastic: " + bad);
   }
 
   double spectral_gap() const {
@@ -242,7 +246,8 @@ class topology {
   }
 
   static void require_ranks(int n, const char* what) {
-    if (n < 1) throw error(errc::invalid_argument, std::string(what) + ": needs at least 1 rank, got " + std::to_string(n));
+    if (n < 1)
+      throw error(errc::invalid_argument, std::string(what) + ": needs at least 1 rank, got " + std::to_string(n));
   }
 
   // W_{i, i+offset} = weight for each offset; coinciding offsets add up.
@@ -267,7 +272,8 @@ class topology {
         for (const weighted_peer& entry : rows ? phases_[p].row(i) : phases_[p].column(i)) sum += entry.weight;
         if (std::fabs(sum - 1.0) > tolerance)
           return std::string(rows ? "row " : "column ") + std::to_string(i) +
-                 (phases_.size() > 1 ? " of phase " + std::to_string(p) : std::string()) + " sums to " + std::to_string(sum);
+                 (phases_.size() > 1 ? " of phase " + std::to_string(p) : std::string()) + " sums to " +
+                 std::to_string(sum);
       }
     return {};
   }

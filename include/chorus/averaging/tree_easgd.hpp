@@ -52,12 +52,19 @@ class tree_easgd : public scheme_base<tree_easgd<Communicator>> {
 
   // Collective: every rank starts from the root's model.
   tree_easgd(Communicator& comm, parameters model, tree_easgd_options options = {})
-      : comm_(comm.split(0, comm.rank())), model_(std::move(model)), options_(options),
-        bytes_(model_.size() * sizeof(float)), asked_(bytes_), answer_(bytes_), incoming_(bytes_), reply_(bytes_) {
+      : comm_(comm.split(0, comm.rank())),
+        model_(std::move(model)),
+        options_(options),
+        bytes_(model_.size() * sizeof(float)),
+        asked_(bytes_),
+        answer_(bytes_),
+        incoming_(bytes_),
+        reply_(bytes_) {
     require_elastic(options_.alpha, options_.tau_up, "tree_easgd");
     require_elastic(options_.alpha, options_.tau_down, "tree_easgd");
     if (options_.fanout < 1)
-      throw error(errc::invalid_argument, "tree_easgd: fan-out must be at least 1, got " + std::to_string(options_.fanout));
+      throw error(errc::invalid_argument,
+                  "tree_easgd: fan-out must be at least 1, got " + std::to_string(options_.fanout));
     std::vector<float> start = model_.snapshot();
     this->metered([&] { broadcast(comm_, std::span<float>(start), 0); });
     model_.copy_from(start);
@@ -104,7 +111,8 @@ class tree_easgd : public scheme_base<tree_easgd<Communicator>> {
   // Sends this node's model to `peer`, takes d back, subtracts it.
   void ask(int peer, int tag) {
     model_.copy_to(asked_.payload_as<float>());
-    const auto sent = asked_.write(wire::kind::pull, ++exchanges_with(peer), static_cast<double>(this->stats_.steps), bytes_);
+    const auto sent =
+        asked_.write(wire::kind::pull, ++exchanges_with(peer), static_cast<double>(this->stats_.steps), bytes_);
     this->metered([&] {
       std::array<request, 2> round_trip{comm_.irecv(answer_.buffer(), peer, answer_tag), comm_.isend(sent, peer, tag)};
       comm_.wait_all(round_trip, "tree_easgd exchange");

@@ -34,9 +34,8 @@ struct address {
 // Parses "host:port" or "[ipv6]:port".
 inline address parse_address(std::string_view text, std::string_view source = "CHORUS_ADDR") {
   const auto bad = [&](const char* why) {
-    return error(errc::invalid_argument,
-                 std::string(source) + "='" + std::string(text) + "' " + why +
-                     " (expected host:port, e.g. 127.0.0.1:29500)");
+    return error(errc::invalid_argument, std::string(source) + "='" + std::string(text) + "' " + why +
+                                             " (expected host:port, e.g. 127.0.0.1:29500)");
   };
   const std::size_t colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0) throw bad("has no host:port form");
@@ -77,12 +76,10 @@ inline bool read_pair(launch_info& info, const char* rank_name, const char* size
   const auto size = env::get_integer(size_name, 1, transport::max_ranks);
   if (!rank && !size) return false;
   if (!rank || !size)
-    throw error(errc::invalid_argument, std::string(rank_name) + " and " + size_name +
-                                            " must be set together");
+    throw error(errc::invalid_argument, std::string(rank_name) + " and " + size_name + " must be set together");
   if (*rank >= *size)
-    throw error(errc::invalid_argument, std::string(rank_name) + "=" + std::to_string(*rank) +
-                                            " is not below " + size_name + "=" +
-                                            std::to_string(*size));
+    throw error(errc::invalid_argument, std::string(rank_name) + "=" + std::to_string(*rank) + " is not below " +
+                                            size_name + "=" + std::to_string(*size));
   info.rank = static_cast<int>(*rank);
   info.size = static_cast<int>(*size);
   info.source = std::string(rank_name) + "/" + size_name;
@@ -90,10 +87,9 @@ inline bool read_pair(launch_info& info, const char* rank_name, const char* size
 }
 
 inline int local_size(int size) {
-  for (const char* name : {"CHORUS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                           "SLURM_NTASKS_PER_NODE"})
-    if (const auto value = env::get_integer(name, 1, transport::max_ranks))
-      return static_cast<int>(*value);
+  for (const char* name :
+       {"CHORUS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const auto value = env::get_integer(name, 1, transport::max_ranks)) return static_cast<int>(*value);
   return size;
 }
 
@@ -103,8 +99,7 @@ inline launch_info discover() {
   launch_info info;
   (void)(detail::read_pair(info, "CHORUS_RANK", "CHORUS_SIZE") ||
          detail::read_pair(info, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE") ||
-         detail::read_pair(info, "PMI_RANK", "PMI_SIZE") ||
-         detail::read_pair(info, "SLURM_PROCID", "SLURM_NTASKS"));
+         detail::read_pair(info, "PMI_RANK", "PMI_SIZE") || detail::read_pair(info, "SLURM_PROCID", "SLURM_NTASKS"));
   info.local_size = detail::local_size(info.size);
   if (const auto text = env::get("CHORUS_ADDR")) {
     try {
@@ -117,8 +112,7 @@ inline launch_info discover() {
   info.launcher_hosts_store = env::get("CHORUS_LAUNCHER").has_value();
   if (info.size > 1 && !info.store)
     throw error(errc::invalid_argument,
-                "CHORUS_ADDR is not set: a job of " + std::to_string(info.size) +
-                    " ranks (from " + info.source +
+                "CHORUS_ADDR is not set: a job of " + std::to_string(info.size) + " ranks (from " + info.source +
                     ") needs the rendezvous address host:port; chorus-run sets it, with mpirun "
                     "pass -x CHORUS_ADDR=<rank-0 host>:<port>",
                 {info.rank, -1, "bootstrap"});

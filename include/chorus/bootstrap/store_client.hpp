@@ -45,8 +45,7 @@ class client final : public connection {
                   "value of " + std::to_string(value.size()) + " bytes exceeds the store limit of " +
                       std::to_string(options_.limits.max_value_bytes),
                   {options_.rank, -1, "store set '" + std::string(key) + "'"});
-    expect(transact(frame_writer(opcode::set).put_string(key).put_string(value), options_.timeout,
-                    "set", key),
+    expect(transact(frame_writer(opcode::set).put_string(key).put_string(value), options_.timeout, "set", key),
            opcode::reply_ok, "set", key);
   }
 
@@ -63,30 +62,29 @@ class client final : public connection {
     check_key(key, "wait");
     const auto ms = static_cast<std::uint64_t>(timeout.count());
     // The server answers at its own deadline; ours only guards a dead server.
-    reply answer = transact(frame_writer(opcode::wait).put_string(key).put_u64(ms),
-                            timeout + std::chrono::seconds(5), "wait", key);
+    reply answer = transact(frame_writer(opcode::wait).put_string(key).put_u64(ms), timeout + std::chrono::seconds(5),
+                            "wait", key);
     if (answer.code == opcode::reply_timeout)
-      throw error(errc::timeout,
-                  "key did not appear within " + std::to_string(timeout.count()) + " ms",
+      throw error(errc::timeout, "key did not appear within " + std::to_string(timeout.count()) + " ms",
                   {options_.rank, -1, "store wait '" + std::string(key) + "'"});
     if (answer.code == opcode::reply_peer_failure)
-      throw error(errc::peer_failure, answer.text, {options_.rank, static_cast<int>(answer.integer),
-                                                    "store wait '" + std::string(key) + "'"});
+      throw error(errc::peer_failure, answer.text,
+                  {options_.rank, static_cast<int>(answer.integer), "store wait '" + std::string(key) + "'"});
     expect(answer, opcode::reply_value, "wait", key);
     return answer.text;
   }
 
   std::int64_t add(std::string_view key, std::int64_t delta) override {
     check_key(key, "add");
-    reply answer = transact(
-        frame_writer(opcode::add).put_string(key).put_u64(static_cast<std::uint64_t>(delta)),
-        options_.timeout, "add", key);
+    reply answer = transact(frame_writer(opcode::add).put_string(key).put_u64(static_cast<std::uint64_t>(delta)),
+                            options_.timeout, "add", key);
     expect(answer, opcode::reply_integer, "add", key);
     return answer.integer;
   }
 
   void join_as(int rank) override {
-    if (rank < 0) throw error(errc::invalid_argument, "rank " + std::to_string(rank), {options_.rank, -1, "store join"});
+    if (rank < 0)
+      throw error(errc::invalid_argument, "rank " + std::to_string(rank), {options_.rank, -1, "store join"});
     expect(transact(frame_writer(opcode::join).put_u32(static_cast<std::uint32_t>(rank)), options_.timeout, "join", ""),
            opcode::reply_ok, "join", "");
   }
@@ -125,9 +123,7 @@ class client final : public connection {
     for (;;) {
       failure = boost::asio::error::would_block;
       boost::asio::async_connect(socket_, endpoints,
-                                 [&](boost::system::error_code result, const tcp::endpoint&) {
-                                   failure = result;
-                                 });
+                                 [&](boost::system::error_code result, const tcp::endpoint&) { failure = result; });
       run_until_done(std::min<clock::duration>(deadline - clock::now(), std::chrono::seconds(2)));
       if (!failure) return;
       if (clock::now() + pause >= deadline)
@@ -146,9 +142,8 @@ class client final : public connection {
                   "token of " + std::to_string(options_.token.size()) + " bytes exceeds the limit of " +
                       std::to_string(options_.limits.max_token_bytes) + " (CHORUS_TOKEN)",
                   {options_.rank, -1, "store connect " + where()});
-    reply answer =
-        transact(frame_writer(opcode::hello).put_u32(protocol_version).put_string(options_.token),
-                 options_.timeout, "hello", "");
+    reply answer = transact(frame_writer(opcode::hello).put_u32(protocol_version).put_string(options_.token),
+                            options_.timeout, "hello", "");
     expect(answer, opcode::reply_ok, "hello", "");
   }
 
@@ -172,10 +167,9 @@ class client final : public connection {
     return false;
   }
 
-  reply transact(const frame_writer& request, clock::duration timeout, const char* operation,
-                 std::string_view key) {
-    const std::string context = std::string("store ") + operation +
-                                (key.empty() ? "" : " '" + std::string(key) + "'") + " at " + where();
+  reply transact(const frame_writer& request, clock::duration timeout, const char* operation, std::string_view key) {
+    const std::string context =
+        std::string("store ") + operation + (key.empty() ? "" : " '" + std::string(key) + "'") + " at " + where();
     if (!socket_.is_open())
       throw error(errc::transport, "connection is closed after an earlier failure", {options_.rank, -1, context});
     const std::vector<std::byte> frame = request.finish();
@@ -188,21 +182,22 @@ class client final : public connection {
         failure = written;
         return;
       }
-      boost::asio::async_read(socket_, boost::asio::buffer(header), [&](boost::system::error_code header_read, std::size_t) {
-        if (header_read) {
-          failure = header_read;
-          return;
-        }
-        const std::uint32_t length = read_u32(header);
-        if (length == 0 || length > options_.limits.max_frame_bytes()) {
-          protocol_problem = "reply frame of " + std::to_string(length) + " bytes is out of range";
-          failure = boost::asio::error::message_size;
-          return;
-        }
-        body.resize(length);
-        boost::asio::async_read(socket_, boost::asio::buffer(body),
-                                [&](boost::system::error_code body_read, std::size_t) { failure = body_read; });
-      });
+      boost::asio::async_read(
+          socket_, boost::asio::buffer(header), [&](boost::system::error_code header_read, std::size_t) {
+            if (header_read) {
+              failure = header_read;
+              return;
+            }
+            const std::uint32_t length = read_u32(header);
+            if (length == 0 || length > options_.limits.max_frame_bytes()) {
+              protocol_problem = "reply frame of " + std::to_string(length) + " bytes is out of range";
+              failure = boost::asio::error::message_size;
+              return;
+            }
+            body.resize(length);
+            boost::asio::async_read(socket_, boost::asio::buffer(body),
+                                    [&](boost::system::error_code body_read, std::size_t) { failure = body_read; });
+          });
     });
     if (!run_until_done(timeout))
       throw error(errc::timeout,
@@ -254,8 +249,8 @@ class client final : public connection {
 
   void expect(const reply& answer, opcode wanted, const char* operation, std::string_view key) {
     if (answer.code == wanted) return;
-    const std::string context = std::string("store ") + operation +
-                                (key.empty() ? "" : " '" + std::string(key) + "'") + " at " + where();
+    const std::string context =
+        std::string("store ") + operation + (key.empty() ? "" : " '" + std::string(key) + "'") + " at " + where();
     if (answer.code == opcode::reply_error) {
       boost::system::error_code ignored;
       socket_.close(ignored);

@@ -59,8 +59,7 @@ struct limits {
 
 // Raised for a frame that does not parse; the server answers it with ERROR.
 struct protocol_error : error {
-  explicit protocol_error(std::string detail)
-      : error(errc::mismatch, std::move(detail), {-1, -1, "store protocol"}) {}
+  explicit protocol_error(std::string detail) : error(errc::mismatch, std::move(detail), {-1, -1, "store protocol"}) {}
 };
 
 class frame_writer {
@@ -118,15 +117,14 @@ class frame_reader {
   std::string string(std::uint32_t max_bytes, std::string_view field) {
     const std::uint32_t length = u32();
     if (length > max_bytes)
-      throw protocol_error(std::string(field) + " of " + std::to_string(length) +
-                           " bytes exceeds the limit of " + std::to_string(max_bytes));
+      throw protocol_error(std::string(field) + " of " + std::to_string(length) + " bytes exceeds the limit of " +
+                           std::to_string(max_bytes));
     const auto bytes = take(length);
     return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
   }
   void expect_end() const {
     if (offset_ != body_.size())
-      throw protocol_error("malformed frame: " + std::to_string(body_.size() - offset_) +
-                           " unexpected trailing bytes");
+      throw protocol_error("malformed frame: " + std::to_string(body_.size() - offset_) + " unexpected trailing bytes");
   }
 
  private:

@@ -44,8 +44,7 @@ namespace chorus::store {
 
 class server final : public host {
  public:
-  explicit server(server_options options)
-      : options_(std::move(options)), acceptor_(io_), work_(io_.get_executor()) {
+  explicit server(server_options options) : options_(std::move(options)), acceptor_(io_), work_(io_.get_executor()) {
     listen();
     accept();
     thread_ = std::thread([this] { io_.run(); });
@@ -82,8 +81,8 @@ class server final : public host {
   void listen() {
     try {
       tcp::resolver resolver(io_);
-      const auto endpoints = resolver.resolve(options_.bind_host, std::to_string(options_.port),
-                                              tcp::resolver::passive);
+      const auto endpoints =
+          resolver.resolve(options_.bind_host, std::to_string(options_.port), tcp::resolver::passive);
       const tcp::endpoint endpoint = *endpoints.begin();
       acceptor_.open(endpoint.protocol());
       acceptor_.set_option(tcp::acceptor::reuse_address(true));
@@ -91,10 +90,10 @@ class server final : public host {
       acceptor_.listen();
       port_ = acceptor_.local_endpoint().port();
     } catch (const boost::system::system_error& failure) {
-      throw error(errc::transport,
-                  "store cannot listen on " + options_.bind_host + ":" +
-                      std::to_string(options_.port) + ": " + failure.what(),
-                  {options_.rank, -1, "store server"});
+      throw error(
+          errc::transport,
+          "store cannot listen on " + options_.bind_host + ":" + std::to_string(options_.port) + ": " + failure.what(),
+          {options_.rank, -1, "store server"});
     }
   }
 

@@ -22,8 +22,8 @@
 #include <chorus/bootstrap/store_protocol.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -121,10 +121,10 @@ class table {
 class session_protocol {
  public:
   struct effects {
-    std::vector<std::byte> send;   // reply frames, in order
-    bool close = false;            // close once `send` is written
+    std::vector<std::byte> send;                          // reply frames, in order
+    bool close = false;                                   // close once `send` is written
     std::optional<std::chrono::milliseconds> start_wait;  // a WAIT is now pending: arm its timer
-    std::vector<session_id> woken; // sessions whose WAIT the key just stored answers
+    std::vector<session_id> woken;                        // sessions whose WAIT the key just stored answers
     std::string woken_key;
     std::vector<session_id> failed_waits;  // sessions whose WAIT a rank's failure answers (table().failure())
   };
@@ -207,7 +207,8 @@ class session_protocol {
     if (buffer_.size() >= header_bytes) wanted += body_length_;
     const std::size_t count = std::min(bytes.size(), wanted - buffer_.size());
     buffer_.insert(buffer_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(count));
-    if (buffer_.size() == header_bytes && body_length_ == 0) body_length_ = read_u32(std::span<const std::byte, 4>(buffer_.data(), 4));
+    if (buffer_.size() == header_bytes && body_length_ == 0)
+      body_length_ = read_u32(std::span<const std::byte, 4>(buffer_.data(), 4));
     return count;
   }
 
@@ -217,7 +218,8 @@ class session_protocol {
 
   // Checked once the four length bytes are in, before any of the body is kept.
   bool acceptable_header(effects& out) {
-    if (body_length_ == 0) refuse(out, "malformed frame: empty body");
+    if (body_length_ == 0)
+      refuse(out, "malformed frame: empty body");
     else if (body_length_ > frame_limit())
       refuse(out, "frame of " + std::to_string(body_length_) + " bytes exceeds the limit of " +
                       std::to_string(frame_limit()) + (greeted_ ? "" : " before HELLO"));
@@ -292,8 +294,7 @@ class session_protocol {
         frame.expect_end();
         left_ = true;
         return reply(out, frame_writer(opcode::reply_ok));
-      default:
-        throw protocol_error("unknown opcode " + std::to_string(static_cast<int>(code)));
+      default: throw protocol_error("unknown opcode " + std::to_string(static_cast<int>(code)));
     }
   }
 

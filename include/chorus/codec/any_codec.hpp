@@ -98,8 +98,8 @@ Number parse_part(std::string_view text, std::string_view whole, std::string_vie
   Number value{};
   const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (failed != std::errc{} || end != text.data() + text.size())
-    throw error(errc::invalid_argument, "codec '" + std::string(whole) + "': '" + std::string(text) + "' is not a " +
-                                            std::string(what));
+    throw error(errc::invalid_argument,
+                "codec '" + std::string(whole) + "': '" + std::string(text) + "' is not a " + std::string(what));
   return value;
 }
 
@@ -130,9 +130,8 @@ inline any_codec by_name(std::string_view name) {
   if (name == "bf16") return any_codec(bf16{});
   if (name == "int8") return any_codec(int8{});
   if (name == "onebit") return any_codec(onebit{});
-  throw error(errc::invalid_argument,
-              "unknown codec '" + std::string(name) +
-                  "' (none, identity, fp16, bf16, int8, onebit, topk:R, randomk:R[:SEED])");
+  throw error(errc::invalid_argument, "unknown codec '" + std::string(name) +
+                                          "' (none, identity, fp16, bf16, int8, onebit, topk:R, randomk:R[:SEED])");
 }
 
 // Schemes that send models (D-PSGD, GoSGD, local SGD, EASGD) take dense

@@ -20,7 +20,9 @@ class any_error_feedback {
  public:
   // An empty any_codec (none) holds no feedback; visit() is then an error.
   explicit any_error_feedback(const any_codec& wire) {
-    if (wire) codec::visit(wire, [&](const auto& c) { held_.template emplace<error_feedback<std::remove_cvref_t<decltype(c)>>>(c); });
+    if (wire)
+      codec::visit(wire,
+                   [&](const auto& c) { held_.template emplace<error_feedback<std::remove_cvref_t<decltype(c)>>>(c); });
   }
 
   explicit operator bool() const noexcept { return held_.index() != 0; }
@@ -48,8 +50,8 @@ class any_error_feedback {
         held);
   }
 
-  std::variant<std::monostate, error_feedback<identity>, error_feedback<fp16>, error_feedback<bf16>, error_feedback<int8>,
-               error_feedback<onebit>, error_feedback<topk>, error_feedback<randomk>>
+  std::variant<std::monostate, error_feedback<identity>, error_feedback<fp16>, error_feedback<bf16>,
+               error_feedback<int8>, error_feedback<onebit>, error_feedback<topk>, error_feedback<randomk>>
       held_;
 };
 

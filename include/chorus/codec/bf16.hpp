@@ -45,9 +45,11 @@ struct bf16_format {
     if constexpr (Policy == overflow::saturate)
       v = _mm256_or_si256(_mm256_min_epi32(magnitude, _mm256_set1_epi32(0x7f7f7fff)), _mm256_xor_si256(u, magnitude));
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(v, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(v, _mm256_set1_epi32(0x7fff)), odd), 16);
     const __m256i special = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f7fffff));
-    const __m256i quiet = _mm256_and_si256(_mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000)), _mm256_set1_epi32(0x40));
+    const __m256i quiet =
+        _mm256_and_si256(_mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000)), _mm256_set1_epi32(0x40));
     return _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), special);
   }
   // 16 at a time: packus works within 128-bit lanes, the permute restores order.

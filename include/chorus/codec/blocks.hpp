@@ -55,7 +55,8 @@ struct block_layout {
 template <class Derived, class Payload>
 class block_codec {
  public:
-  block_codec(std::size_t block, simd_path path) : path_(runnable(path)), layout_{layout::checked(block, Derived::name)} {}
+  block_codec(std::size_t block, simd_path path)
+      : path_(runnable(path)), layout_{layout::checked(block, Derived::name)} {}
 
   std::size_t encoded_bytes(std::size_t n) const { return layout_.encoded_bytes(n); }
   std::size_t granule() const { return layout_.block; }

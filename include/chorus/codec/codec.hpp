@@ -69,8 +69,8 @@ inline void require_sizes(std::string_view codec_name, const char* operation, st
                           std::size_t expected_bytes, std::size_t given_bytes) {
   if (expected_bytes != given_bytes)
     throw error(errc::invalid_argument, std::string(codec_name) + " " + operation + ": " + std::to_string(elements) +
-                                            " elements take " + std::to_string(expected_bytes) + " bytes, the buffer has " +
-                                            std::to_string(given_bytes));
+                                            " elements take " + std::to_string(expected_bytes) +
+                                            " bytes, the buffer has " + std::to_string(given_bytes));
 }
 
 }  // namespace detail

@@ -112,8 +112,10 @@ CHORUS_HD constexpr float onebit_value(const std::uint8_t* signs, std::size_t i,
 // decode writes the value; decode_add adds it to what is there.
 template <bool Accumulate>
 CHORUS_HD inline void decoded_into(float& out, float value) noexcept {
-  if constexpr (Accumulate) out = hd::add(out, value);
-  else out = value;
+  if constexpr (Accumulate)
+    out = hd::add(out, value);
+  else
+    out = value;
 }
 
 // Error feedback encodes value + residual and keeps what decoding lost.

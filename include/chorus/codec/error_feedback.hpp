@@ -80,8 +80,9 @@ class error_feedback {
   float* residual_elsewhere(std::size_t slot, std::size_t tensor_size, const make_memory& make) {
     check_slot(slot);
     if (!residuals_[slot].empty())
-      throw error(errc::invalid_argument, "error_feedback holds its residual in host memory; this call's tensor is "
-                                          "elsewhere (device memory): use one error_feedback per tensor");
+      throw error(errc::invalid_argument,
+                  "error_feedback holds its residual in host memory; this call's tensor is "
+                  "elsewhere (device memory): use one error_feedback per tensor");
     kept_residual& residual = elsewhere_[slot];
     if (!residual.memory) residual = {make(tensor_size * sizeof(float)), tensor_size};
     check_size(residual.elements, tensor_size);
@@ -113,7 +114,8 @@ class error_feedback {
   };
 
   static void check_slot(std::size_t slot) {
-    if (slot >= slots) throw error(errc::invalid_argument, "error_feedback: slot " + std::to_string(slot) + " is not 0 or 1");
+    if (slot >= slots)
+      throw error(errc::invalid_argument, "error_feedback: slot " + std::to_string(slot) + " is not 0 or 1");
   }
   static void check_size(std::size_t held, std::size_t elements) {
     if (held != elements)
@@ -125,8 +127,9 @@ class error_feedback {
   std::vector<float>& residual_for(std::size_t slot, std::size_t elements) {
     check_slot(slot);
     if (elsewhere_[slot].memory)
-      throw error(errc::invalid_argument, "error_feedback holds its residual in device memory; this call's tensor is "
-                                          "in host memory: use one error_feedback per tensor");
+      throw error(errc::invalid_argument,
+                  "error_feedback holds its residual in device memory; this call's tensor is "
+                  "in host memory: use one error_feedback per tensor");
     std::vector<float>& residual = residuals_[slot];
     if (residual.empty()) residual.assign(elements, 0.0f);
     check_size(residual.size(), elements);

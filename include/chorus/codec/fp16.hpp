@@ -27,7 +27,8 @@ struct fp16_format {
   static float bound(float x, overflow policy) {
     const float magnitude = std::fabs(x);
     if (!std::isfinite(x)) return 0.0f;
-    if (magnitude >= 65520.0f) return policy == overflow::saturate ? magnitude - largest : std::numeric_limits<float>::infinity();
+    if (magnitude >= 65520.0f)
+      return policy == overflow::saturate ? magnitude - largest : std::numeric_limits<float>::infinity();
     return std::max(magnitude * 0x1p-11f, 0x1p-25f);
   }
 
@@ -37,11 +38,13 @@ struct fp16_format {
     __m256 x = _mm256_loadu_ps(in);
     if constexpr (Policy == overflow::saturate) {
       const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-      const __m256 finite = _mm256_cmp_ps(magnitude, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ);
+      const __m256 finite =
+          _mm256_cmp_ps(magnitude, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ);
       const __m256 clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-largest)), _mm256_set1_ps(largest));
       x = _mm256_blendv_ps(x, clamped, finite);
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   template <overflow Policy>
   CHORUS_TARGET_AVX2 static void encode16(const float* in, std::uint16_t* out) {

@@ -48,7 +48,8 @@ class int8 : public detail::block_codec<int8, detail::int8_payload> {
   void error_bound(std::span<const float> in, std::span<float> bound) const {
     for_each_block(in.size(), [&](std::size_t first, std::size_t n) {
       const block_scale s = scale_of(in.data() + first, n);
-      const float b = std::isfinite(s.scale) ? s.scale * 0.5f + s.largest * 0x1p-20f + 0x1p-142f : std::numeric_limits<float>::infinity();
+      const float b = std::isfinite(s.scale) ? s.scale * 0.5f + s.largest * 0x1p-20f + 0x1p-142f
+                                             : std::numeric_limits<float>::infinity();
       std::fill_n(bound.data() + first, n, b);
     });
   }

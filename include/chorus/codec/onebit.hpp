@@ -110,7 +110,9 @@ class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
     std::size_t positives;  // elements >= 0
   };
 
-  static float mean(const std::array<float, 8>& lane, std::size_t count) { return element::onebit_mean(lane.data(), count); }
+  static float mean(const std::array<float, 8>& lane, std::size_t count) {
+    return element::onebit_mean(lane.data(), count);
+  }
 
   // Element k goes to lane k % 8, adding 0 to the other group's lane, exactly
   // as the vector code does.

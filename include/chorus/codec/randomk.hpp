@@ -42,7 +42,9 @@ class randomk {
   static constexpr std::size_t key_bytes = sizeof(std::uint64_t);
 
   explicit randomk(double ratio = 0.01, std::uint64_t seed = default_seed)
-      : ratio_(detail::checked_ratio(ratio, name)), seed_(seed), calls_(std::make_shared<std::atomic<std::uint64_t>>(0)) {}
+      : ratio_(detail::checked_ratio(ratio, name)),
+        seed_(seed),
+        calls_(std::make_shared<std::atomic<std::uint64_t>>(0)) {}
 
   double ratio() const noexcept { return ratio_; }
   std::uint64_t seed() const noexcept { return seed_; }

@@ -77,6 +77,8 @@ inline simd_path best_path() {
 }
 
 // A requested path the CPU cannot run falls back to portable.
-inline simd_path runnable(simd_path wanted) { return wanted == simd_path::avx2 && cpu_has_avx2() ? wanted : simd_path::portable; }
+inline simd_path runnable(simd_path wanted) {
+  return wanted == simd_path::avx2 && cpu_has_avx2() ? wanted : simd_path::portable;
+}
 
 }  // namespace chorus::codec

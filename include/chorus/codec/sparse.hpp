@@ -19,8 +19,9 @@ namespace chorus::codec::detail {
 
 inline double checked_ratio(double ratio, std::string_view codec_name) {
   if (!(ratio > 0.0 && ratio <= 1.0))
-    throw error(errc::invalid_argument, std::string(codec_name) + ": the ratio of elements kept must be in (0, 1], not " +
-                                            std::to_string(ratio));
+    throw error(
+        errc::invalid_argument,
+        std::string(codec_name) + ": the ratio of elements kept must be in (0, 1], not " + std::to_string(ratio));
   return ratio;
 }
 
@@ -54,8 +55,10 @@ void place(std::string_view codec_name, std::size_t index, float value, std::spa
     throw error(errc::invalid_argument, std::string(codec_name) + " decode: index " + std::to_string(index) +
                                             " is outside a " + std::to_string(out.size()) +
                                             "-element tensor (bytes of another tensor, or damaged)");
-  if constexpr (Add) out[index] += value;
-  else out[index] = value;
+  if constexpr (Add)
+    out[index] += value;
+  else
+    out[index] = value;
 }
 
 }  // namespace chorus::codec::detail

@@ -18,8 +18,8 @@ namespace chorus::codec {
 
 // The codecs a codec_spec can name: the ones with device kernels.
 template <class C>
-inline constexpr bool describable = std::is_same_v<C, fp16> || std::is_same_v<C, bf16> || std::is_same_v<C, int8> ||
-                                    std::is_same_v<C, onebit>;
+inline constexpr bool describable =
+    std::is_same_v<C, fp16> || std::is_same_v<C, bf16> || std::is_same_v<C, int8> || std::is_same_v<C, onebit>;
 
 template <class C>
   requires describable<C>
@@ -34,11 +34,16 @@ codec_spec spec_of(const C& c) {
 template <class Visit>
 bool visit_spec(const codec_spec& spec, Visit&& visit) {
   const overflow policy = spec.saturate ? overflow::saturate : overflow::infinity;
-  if (spec.name == fp16::name) visit(fp16(policy));
-  else if (spec.name == bf16::name) visit(bf16(policy));
-  else if (spec.name == int8::name && spec.block > 0) visit(int8(spec.block));
-  else if (spec.name == onebit::name && spec.block > 0) visit(onebit(spec.block));
-  else return false;
+  if (spec.name == fp16::name)
+    visit(fp16(policy));
+  else if (spec.name == bf16::name)
+    visit(bf16(policy));
+  else if (spec.name == int8::name && spec.block > 0)
+    visit(int8(spec.block));
+  else if (spec.name == onebit::name && spec.block > 0)
+    visit(onebit(spec.block));
+  else
+    return false;
   return true;
 }
 

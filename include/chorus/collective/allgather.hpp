@@ -13,13 +13,13 @@
 
 #include <chorus/collective/allgather_hierarchical.hpp>
 #include <chorus/collective/allgather_recursive_doubling.hpp>
-#include <chorus/collective/allgather_shared_memory.hpp>
 #include <chorus/collective/allgather_ring.hpp>
+#include <chorus/collective/allgather_shared_memory.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/selection.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
@@ -50,18 +50,22 @@ void allgather_by(X& ex, std::span<T> all, std::size_t block, algorithm chosen, 
     if (chosen == algorithm::shared_memory) return allgather_shared_memory(ex, all, block);
     if (chosen == algorithm::hierarchical) return allgather_hierarchical(ex, all, block);
   }
-  if (chosen == algorithm::ring) allgather_ring(ex, all, block);
-  else allgather_recursive_doubling(ex, all, block, steps);
+  if (chosen == algorithm::ring)
+    allgather_ring(ex, all, block);
+  else
+    allgather_recursive_doubling(ex, all, block, steps);
 }
 
 // A buffer that is not host memory: the direct path where the router takes
 // it (allgather only moves and copies bytes: no device kernels needed), else staged.
 template <class Communicator, element T>
 algorithm allgather_through(memory_router& router, Communicator& comm, std::span<T> all, algorithm forced) {
-  const choice made = choose(comm, "allgather", {.ranks = comm.size(), .bytes = all.size_bytes(), .host_memory = false}, forced);
+  const choice made =
+      choose(comm, "allgather", {.ranks = comm.size(), .bytes = all.size_bytes(), .host_memory = false}, forced);
   const std::size_t block = allgather_block(comm, all);
   const routed_buffer view{all.data(), all.size_bytes(), buffer_use::read_write};
-  if (!moves_host_memory(made.chosen) && run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
+  if (!moves_host_memory(made.chosen) &&
+      run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
         check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1, call_memory(all)});
         report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
         exchange ex(comm, "allgather");
@@ -69,8 +73,9 @@ algorithm allgather_through(memory_router& router, Communicator& comm, std::span
         allgather_by(on_network, all, block, made.chosen, routed_steps(where));
       }))
     return made.chosen;
-  return through_host(router, comm, [&](std::span<T> host) { return allgather(comm, host, forced); },
-                      staged(all, buffer_use::read_write));
+  return through_host(
+      router, comm, [&](std::span<T> host) { return allgather(comm, host, forced); },
+      staged(all, buffer_use::read_write));
 }
 
 // Whether an out-of-place allgather of `mine` into `all` would take the
@@ -103,7 +108,8 @@ algorithm allgather(Communicator& comm, std::span<const T> mine, std::span<T> al
                     algorithm forced = algorithm::automatic) {
   const std::size_t needed = mine.size() * static_cast<std::size_t>(comm.size());
   memory_router* router = routed(mine, all);
-  if (router != nullptr && collective::allgather_goes_direct(*router, comm, mine, all.first(std::min(needed, all.size())))) {
+  if (router != nullptr &&
+      collective::allgather_goes_direct(*router, comm, mine, all.first(std::min(needed, all.size())))) {
     collective::check_output(mine, all, needed, comm.transport().rank(), "allgather", false);
     copy_elements(comm, mine.data(), mine.size(), all.data() + mine.size() * static_cast<std::size_t>(comm.rank()));
     return allgather(comm, all.first(needed), forced);  // in place, direct
@@ -113,7 +119,8 @@ algorithm allgather(Communicator& comm, std::span<const T> mine, std::span<T> al
         *router, comm, [&](std::span<const T> in, std::span<T> out) { return allgather(comm, in, out, forced); },
         staged(mine, buffer_use::read), staged(all.first(std::min(needed, all.size())), buffer_use::write));
   collective::check_output(mine, all, needed, comm.transport().rank(), "allgather", false);
-  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size() * static_cast<std::size_t>(comm.rank())));
+  std::copy(mine.begin(), mine.end(),
+            all.begin() + static_cast<std::ptrdiff_t>(mine.size() * static_cast<std::size_t>(comm.rank())));
   return allgather(comm, all.first(needed), forced);
 }
 

@@ -42,7 +42,8 @@ void allgather_hierarchical(exchange<Communicator>& ex, std::span<A> all, std::s
   const host_layout& layout = ex.comm().layout();
   const auto hosts = static_cast<std::size_t>(layout.hosts);
   std::vector<std::vector<int>> held;
-  for (int local = 0; local < static_cast<int>(layout.local.size()); ++local) held.push_back(layout.with_local_rank(local));
+  for (int local = 0; local < static_cast<int>(layout.local.size()); ++local)
+    held.push_back(layout.with_local_rank(local));
   const std::size_t part = std::max<std::size_t>(shared_memory_channel::default_slot_bytes / sizeof(A) / hosts, 1);
   // First, so that every rank reserves the setup phase at the same place.
   shared_memory_call call(ex, layout.local, steps_for(block, part), all.size_bytes());

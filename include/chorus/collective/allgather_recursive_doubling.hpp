@@ -26,7 +26,7 @@ void allgather_recursive_doubling(X& ex, std::span<A> data, std::size_t block, c
   const std::span<A> gathered = steps.template window<A>(data.size());
   const std::size_t below = static_cast<std::size_t>(rank) * block;  // the blocks of the ranks below this one
   steps.copy(std::span<const A>(data.subspan(below, block)), gathered.first(block));
-  steps.settle();  // the first round sends it
+  steps.settle();                  // the first round sends it
   std::uint64_t count_rounds = 0;  // ceil(log2 n)
   for (int have = 1; have < n; have *= 2) ++count_rounds;
   const auto rounds = ex.phase(count_rounds, "doubling");

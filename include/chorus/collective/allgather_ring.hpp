@@ -26,7 +26,8 @@ void allgather_ring(X& ex, std::span<A> data, std::size_t block, ring_settings s
   const int n = ex.size(), rank = ex.rank();
   if (n == 1 || block == 0) return;
   const auto hops = static_cast<std::size_t>(n - 1);
-  const ring_geometry geometry(block * static_cast<std::size_t>(n), n, settings.segment_bytes / sizeof(A), hops, ex.steps_left());
+  const ring_geometry geometry(block * static_cast<std::size_t>(n), n, settings.segment_bytes / sizeof(A), hops,
+                               ex.steps_left());
   ring_pipeline ring(ex, geometry, ex.phase(geometry.steps(), "ring hops x segments"), settings.depth);
   const auto place = [&](range r) { return data.subspan(r.offset, r.count); };
   ring.gather_hops(rank, 0, hops, place, [](range) {}, true);

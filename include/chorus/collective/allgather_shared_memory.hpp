@@ -31,19 +31,23 @@ void allgather_in_host(Call& call, std::span<A> all, std::size_t block, const st
   const int me = call.rank(), n = call.size();
   const std::size_t per_rank = held[0].size();
   const std::size_t part = std::max<std::size_t>(call.channel().template slot_count<A>() / per_rank, 1);
-  const auto at = [&](int block_index, std::size_t offset) { return all.data() + static_cast<std::size_t>(block_index) * block + offset; };
+  const auto at = [&](int block_index, std::size_t offset) {
+    return all.data() + static_cast<std::size_t>(block_index) * block + offset;
+  };
   for (std::uint64_t k = 0; k < steps_for(block, part); ++k) {
     const std::uint64_t step = call.step(k);
     const std::size_t offset = std::min<std::size_t>(k * part, block), length = std::min(part, block - offset);
     if (step >= 2) call.wait_all(stage::consumed, step - 2);
     for (std::size_t j = 0; j < per_rank; ++j)
-      std::copy_n(at(held[static_cast<std::size_t>(me)][j], offset), length, call.channel().template slot<A>(me, step).data() + j * part);
+      std::copy_n(at(held[static_cast<std::size_t>(me)][j], offset), length,
+                  call.channel().template slot<A>(me, step).data() + j * part);
     call.publish(stage::posted, step);
     for (int owner = 0; owner < n; ++owner) {
       if (owner == me) continue;
       call.wait(owner, stage::posted, step);
       for (std::size_t j = 0; j < per_rank; ++j)
-        std::copy_n(call.channel().template slot<A>(owner, step).data() + j * part, length, at(held[static_cast<std::size_t>(owner)][j], offset));
+        std::copy_n(call.channel().template slot<A>(owner, step).data() + j * part, length,
+                    at(held[static_cast<std::size_t>(owner)][j], offset));
     }
     call.publish(stage::consumed, step);
   }
@@ -53,8 +57,8 @@ template <class Communicator, class A>
 void allgather_shared_memory(exchange<Communicator>& ex, std::span<A> all, std::size_t block) {
   std::vector<std::vector<int>> held;
   for (int rank = 0; rank < ex.size(); ++rank) held.push_back({rank});
-  shared_memory_call call(ex, every_rank(ex.size()), steps_for(block, shared_memory_channel::default_slot_bytes / sizeof(A)),
-                          all.size_bytes());
+  shared_memory_call call(ex, every_rank(ex.size()),
+                          steps_for(block, shared_memory_channel::default_slot_bytes / sizeof(A)), all.size_bytes());
   allgather_in_host(call, all, block, held);
 }
 

@@ -13,8 +13,8 @@
 #include <chorus/collective/allreduce_hierarchical.hpp>
 #include <chorus/collective/allreduce_rabenseifner.hpp>
 #include <chorus/collective/allreduce_recursive_doubling.hpp>
-#include <chorus/collective/allreduce_shared_memory.hpp>
 #include <chorus/collective/allreduce_ring.hpp>
+#include <chorus/collective/allreduce_shared_memory.hpp>
 #include <chorus/collective/allreduce_tree.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
@@ -73,7 +73,8 @@ algorithm allreduce_through(memory_router& router, Communicator& comm, std::span
                 staged_because("reductions over " + std::string(element_traits<T>::name)));
     return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
   } else {
-    const choice direct = choose(comm, "allreduce", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
+    const choice direct =
+        choose(comm, "allreduce", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
     const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
     if (!moves_host_memory(direct.chosen) &&
         run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
@@ -118,9 +119,9 @@ algorithm allreduce(Communicator& comm, std::span<const T> input, std::span<T> o
                     algorithm forced = algorithm::automatic) {
   if (memory_router* router = routed(input, output))
     return through_host(
-        *router, comm,
-        [&](std::span<const T> in, std::span<T> out) { return allreduce(comm, in, out, op, forced); },
-        staged(input, buffer_use::read), staged(output.first(std::min(input.size(), output.size())), buffer_use::write));
+        *router, comm, [&](std::span<const T> in, std::span<T> out) { return allreduce(comm, in, out, op, forced); },
+        staged(input, buffer_use::read),
+        staged(output.first(std::min(input.size(), output.size())), buffer_use::write));
   collective::check_output(input, output, input.size(), comm.transport().rank(), "allreduce");
   // min() is input.size() once check_output has passed; spelt out, it lets
   // GCC 12 at -O3 see the copy fits (else -Warray-bounds, on the path where
@@ -137,16 +138,16 @@ algorithm allreduce(Communicator& comm, std::span<const T> input, std::span<T> o
 
 // Any contiguous container of elements (std::vector<float>, std::array, ...).
 template <class Communicator, std::ranges::contiguous_range Range, reduction_operator Op = op::sum>
-  requires element<std::ranges::range_value_t<Range>> && (!std::is_const_v<std::remove_reference_t<
-                                                              std::ranges::range_reference_t<Range>>>)
+  requires element<std::ranges::range_value_t<Range>> &&
+           (!std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<Range>>>)
 algorithm allreduce(Communicator& comm, Range&& data, Op op = {}, algorithm forced = algorithm::automatic) {
   return allreduce(comm, std::span<std::ranges::range_value_t<Range>>(std::ranges::data(data), std::ranges::size(data)),
                    op, forced);
 }
 
 template <class Communicator, std::ranges::contiguous_range Range>
-  requires element<std::ranges::range_value_t<Range>> && (!std::is_const_v<std::remove_reference_t<
-                                                              std::ranges::range_reference_t<Range>>>)
+  requires element<std::ranges::range_value_t<Range>> &&
+           (!std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<Range>>>)
 algorithm allreduce(Communicator& comm, Range&& data, algorithm forced) {
   return allreduce(comm, std::forward<Range>(data), op::sum{}, forced);
 }

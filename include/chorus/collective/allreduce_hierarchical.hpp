@@ -83,10 +83,13 @@ void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const
       at += mine.size();
     }
   };
-  each_slice([](std::span<A> mine, std::span<A> packed_part) { std::copy(mine.begin(), mine.end(), packed_part.begin()); });
+  each_slice(
+      [](std::span<A> mine, std::span<A> packed_part) { std::copy(mine.begin(), mine.end(), packed_part.begin()); });
   allreduce_over_network(ex, layout.across, packed, combining_only<Op>{op});
   finalize_all(packed, op, static_cast<std::size_t>(ex.size()));
-  each_slice([](std::span<A> mine, std::span<A> packed_part) { std::copy(packed_part.begin(), packed_part.end(), mine.begin()); });
+  each_slice([](std::span<A> mine, std::span<A> packed_part) {
+    std::copy(packed_part.begin(), packed_part.end(), mine.begin());
+  });
   // (3) the final slices to every rank of the host.
   for (std::uint64_t k = 0; k < chunks; ++k) {
     const std::span<A> chunk = chunk_of(data, k, per_step);

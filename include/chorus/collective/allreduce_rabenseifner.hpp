@@ -26,17 +26,20 @@ void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op, const Steps&
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
     const std::span<A> scratch = steps.template window<A>(data.size());
-    folded(ex, data, scratch, op, [&](const folding& shape) {
-      const auto parts = static_cast<std::size_t>(shape.participants);
-      const block_partition blocks{data.size(), parts};
-      std::vector<std::size_t> bounds(parts + 1);
-      for (std::size_t i = 0; i <= parts; ++i) bounds[i] = blocks.offset(i);
-      halving_reduce_scatter(ex, shape, data, scratch, bounds, op, steps);
-      const auto own = static_cast<std::size_t>(shape.participant);
-      steps.finalize(data.subspan(bounds[own], blocks.size(own)), op, static_cast<std::size_t>(n));
-      steps.settle();  // the allgather sends it
-      doubling_allgather(ex, shape, data, bounds);
-    }, steps);
+    folded(
+        ex, data, scratch, op,
+        [&](const folding& shape) {
+          const auto parts = static_cast<std::size_t>(shape.participants);
+          const block_partition blocks{data.size(), parts};
+          std::vector<std::size_t> bounds(parts + 1);
+          for (std::size_t i = 0; i <= parts; ++i) bounds[i] = blocks.offset(i);
+          halving_reduce_scatter(ex, shape, data, scratch, bounds, op, steps);
+          const auto own = static_cast<std::size_t>(shape.participant);
+          steps.finalize(data.subspan(bounds[own], blocks.size(own)), op, static_cast<std::size_t>(n));
+          steps.settle();  // the allgather sends it
+          doubling_allgather(ex, shape, data, bounds);
+        },
+        steps);
     return;
   }
   steps.finalize(data, op, static_cast<std::size_t>(n));

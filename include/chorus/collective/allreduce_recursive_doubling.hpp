@@ -26,16 +26,19 @@ void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op, const 
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
     const std::span<A> scratch = steps.template window<A>(data.size());
-    folded(ex, data, scratch, op, [&](const folding& shape) {
-      const auto rounds = ex.phase(shape.rounds(), "doubling");
-      std::uint32_t round = 0;
-      for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
-        const int partner = shape.rank_of(shape.participant ^ distance);
-        ex.sendrecv(std::span<const A>(data), partner, scratch, partner, rounds(round));
-        steps.reduce(data, std::span<const A>(scratch), op, partner < ex.rank());
-        steps.settle();  // the next round sends `data` and reuses the window
-      }
-    }, steps);
+    folded(
+        ex, data, scratch, op,
+        [&](const folding& shape) {
+          const auto rounds = ex.phase(shape.rounds(), "doubling");
+          std::uint32_t round = 0;
+          for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
+            const int partner = shape.rank_of(shape.participant ^ distance);
+            ex.sendrecv(std::span<const A>(data), partner, scratch, partner, rounds(round));
+            steps.reduce(data, std::span<const A>(scratch), op, partner < ex.rank());
+            steps.settle();  // the next round sends `data` and reuses the window
+          }
+        },
+        steps);
   }
   steps.finalize(data, op, static_cast<std::size_t>(n));
 }

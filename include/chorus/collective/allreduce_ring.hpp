@@ -31,8 +31,8 @@ namespace chorus::collective {
 // (local_steps.hpp: the host, or the device on the direct path); each
 // reduced segment is settled before it is sent on.
 template <class X, class A, class Op, class Steps = host_steps>
-void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settings = {},
-                    staging_hooks* hooks = nullptr, const Steps& steps = {}) {
+void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settings = {}, staging_hooks* hooks = nullptr,
+                    const Steps& steps = {}) {
   const int n = ex.size(), rank = ex.rank();
   const auto need = [&](range r) {
     if (hooks != nullptr) hooks->need(r.offset * sizeof(A), r.count * sizeof(A));

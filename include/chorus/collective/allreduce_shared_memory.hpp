@@ -90,7 +90,8 @@ void share_slice(Call& call, std::uint64_t step, std::span<const A> chunk, bool 
   if (!posted && step >= 2) call.wait_all(stage::consumed, step - 2);
   const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
   const std::span<const A> mine = own_slice(call, chunk);
-  std::copy(mine.begin(), mine.end(), call.channel().template slot<A>(call.rank(), step).begin() + static_cast<std::ptrdiff_t>(offset));
+  std::copy(mine.begin(), mine.end(),
+            call.channel().template slot<A>(call.rank(), step).begin() + static_cast<std::ptrdiff_t>(offset));
   call.publish(stage::reduced, step);
 }
 
@@ -103,7 +104,8 @@ void gather_slices(Call& call, std::uint64_t step, std::span<A> chunk) {
     if (owner == call.rank()) continue;
     call.wait(owner, stage::reduced, step);
     const auto block = static_cast<std::size_t>(owner);
-    const std::span<const A> reduced = call.channel().template slot<A>(owner, step).subspan(slices.offset(block), slices.size(block));
+    const std::span<const A> reduced =
+        call.channel().template slot<A>(owner, step).subspan(slices.offset(block), slices.size(block));
     std::copy(reduced.begin(), reduced.end(), chunk.begin() + static_cast<std::ptrdiff_t>(slices.offset(block)));
   }
   call.publish(stage::consumed, step);

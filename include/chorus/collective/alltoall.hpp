@@ -10,8 +10,8 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/selection.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
@@ -78,7 +78,8 @@ algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> ou
       }))
     return algorithm::automatic;
   return through_host(
-      *router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { return alltoall(comm, host_in, host_out); },
+      *router, comm,
+      [&](std::span<const T> host_in, std::span<T> host_out) { return alltoall(comm, host_in, host_out); },
       staged(input, buffer_use::read), staged(output.first(input.size()), buffer_use::write));
 }
 

@@ -26,8 +26,8 @@ bool overlap(std::span<const T> a, std::span<const T> b) noexcept {
 // Out-of-place calls: the output must be large enough and must not partly
 // overlap the input (exactly the same range means in place).
 template <class T>
-void check_output(std::span<const T> input, std::span<T> output, std::size_t needed, int rank,
-                  const char* operation, bool same_allowed = true) {
+void check_output(std::span<const T> input, std::span<T> output, std::size_t needed, int rank, const char* operation,
+                  bool same_allowed = true) {
   if (output.size() < needed)
     throw error(errc::invalid_argument,
                 "output holds " + std::to_string(output.size()) + " elements, needs " + std::to_string(needed),
@@ -40,8 +40,7 @@ void check_output(std::span<const T> input, std::span<T> output, std::size_t nee
 
 inline void check_root(int root, int size, int rank, const char* operation) {
   if (root < 0 || root >= size)
-    throw error(errc::invalid_argument,
-                "root " + std::to_string(root) + " is not in [0, " + std::to_string(size) + ")",
+    throw error(errc::invalid_argument, "root " + std::to_string(root) + " is not in [0, " + std::to_string(size) + ")",
                 {rank, -1, operation});
 }
 

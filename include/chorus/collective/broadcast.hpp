@@ -16,8 +16,8 @@
 #include <chorus/collective/broadcast_tree.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/selection.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/collective/selection.hpp>
 #include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/memory_router.hpp>
@@ -37,8 +37,10 @@ void broadcast_by(X& ex, std::span<T> data, int root, algorithm chosen) {
     if (chosen == algorithm::shared_memory) return broadcast_shared_memory(ex, data, root);
     if (chosen == algorithm::hierarchical) return broadcast_hierarchical(ex, data, root);
   }
-  if (chosen == algorithm::chain) broadcast_chain(ex, data, root);
-  else broadcast_tree(ex, data, root);
+  if (chosen == algorithm::chain)
+    broadcast_chain(ex, data, root);
+  else
+    broadcast_tree(ex, data, root);
 }
 
 // A buffer that is not host memory: the direct path where the router takes
@@ -47,9 +49,11 @@ void broadcast_by(X& ex, std::span<T> data, int root, algorithm chosen) {
 template <class Communicator, element T>
 algorithm broadcast_through(memory_router& router, Communicator& comm, std::span<T> data, int root, algorithm forced) {
   check_root(root, comm.size(), comm.transport().rank(), "broadcast");
-  const choice made = choose(comm, "broadcast", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
+  const choice made =
+      choose(comm, "broadcast", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
   const routed_buffer view{data.data(), data.size_bytes(), comm.rank() == root ? buffer_use::read : buffer_use::write};
-  if (!moves_host_memory(made.chosen) && run_direct(router, comm, "broadcast", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
+  if (!moves_host_memory(made.chosen) &&
+      run_direct(router, comm, "broadcast", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
         check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root, call_memory(data)});
         report(comm, "broadcast", data.size_bytes(), dtype_of<T>, made);
         exchange ex(comm, "broadcast");
@@ -57,8 +61,8 @@ algorithm broadcast_through(memory_router& router, Communicator& comm, std::span
         broadcast_by(on_network, data, root, made.chosen);
       }))
     return made.chosen;
-  return through_host(router, comm, [&](std::span<T> host) { return broadcast(comm, host, root, forced); },
-                      staged(data, view.use));
+  return through_host(
+      router, comm, [&](std::span<T> host) { return broadcast(comm, host, root, forced); }, staged(data, view.use));
 }
 
 }  // namespace collective

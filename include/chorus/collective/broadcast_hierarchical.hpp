@@ -38,14 +38,16 @@ void broadcast_hierarchical(exchange<Communicator>& ex, std::span<A> data, int r
   const host_layout& layout = ex.comm().layout();
   int root_host = 0;
   while (std::find(layout.members[static_cast<std::size_t>(root_host)].begin(),
-                   layout.members[static_cast<std::size_t>(root_host)].end(), root) ==
-         layout.members[static_cast<std::size_t>(root_host)].end())
+                   layout.members[static_cast<std::size_t>(root_host)].end(),
+                   root) == layout.members[static_cast<std::size_t>(root_host)].end())
     ++root_host;
   const auto& root_members = layout.members[static_cast<std::size_t>(root_host)];
-  const int root_local = static_cast<int>(std::find(root_members.begin(), root_members.end(), root) - root_members.begin());
+  const int root_local =
+      static_cast<int>(std::find(root_members.begin(), root_members.end(), root) - root_members.begin());
   // First, so that every rank reserves the setup phase at the same place
   // (only the root's local peers take part in the network's phases).
-  shared_memory_call call(ex, layout.local, steps_for(data.size(), shared_memory_channel::default_slot_bytes / sizeof(A)),
+  shared_memory_call call(ex, layout.local,
+                          steps_for(data.size(), shared_memory_channel::default_slot_bytes / sizeof(A)),
                           data.size_bytes());
   if (layout.local_rank == root_local) broadcast_over_network(ex, layout.across, data, root_host);
   broadcast_in_host(call, data, root_local);

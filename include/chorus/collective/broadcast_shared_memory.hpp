@@ -38,7 +38,8 @@ void broadcast_in_host(Call& call, std::span<A> data, int root) {
 
 template <class Communicator, class A>
 void broadcast_shared_memory(exchange<Communicator>& ex, std::span<A> data, int root) {
-  shared_memory_call call(ex, every_rank(ex.size()), steps_for(data.size(), shared_memory_channel::default_slot_bytes / sizeof(A)),
+  shared_memory_call call(ex, every_rank(ex.size()),
+                          steps_for(data.size(), shared_memory_channel::default_slot_bytes / sizeof(A)),
                           data.size_bytes());
   broadcast_in_host(call, data, root);
 }

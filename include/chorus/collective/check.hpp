@@ -38,15 +38,15 @@ struct call_signature {
   call_signature() = default;
   call_signature(std::string_view operation_name, std::uint64_t elements, dtype element, std::string_view op_name,
                  int root_rank, memory_kind buffers)
-      : count(elements), root(root_rank), type(static_cast<std::uint8_t>(element)),
+      : count(elements),
+        root(root_rank),
+        type(static_cast<std::uint8_t>(element)),
         memory(static_cast<std::uint8_t>(buffers)) {
     std::memcpy(operation.data(), operation_name.data(), std::min(operation_name.size(), operation.size() - 1));
     std::memcpy(op.data(), op_name.data(), std::min(op_name.size(), op.size() - 1));
   }
 
-  bool operator==(const call_signature& other) const noexcept {
-    return std::memcmp(this, &other, sizeof *this) == 0;
-  }
+  bool operator==(const call_signature& other) const noexcept { return std::memcmp(this, &other, sizeof *this) == 0; }
 
   std::string describe() const {
     std::string text = std::string(operation.data()) + "(count " + std::to_string(count) + ", " +
@@ -73,8 +73,10 @@ inline void require_agreement(const std::vector<call_signature>& all, int world_
   std::vector<std::pair<call_signature, std::vector<std::size_t>>> calls;  // in order of first rank
   for (std::size_t r = 0; r < all.size(); ++r) {
     auto same = std::find_if(calls.begin(), calls.end(), [&](const auto& call) { return call.first == all[r]; });
-    if (same == calls.end()) calls.push_back({all[r], {r}});
-    else same->second.push_back(r);
+    if (same == calls.end())
+      calls.push_back({all[r], {r}});
+    else
+      same->second.push_back(r);
   }
   if (calls.size() == 1) return;
   std::stable_sort(calls.begin(), calls.end(),

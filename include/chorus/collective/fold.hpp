@@ -25,8 +25,10 @@ struct folding {
   explicit folding(int n, int rank) : size(n) {
     while (participants * 2 <= n) participants *= 2;
     remainder = n - participants;
-    if (rank < 2 * remainder) participant = rank % 2 == 0 ? -1 : rank / 2;
-    else participant = rank - remainder;
+    if (rank < 2 * remainder)
+      participant = rank % 2 == 0 ? -1 : rank / 2;
+    else
+      participant = rank - remainder;
   }
 
   // The real rank of participant i.
@@ -43,8 +45,8 @@ struct folding {
 // Even ranks of the folded pairs send `data`; odd ones receive into
 // `scratch` and reduce it into `data` (the even rank is the lower operand).
 template <class X, class A, class Op, class Steps = host_steps>
-void fold_in(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch, const Op& op,
-             std::uint32_t step, const Steps& steps = {}) {
+void fold_in(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch, const Op& op, std::uint32_t step,
+             const Steps& steps = {}) {
   const int rank = ex.rank();
   if (rank >= 2 * shape.remainder) return;
   if (shape.sits_out()) {
@@ -61,8 +63,10 @@ template <class X, class A>
 void fold_out(X& ex, const folding& shape, std::span<A> data, std::uint32_t step) {
   const int rank = ex.rank();
   if (rank >= 2 * shape.remainder) return;
-  if (shape.sits_out()) ex.recv(data, rank + 1, step);
-  else ex.send(std::span<const A>(data), rank - 1, step);
+  if (shape.sits_out())
+    ex.recv(data, rank + 1, step);
+  else
+    ex.send(std::span<const A>(data), rank - 1, step);
 }
 
 // Runs `participate(shape)` between folding in and folding out: the

@@ -13,8 +13,8 @@
 #pragma once
 
 #include <chorus/collective/allreduce.hpp>
-#include <chorus/core/memory_router.hpp>
 #include <chorus/core/env.hpp>
+#include <chorus/core/memory_router.hpp>
 
 #include <algorithm>
 #include <cstddef>

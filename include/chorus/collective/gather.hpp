@@ -66,8 +66,9 @@ void gather_through(memory_router& router, Communicator& comm, std::span<const T
         gather_by(on_network, comm, mine, all, root, routed_steps(where));
       }))
     return;
-  through_host(router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { gather(comm, host_in, host_out, root); },
-               staged(mine, buffer_use::read), staged(all.first(filled), buffer_use::write));
+  through_host(
+      router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { gather(comm, host_in, host_out, root); },
+      staged(mine, buffer_use::read), staged(all.first(filled), buffer_use::write));
 }
 
 }  // namespace collective

@@ -82,21 +82,24 @@ void monitored_barrier(Communicator& comm, std::chrono::milliseconds timeout, mo
     throw error(errc::invalid_argument, "timeout must be positive", {comm.transport().rank(), -1, "monitored_barrier"});
   collective::exchange ex(comm, "monitored_barrier");
   const int n = comm.size();
-  const auto within = [](std::chrono::milliseconds waited) { return " within " + std::to_string(waited.count()) + " ms"; };
+  const auto within = [](std::chrono::milliseconds waited) {
+    return " within " + std::to_string(waited.count()) + " ms";
+  };
   if (n == 1) return;
   // The answer: 0 go on; 1 the barrier failed at rank 0 (its error names who).
   if (comm.rank() != 0) {
     std::array<std::byte, 1> answer{std::byte{1}};
-    std::array<request, 2> mine{ex.irecv(std::span<std::byte>(answer), 0, 1), ex.isend(std::span<const std::byte>(), 0, 0)};
+    std::array<request, 2> mine{ex.irecv(std::span<std::byte>(answer), 0, 1),
+                                ex.isend(std::span<const std::byte>(), 0, 0)};
     bool answered = false;
     try {
       answered = comm.transport().progress_until([&] { return comm.test(mine[1]) && comm.test(mine[0]); },
                                                  transport::clock::now() + 2 * timeout);
     } catch (const error& failure) {
-      throw error(errc::peer_failure,
-                  "rank " + std::to_string(comm.rank()) + " reached monitored_barrier, but rank 0 failed: " +
-                      failure.detail(),
-                  {comm.transport().rank(), comm.world_rank(0), "monitored_barrier"});
+      throw error(
+          errc::peer_failure,
+          "rank " + std::to_string(comm.rank()) + " reached monitored_barrier, but rank 0 failed: " + failure.detail(),
+          {comm.transport().rank(), comm.world_rank(0), "monitored_barrier"});
     }
     if (!answered)
       throw error(errc::timeout,
@@ -121,9 +124,7 @@ void monitored_barrier(Communicator& comm, std::chrono::milliseconds timeout, mo
     if (std::find(missing.begin(), missing.end(), r) == missing.end())
       answers.push_back(ex.isend(std::span<const std::byte>(missing.empty() ? go : failed), r, 1));
   comm.transport().progress_until(
-      [&] {
-        return std::all_of(answers.begin(), answers.end(), [&](request& sent) { return sent.done(); });
-      },
+      [&] { return std::all_of(answers.begin(), answers.end(), [&](request& sent) { return sent.done(); }); },
       transport::clock::now() + timeout);
   if (missing.empty()) return;
   const std::vector<int> named = options.wait_all ? missing : std::vector<int>{dead >= 0 ? dead : missing.front()};

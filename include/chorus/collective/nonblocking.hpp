@@ -90,7 +90,8 @@ collective_request iallreduce(Communicator& comm, std::span<T> data, Op op = {},
 template <class Communicator, element T>
 collective_request ibroadcast(Communicator& comm, std::span<T> data, int root,
                               algorithm forced = algorithm::automatic) {
-  return collective::start(comm, "ibroadcast", [data, root, forced](Communicator& c) { broadcast(c, data, root, forced); });
+  return collective::start(comm, "ibroadcast",
+                           [data, root, forced](Communicator& c) { broadcast(c, data, root, forced); });
 }
 
 template <class Communicator>
@@ -101,7 +102,8 @@ collective_request ibarrier(Communicator& comm) {
 template <class Communicator, element T>
 collective_request iallgather(Communicator& comm, std::span<const T> mine, std::span<T> all,
                               algorithm forced = algorithm::automatic) {
-  return collective::start(comm, "iallgather", [mine, all, forced](Communicator& c) { allgather(c, mine, all, forced); });
+  return collective::start(comm, "iallgather",
+                           [mine, all, forced](Communicator& c) { allgather(c, mine, all, forced); });
 }
 
 }  // namespace chorus

@@ -52,7 +52,8 @@ algorithm reduce_through(memory_router& router, Communicator& comm, std::span<co
         staged(input, buffer_use::read), staged(output.first(filled), buffer_use::write));
   };
   if constexpr (!std::is_same_v<accumulator_t<T>, T>) {
-    report_path(comm, "reduce", input.size_bytes(), staged_because("reductions over " + std::string(element_traits<T>::name)));
+    report_path(comm, "reduce", input.size_bytes(),
+                staged_because("reductions over " + std::string(element_traits<T>::name)));
     return staged_call();
   } else {
     const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};

@@ -14,17 +14,17 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
-#include <chorus/collective/scratch.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_scatter_halving.hpp>
 #include <chorus/collective/reduce_scatter_hierarchical.hpp>
-#include <chorus/collective/reduce_scatter_shared_memory.hpp>
 #include <chorus/collective/reduce_scatter_ring.hpp>
+#include <chorus/collective/reduce_scatter_shared_memory.hpp>
+#include <chorus/collective/scratch.hpp>
 #include <chorus/collective/selection.hpp>
-#include <chorus/collective/local_steps.hpp>
 #include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/reduce_op.hpp>
 #include <chorus/core/memory_router.hpp>
+#include <chorus/core/reduce_op.hpp>
 
 #include <algorithm>
 #include <span>
@@ -57,8 +57,10 @@ void reduce_scatter_by(X& ex, std::span<A> work, std::size_t block, const Op& op
     if (chosen == algorithm::shared_memory) return reduce_scatter_shared_memory(ex, work, block, op);
     if (chosen == algorithm::hierarchical) return reduce_scatter_hierarchical(ex, work, block, op);
   }
-  if (chosen == algorithm::ring) reduce_scatter_ring(ex, work, block, op, {}, steps);
-  else reduce_scatter_halving(ex, work, block, op, steps);
+  if (chosen == algorithm::ring)
+    reduce_scatter_ring(ex, work, block, op, {}, steps);
+  else
+    reduce_scatter_halving(ex, work, block, op, steps);
 }
 
 // Buffers that are not host memory: the direct path where the router takes
@@ -68,35 +70,39 @@ template <class Communicator, element T, class Op>
 algorithm reduce_scatter_through(memory_router& router, Communicator& comm, std::span<const T> input,
                                  std::span<T> output, const Op& op, algorithm forced) {
   const auto n = static_cast<std::size_t>(comm.size());
-  const choice made = choose(comm, "reduce_scatter", {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = false}, forced);
+  const choice made =
+      choose(comm, "reduce_scatter", {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = false}, forced);
   if constexpr (std::is_same_v<accumulator_t<T>, T>) {
     const std::size_t block = reduce_scatter_block(comm, input, output);
     const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
     const routed_buffer out{output.data(), block * sizeof(T), buffer_use::write};
-    const bool direct = !moves_host_memory(made.chosen) && run_direct(router, comm, "reduce_scatter", {in, out}, dtype_of<T>, op::name_of<Op>(),
-                                   [&](local_arithmetic& where) {
-                                     check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
-                                     report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
-                                     exchange ex(comm, "reduce_scatter");
-                                     network_exchange on_network(ex, where);
-                                     const routed_steps steps(where);
-                                     const std::span<T> work = steps.template work<T>(input.size());
-                                     steps.copy(input, work);
-                                     steps.settle();
-                                     reduce_scatter_by(on_network, work, block, op, made.chosen, steps);
-                                     const std::span<T> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
-                                     steps.finalize(mine, op, n);
-                                     steps.copy(std::span<const T>(mine), output.first(block));
-                                   });
+    const bool direct =
+        !moves_host_memory(made.chosen) &&
+        run_direct(
+            router, comm, "reduce_scatter", {in, out}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
+              check_if_enabled(
+                  comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
+              report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
+              exchange ex(comm, "reduce_scatter");
+              network_exchange on_network(ex, where);
+              const routed_steps steps(where);
+              const std::span<T> work = steps.template work<T>(input.size());
+              steps.copy(input, work);
+              steps.settle();
+              reduce_scatter_by(on_network, work, block, op, made.chosen, steps);
+              const std::span<T> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
+              steps.finalize(mine, op, n);
+              steps.copy(std::span<const T>(mine), output.first(block));
+            });
     if (direct) return made.chosen;
   } else {
     report_path(comm, "reduce_scatter", input.size_bytes(),
                 staged_because("reductions over " + std::string(element_traits<T>::name)));
   }
   return through_host(
-      router, comm,
-      [&](std::span<const T> in, std::span<T> out) { return reduce_scatter(comm, in, out, op, forced); },
-      staged(input, buffer_use::read), staged(output.first(std::min(output.size(), input.size() / n)), buffer_use::write));
+      router, comm, [&](std::span<const T> in, std::span<T> out) { return reduce_scatter(comm, in, out, op, forced); },
+      staged(input, buffer_use::read),
+      staged(output.first(std::min(output.size(), input.size() / n)), buffer_use::write));
 }
 
 }  // namespace collective
@@ -109,7 +115,8 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
   if (memory_router* router = routed(input, output))
     return collective::reduce_scatter_through(*router, comm, input, output, op, forced);
   const std::size_t block = collective::reduce_scatter_block(comm, input, output);
-  collective::check_if_enabled(comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
+  collective::check_if_enabled(
+      comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
   const choice made = choose(comm, "reduce_scatter", {comm.size(), input.size_bytes()}, forced);
   report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "reduce_scatter");

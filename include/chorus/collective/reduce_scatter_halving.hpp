@@ -30,14 +30,17 @@ void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const O
   if (!shape.sits_out()) {
     std::vector<std::size_t> bounds(static_cast<std::size_t>(shape.participants) + 1);
     for (int i = 0; i < shape.participants; ++i)  // first block of participant i's ranks
-      bounds[static_cast<std::size_t>(i)] = static_cast<std::size_t>(i < shape.remainder ? 2 * i : i + shape.remainder) * block;
+      bounds[static_cast<std::size_t>(i)] =
+          static_cast<std::size_t>(i < shape.remainder ? 2 * i : i + shape.remainder) * block;
     bounds.back() = data.size();
     halving_reduce_scatter(ex, shape, data, scratch, bounds, op, steps);
   }
   const std::span<A> even_block = data.subspan(static_cast<std::size_t>(rank - rank % 2) * block, block);
   if (rank < 2 * shape.remainder) {
-    if (shape.sits_out()) ex.recv(even_block, rank + 1, back(0));
-    else ex.send(std::span<const A>(even_block), rank - 1, back(0));
+    if (shape.sits_out())
+      ex.recv(even_block, rank + 1, back(0));
+    else
+      ex.send(std::span<const A>(even_block), rank - 1, back(0));
   }
 }
 

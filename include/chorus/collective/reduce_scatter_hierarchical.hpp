@@ -31,7 +31,8 @@ namespace chorus::collective {
 // The ranks `members` of `ex` reduce_scatter `data` (one block per member,
 // in member order) over the network, by the table's algorithm for that many.
 template <class X, class A, class Op>
-void reduce_scatter_over_network(X& ex, std::span<const int> members, std::span<A> data, std::size_t block, const Op& op) {
+void reduce_scatter_over_network(X& ex, std::span<const int> members, std::span<A> data, std::size_t block,
+                                 const Op& op) {
   subgroup_exchange<X> group(ex, members);
   if (tables::reduce_scatter_over_network({group.size(), data.size_bytes()}) == algorithm::ring)
     reduce_scatter_ring(group, data, block, op);
@@ -44,9 +45,10 @@ void reduce_scatter_hierarchical(exchange<Communicator>& ex, std::span<A> work, 
   const host_layout& layout = ex.comm().layout();
   const auto hosts = static_cast<std::size_t>(layout.hosts);
   std::vector<std::vector<int>> owned;
-  for (int local = 0; local < static_cast<int>(layout.local.size()); ++local) owned.push_back(layout.with_local_rank(local));
-  const std::size_t part = std::max<std::size_t>(
-      shared_memory_channel::default_slot_bytes / sizeof(A) / (layout.local.size() * hosts), 1);
+  for (int local = 0; local < static_cast<int>(layout.local.size()); ++local)
+    owned.push_back(layout.with_local_rank(local));
+  const std::size_t part =
+      std::max<std::size_t>(shared_memory_channel::default_slot_bytes / sizeof(A) / (layout.local.size() * hosts), 1);
   shared_memory_call call(ex, layout.local, steps_for(block, part), work.size_bytes());
   reduce_scatter_in_host(call, work, block, owned, op);
   const std::span<A> packed = scratch<A>(hosts * block, 2);

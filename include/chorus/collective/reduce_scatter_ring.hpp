@@ -24,7 +24,8 @@ void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& 
   const int n = ex.size(), rank = ex.rank();
   if (n == 1 || block == 0) return;
   const auto hops = static_cast<std::size_t>(n - 1);
-  const ring_geometry geometry(block * static_cast<std::size_t>(n), n, settings.segment_bytes / sizeof(A), hops, ex.steps_left());
+  const ring_geometry geometry(block * static_cast<std::size_t>(n), n, settings.segment_bytes / sizeof(A), hops,
+                               ex.steps_left());
   ring_pipeline ring(ex, geometry, ex.phase(geometry.steps(), "ring hops x segments"), settings.depth);
   const auto place = [&](range r) { return data.subspan(r.offset, r.count); };
   const auto reduce = [&](range r, std::span<const A> arrived, bool) {
@@ -33,7 +34,8 @@ void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& 
     return place(r);
   };
   const std::span<A> window = steps.template window<A>(ring.depth() * geometry.segment());
-  ring.reduce_hops(rank - 1, 0, hops, place, window, geometry.segment(), [](range r) { return r.count; }, reduce, false);
+  ring.reduce_hops(
+      rank - 1, 0, hops, place, window, geometry.segment(), [](range r) { return r.count; }, reduce, false);
   ring.finish();
 }
 

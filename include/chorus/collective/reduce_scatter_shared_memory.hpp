@@ -36,10 +36,14 @@ void reduce_scatter_in_host(Call& call, std::span<A> work, std::size_t block,
   const int me = call.rank(), n = call.size();
   const std::size_t per_owner = owned[0].size();
   // Each step moves `part` elements of every block: the slot holds n x per_owner parts.
-  const std::size_t part = std::max<std::size_t>(call.channel().template slot_count<A>() / (static_cast<std::size_t>(n) * per_owner), 1);
-  const auto at = [&](int block_index, std::size_t offset) { return work.data() + static_cast<std::size_t>(block_index) * block + offset; };
+  const std::size_t part =
+      std::max<std::size_t>(call.channel().template slot_count<A>() / (static_cast<std::size_t>(n) * per_owner), 1);
+  const auto at = [&](int block_index, std::size_t offset) {
+    return work.data() + static_cast<std::size_t>(block_index) * block + offset;
+  };
   const auto slot_part = [&](int owner, std::uint64_t step, int destination, std::size_t j) {
-    return call.channel().template slot<A>(owner, step).data() + (static_cast<std::size_t>(destination) * per_owner + j) * part;
+    return call.channel().template slot<A>(owner, step).data() +
+           (static_cast<std::size_t>(destination) * per_owner + j) * part;
   };
   std::vector<const A*> inputs(static_cast<std::size_t>(n));
   for (std::uint64_t k = 0; k < steps_for(block, part); ++k) {
@@ -48,7 +52,8 @@ void reduce_scatter_in_host(Call& call, std::span<A> work, std::size_t block,
     if (step >= 2) call.wait_all(stage::consumed, step - 2);
     for (int destination = 0; destination < n; ++destination)
       for (std::size_t j = 0; destination != me && j < per_owner; ++j)
-        std::copy_n(at(owned[static_cast<std::size_t>(destination)][j], offset), length, slot_part(me, step, destination, j));
+        std::copy_n(at(owned[static_cast<std::size_t>(destination)][j], offset), length,
+                    slot_part(me, step, destination, j));
     call.publish(stage::posted, step);
     for (int owner = 0; owner < n; ++owner)
       if (owner != me) call.wait(owner, stage::posted, step);
@@ -67,7 +72,8 @@ template <class Communicator, class A, class Op>
 void reduce_scatter_shared_memory(exchange<Communicator>& ex, std::span<A> work, std::size_t block, const Op& op) {
   std::vector<std::vector<int>> owned;
   for (int rank = 0; rank < ex.size(); ++rank) owned.push_back({rank});
-  const std::size_t part = std::max<std::size_t>(shared_memory_channel::default_slot_bytes / sizeof(A) / static_cast<std::size_t>(ex.size()), 1);
+  const std::size_t part = std::max<std::size_t>(
+      shared_memory_channel::default_slot_bytes / sizeof(A) / static_cast<std::size_t>(ex.size()), 1);
   shared_memory_call call(ex, every_rank(ex.size()), steps_for(block, part), work.size_bytes());
   reduce_scatter_in_host(call, work, block, owned, op);
 }

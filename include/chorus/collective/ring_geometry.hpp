@@ -36,7 +36,10 @@ class ring_geometry {
   // one); `max_steps` is what the ring's phase may take.
   ring_geometry(std::size_t count, int ranks, std::size_t segment, std::size_t hops, std::uint64_t max_steps,
                 std::size_t granule = 1)
-      : count_(count), granule_(granule), ranks_(ranks), hops_(std::max<std::size_t>(1, hops)),
+      : count_(count),
+        granule_(granule),
+        ranks_(ranks),
+        hops_(std::max<std::size_t>(1, hops)),
         units_{(count + granule - 1) / granule, static_cast<std::size_t>(ranks)} {
     const std::size_t largest = whole(0).count;  // the first block is never smaller
     const std::size_t most_segments = std::max<std::size_t>(1, static_cast<std::size_t>(max_steps / hops_));

@@ -38,9 +38,12 @@ class ring_pipeline {
 
   // `steps` is the phase of geometry.steps() steps the ring reserved.
   ring_pipeline(X& ex, const ring_geometry& geometry, tag::phase steps, std::size_t depth)
-      : ex_(ex), geometry_(geometry), steps_(steps),
+      : ex_(ex),
+        geometry_(geometry),
+        steps_(steps),
         depth_(std::max<std::size_t>(1, std::min(depth, geometry.segments_per_block()))),
-        left_((ex.rank() - 1 + ex.size()) % ex.size()), right_((ex.rank() + 1) % ex.size()) {}
+        left_((ex.rank() - 1 + ex.size()) % ex.size()),
+        right_((ex.rank() + 1) % ex.size()) {}
 
   std::size_t depth() const noexcept { return depth_; }
 
@@ -59,8 +62,8 @@ class ring_pipeline {
   // returns what to send right at the next hop; after the last hop it is
   // sent only if `forward_last` (an allreduce's first gather hop).
   template <class T, class Own, class Wire, class Combine>
-  void reduce_hops(int start, std::size_t first_hop, std::size_t hops, Own&& own, std::span<T> window,
-                   std::size_t slot, Wire&& wire, Combine&& combine, bool forward_last) {
+  void reduce_hops(int start, std::size_t first_hop, std::size_t hops, Own&& own, std::span<T> window, std::size_t slot,
+                   Wire&& wire, Combine&& combine, bool forward_last) {
     std::vector<request> receives(depth_);
     for (std::size_t h = 0; h < hops; ++h) {
       const int block = geometry_.block_of(start - 1 - static_cast<int>(h));

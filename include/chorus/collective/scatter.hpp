@@ -72,8 +72,9 @@ void scatter_through(memory_router& router, Communicator& comm, std::span<const 
       }))
     return;
   const std::size_t staged_in = comm.rank() == root ? all.size() : 0;
-  through_host(router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { scatter(comm, host_in, host_out, root); },
-               staged(all.first(staged_in), buffer_use::read), staged(mine, buffer_use::write));
+  through_host(
+      router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { scatter(comm, host_in, host_out, root); },
+      staged(all.first(staged_in), buffer_use::read), staged(mine, buffer_use::write));
 }
 
 }  // namespace collective

@@ -122,7 +122,7 @@ inline algorithm broadcast(const workload& w) noexcept { return by_host_then(w, 
 // steady use of one link each way wins, for codecs that re-encode well.
 inline constexpr std::size_t ring_min_encoded_bytes = 1u << 20;
 inline algorithm compressed_allreduce(const workload& w) noexcept {
-  if (w.sparse) return algorithm::sparse;  // the only scheme that moves sparse codecs
+  if (w.sparse) return algorithm::sparse;          // the only scheme that moves sparse codecs
   if (w.ranks < 2) return algorithm::encode_once;  // with one rank the two are the same
   return w.reencodes_well && w.bytes >= ring_min_encoded_bytes ? algorithm::ring : algorithm::encode_once;
 }
@@ -162,7 +162,8 @@ inline constexpr algorithm_entry reduce_scatter_algorithms[] = {
     {algorithm::ring, "(n-1) alpha + (n-1)/n S beta + (n-1)/n S gamma, pipelined in segments", "above 64 KiB"},
     {algorithm::shared_memory, "(n-1)/n S + S of memory traffic per rank + S/n gamma, 2 flag round trips per step",
      "every rank on one host, from 16 KiB of input"},
-    {algorithm::hierarchical, "shared memory, then reduce_scatter of S/L among the h hosts' L-th ranks, (h-1)/h S/L beta",
+    {algorithm::hierarchical,
+     "shared memory, then reduce_scatter of S/L among the h hosts' L-th ranks, (h-1)/h S/L beta",
      "several hosts holding equal numbers (> 1) of ranks, from 16 KiB of input"},
 };
 inline constexpr algorithm_entry broadcast_algorithms[] = {
@@ -170,7 +171,8 @@ inline constexpr algorithm_entry broadcast_algorithms[] = {
     {algorithm::chain, "(n - 2 + S/s) (alpha + s beta), segments of s bytes", "3+ ranks above 256 KiB"},
     {algorithm::shared_memory, "S of memory traffic per rank, a flag round trip per 512 KiB",
      "every rank on one host, from 16 KiB"},
-    {algorithm::hierarchical, "tree or chain among the root's local peers on each host (S into each host once), then shared memory",
+    {algorithm::hierarchical,
+     "tree or chain among the root's local peers on each host (S into each host once), then shared memory",
      "several hosts holding equal numbers (> 1) of ranks, from 16 KiB"},
 };
 inline constexpr algorithm_entry compressed_allreduce_algorithms[] = {
@@ -204,7 +206,8 @@ inline constexpr std::array<collective_entry, 7> registry{{
 inline const collective_entry& registered(std::string_view collective) {
   for (const collective_entry& entry : registry)
     if (entry.name == collective) return entry;
-  throw error(errc::invalid_argument, "'" + std::string(collective) + "' is not a collective with a choice of algorithm");
+  throw error(errc::invalid_argument,
+              "'" + std::string(collective) + "' is not a collective with a choice of algorithm");
 }
 
 // What runs and why: "caller", the CHORUS_TUNE rule, "CHORUS_ALLREDUCE_ALGO"
@@ -238,8 +241,7 @@ choice choose(const Communicator& comm, std::string_view collective, workload wo
   choice made = choose(collective, work, forced, comm.config().tune, comm.config().allreduce_algorithm);
   if (!feasible(made.chosen, work))
     throw error(errc::invalid_argument,
-                std::string(collective) + " with " + std::string(to_string(made.chosen)) + " (" + made.reason +
-                    "): " +
+                std::string(collective) + " with " + std::string(to_string(made.chosen)) + " (" + made.reason + "): " +
                     (made.chosen == algorithm::shared_memory
                          ? "the ranks are on " + std::to_string(work.hosts) + " hosts, not one"
                          : std::string("the hosts hold different numbers of ranks")),
@@ -280,7 +282,8 @@ inline choice choose_backend(std::string_view backend, std::string_view collecti
     if (forced != algorithm::automatic && forced != entry.id)
       throw error(errc::invalid_argument, std::string(collective) + " on a " + std::string(backend) +
                                               " communicator runs " + std::string(backend) + "'s own algorithms; " +
-                                              std::string(to_string(forced)) + " is one of chorus's (for UCX communicators)");
+                                              std::string(to_string(forced)) +
+                                              " is one of chorus's (for UCX communicators)");
     return {entry.id, "backend"};
   }
   throw error(errc::invalid_argument, "'" + std::string(backend) + "' is not a registered backend");

@@ -74,8 +74,8 @@ class shared_memory_channel {
   // Rank `owner`'s slot for step `step`.
   template <class A>
   std::span<A> slot(int owner, std::uint64_t step) const noexcept {
-    std::byte* base = segment_.data() + slots_offset(size_) +
-                      (static_cast<std::size_t>(owner) * 2 + step % 2) * slot_bytes_;
+    std::byte* base =
+        segment_.data() + slots_offset(size_) + (static_cast<std::size_t>(owner) * 2 + step % 2) * slot_bytes_;
     return {reinterpret_cast<A*>(base), slot_bytes_ / sizeof(A)};
   }
 
@@ -108,7 +108,7 @@ class shared_memory_channel {
     std::atomic<std::uint64_t> value{0};
   };
   struct control_block {
-    std::array<line, 3> counters;  // by stage
+    std::array<line, 3> counters;                                        // by stage
     alignas(64) std::array<std::atomic<std::uint64_t>, 2> call_bytes{};  // by parity of a call's first step
   };
   static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "flags in shared memory must be lock-free");
@@ -117,9 +117,7 @@ class shared_memory_channel {
     const std::size_t controls = static_cast<std::size_t>(size) * sizeof(control_block);
     return (controls + 4095) / 4096 * 4096;
   }
-  control_block& control(int owner) const noexcept {
-    return reinterpret_cast<control_block*>(segment_.data())[owner];
-  }
+  control_block& control(int owner) const noexcept { return reinterpret_cast<control_block*>(segment_.data())[owner]; }
   std::atomic<std::uint64_t>& counter(int owner, stage which) const noexcept {
     return control(owner).counters[static_cast<std::size_t>(which)].value;
   }
@@ -230,7 +228,8 @@ class shared_memory_call {
     }
     ex_.recv(std::span<char>(name), group_[0], setup(0));
     message answer{};
-    if (name[0] == '!') write(answer, "!");
+    if (name[0] == '!')
+      write(answer, "!");
     else if (!segment.open(std::string(name.data()), bytes))
       write(answer, "!rank " + std::to_string(comm.transport().rank()) + " found no segment " + name.data());
     ex_.send(std::span<const char>(answer), group_[0], setup(1));

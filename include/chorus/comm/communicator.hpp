@@ -47,13 +47,13 @@ using transport::receive_kind;
 template <transport::Transport T>
 struct world_state {
   settings config;
-  std::unique_ptr<store::host> store_host;     // when this rank hosts the store
-  std::unique_ptr<store::connection> store;    // null in a single-rank job
+  std::unique_ptr<store::host> store_host;   // when this rank hosts the store
+  std::unique_ptr<store::connection> store;  // null in a single-rank job
   std::shared_ptr<T> transport;
-  std::uint32_t local_ids = 0;                // id source when there is no store
+  std::uint32_t local_ids = 0;  // id source when there is no store
   std::mutex background_mutex;
   std::unique_ptr<background_worker> background;  // started on first use
-  std::unique_ptr<progress_thread> progress;       // started on first use
+  std::unique_ptr<progress_thread> progress;      // started on first use
   // The host of each transport rank (0, 1, ... in order of first rank), as
   // connect() learns it; empty means one host.
   std::vector<int> hosts;
@@ -182,7 +182,8 @@ class basic_communicator {
   background_worker& background() {
     std::lock_guard lock(world_->background_mutex);
     if (!world_->background)
-      world_->background = std::make_unique<background_worker>([] { T::set_thread_progress_mode(transport::progress_mode::yield); });
+      world_->background =
+          std::make_unique<background_worker>([] { T::set_thread_progress_mode(transport::progress_mode::yield); });
     return *world_->background;
   }
 
@@ -291,9 +292,7 @@ class basic_communicator {
                   });
   }
 
-  void wait(request& handle, std::string_view operation = "wait") {
-    transport().wait(handle, deadline(), operation);
-  }
+  void wait(request& handle, std::string_view operation = "wait") { transport().wait(handle, deadline(), operation); }
   void wait_all(std::span<request> handles, std::string_view operation = "wait_all") {
     transport().wait_all(handles, deadline(), operation);
   }
@@ -316,10 +315,10 @@ class basic_communicator {
 
   void expect_bytes(const request& handle, std::size_t expected, std::string_view operation) const {
     if (handle.received_bytes() != expected)
-      throw error(errc::mismatch,
-                  "expected " + std::to_string(expected) + " bytes, received " +
-                      std::to_string(handle.received_bytes()),
-                  {transport().rank(), handle.peer(), std::string(operation)});
+      throw error(
+          errc::mismatch,
+          "expected " + std::to_string(expected) + " bytes, received " + std::to_string(handle.received_bytes()),
+          {transport().rank(), handle.peer(), std::string(operation)});
   }
 
   // Dissemination barrier: ceil(log2 n) rounds; in round k rank r signals
@@ -375,7 +374,8 @@ class basic_communicator {
     }
     std::vector<std::array<std::int32_t, 2>> wishes(members_.size());
     wishes[0] = mine;
-    for (int peer = 1; peer < size(); ++peer) recv_step(std::span(wishes[static_cast<std::size_t>(peer)]), peer, sequence, 0);
+    for (int peer = 1; peer < size(); ++peer)
+      recv_step(std::span(wishes[static_cast<std::size_t>(peer)]), peer, sequence, 0);
     return assign_groups(wishes, sequence);
   }
 
@@ -450,15 +450,13 @@ class basic_communicator {
   std::uint32_t allocate_id() {
     // Ids come from one job-wide counter so that live communicators sharing
     // ranks never share an id; 0 is the world. They wrap after max_id.
-    const std::int64_t counter =
-        world_->store ? world_->store->add("chorus/communicator-ids", 1) : ++world_->local_ids;
+    const std::int64_t counter = world_->store ? world_->store->add("chorus/communicator-ids", 1) : ++world_->local_ids;
     return static_cast<std::uint32_t>((counter - 1) % tag::max_id) + 1;
   }
 
   // Rank 0 of the parent: sort the wishes into groups and tell each rank its
   // place: [id, new rank, new size] then the group's parent ranks.
-  basic_communicator assign_groups(const std::vector<std::array<std::int32_t, 2>>& wishes,
-                                   std::uint32_t sequence) {
+  basic_communicator assign_groups(const std::vector<std::array<std::int32_t, 2>>& wishes, std::uint32_t sequence) {
     std::vector<int> order(wishes.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
@@ -475,8 +473,7 @@ class basic_communicator {
                                             order.begin() + static_cast<std::ptrdiff_t>(end));
       const std::uint32_t id = color < 0 ? 0 : allocate_id();
       for (std::size_t position = 0; position < group.size(); ++position) {
-        const std::array<std::int32_t, 3> header{static_cast<std::int32_t>(id),
-                                                 static_cast<std::int32_t>(position),
+        const std::array<std::int32_t, 3> header{static_cast<std::int32_t>(id), static_cast<std::int32_t>(position),
                                                  color < 0 ? 0 : static_cast<std::int32_t>(group.size())};
         if (group[position] == 0) {
           own = make_child(header, group);
@@ -514,7 +511,7 @@ class basic_communicator {
   int rank_ = -1;
   std::uint32_t id_ = 0;
   std::uint32_t sequence_ = 1;
-  bool forked_ = false;  // a background copy (fork_sequences)
+  bool forked_ = false;                                // a background copy (fork_sequences)
   mutable std::shared_ptr<const host_layout> layout_;  // see layout()
 };
 

@@ -11,14 +11,14 @@
 
 #include <chorus/bootstrap/environment.hpp>
 #include <chorus/bootstrap/store_open.hpp>
-#include <chorus/comm/ucx_communicator.hpp>
 #include <chorus/comm/options.hpp>
+#include <chorus/comm/ucx_communicator.hpp>
 #include <chorus/core/log.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,15 +117,13 @@ inline communicator connect(const bootstrap::launch_info& info, const options& g
   } catch (const error& failure) {
     throw with_rank(failure, info.rank, "init");
   }
-  log::debug(info.rank, "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) +
-                            " (" + info.source + "), progress " +
-                            std::string(to_string(world->config.progress)) + " (" +
+  log::debug(info.rank, "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) + " (" + info.source +
+                            "), progress " + std::string(to_string(world->config.progress)) + " (" +
                             world->config.progress_reason + "), timeout " +
                             std::to_string(world->config.timeout.count()) + " ms");
   world->job = std::hash<std::string>{}(info.token);
   detail::join_store(*world, info);
-  world->transport = std::make_shared<ucx::ucx_transport>(
-      ucx::config{info.rank, info.size, world->config.progress});
+  world->transport = std::make_shared<ucx::ucx_transport>(ucx::config{info.rank, info.size, world->config.progress});
   detail::exchange_addresses(*world, info);
   communicator world_communicator(world);
   world_communicator.barrier();

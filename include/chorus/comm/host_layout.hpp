@@ -10,11 +10,11 @@ namespace chorus {
 
 struct host_layout {
   int hosts = 1;
-  int ranks_per_host = 1;  // 0 when hosts hold different numbers of ranks
-  int host = 0;            // this rank's host, 0 .. hosts-1 in order of first rank
-  int local_rank = 0;      // this rank's place among its host's ranks
-  std::vector<int> local;  // the ranks on this rank's host, in rank order
-  std::vector<int> across; // the ranks with this local_rank on each host, in host order (equal hosts only)
+  int ranks_per_host = 1;   // 0 when hosts hold different numbers of ranks
+  int host = 0;             // this rank's host, 0 .. hosts-1 in order of first rank
+  int local_rank = 0;       // this rank's place among its host's ranks
+  std::vector<int> local;   // the ranks on this rank's host, in rank order
+  std::vector<int> across;  // the ranks with this local_rank on each host, in host order (equal hosts only)
   std::vector<std::vector<int>> members;  // each host's ranks, hosts in order
 
   // The ranks with local rank `index` on each host, in host order (equal

@@ -78,10 +78,12 @@ class pending_merges {
       };
       if (std::any_of(members.begin(), members.end(), shared))
         throw error(errc::invalid_argument,
-                    open->name + " has stepped since its last quiesce(): its peers' messages may be waiting to be "
-                                 "merged here, and a peer still stepping would wait for that while this rank waits "
-                                 "in " + std::string(operation) + ". Call quiesce() (or finish()) on the " +
-                        open->name + " scheme on every rank first",
+                    open->name +
+                        " has stepped since its last quiesce(): its peers' messages may be waiting to be "
+                        "merged here, and a peer still stepping would wait for that while this rank waits "
+                        "in " +
+                        std::string(operation) + ". Call quiesce() (or finish()) on the " + open->name +
+                        " scheme on every rank first",
                     {self, -1, std::string(operation)});
     }
   }

@@ -37,8 +37,7 @@ inline constexpr std::uint32_t point_to_point = 0;
 
 constexpr transport::tag_t make(std::uint32_t id, std::uint32_t sequence, std::uint32_t step) noexcept {
   return (static_cast<transport::tag_t>(id & max_id) << (sequence_bits + step_bits)) |
-         (static_cast<transport::tag_t>(sequence & (sequence_modulus - 1)) << step_bits) |
-         (step & max_step);
+         (static_cast<transport::tag_t>(sequence & (sequence_modulus - 1)) << step_bits) | (step & max_step);
 }
 
 // The steps one phase of a call owns: `first`, ..., `first + count - 1`.

@@ -69,9 +69,9 @@ void allgather(Communicator& comm, std::span<const float> mine, std::span<float>
   if (memory_router* router = routed(mine, all)) {
     const std::span<float> output = all.first(std::min(all.size(), mine.size() * n));
     if (compressed::run_codec_direct(*router, comm, "compressed allgather",
-                                 {{mine.data(), mine.size_bytes(), buffer_use::read},
-                                  {output.data(), output.size_bytes(), buffer_use::write}},
-                                 c, [&](const auto& steps) { compressed::allgather_with(comm, mine, all, steps); }))
+                                     {{mine.data(), mine.size_bytes(), buffer_use::read},
+                                      {output.data(), output.size_bytes(), buffer_use::write}},
+                                     c, [&](const auto& steps) { compressed::allgather_with(comm, mine, all, steps); }))
       return;
     return through_host(
         *router, comm, [&](std::span<const float> in, std::span<float> out) { allgather(comm, in, out, c); },
@@ -85,11 +85,12 @@ template <class Communicator, codec::codec Codec>
 void broadcast(Communicator& comm, std::span<float> data, int root, const Codec& c) {
   if (memory_router* router = routed(data)) {
     if (compressed::run_codec_direct(*router, comm, "compressed broadcast",
-                                 {{data.data(), data.size_bytes(), buffer_use::read_write}}, c,
-                                 [&](const auto& steps) { compressed::broadcast_with(comm, data, root, steps); }))
+                                     {{data.data(), data.size_bytes(), buffer_use::read_write}}, c,
+                                     [&](const auto& steps) { compressed::broadcast_with(comm, data, root, steps); }))
       return;
-    return through_host(*router, comm, [&](std::span<float> host) { broadcast(comm, host, root, c); },
-                        staged(data, buffer_use::read_write));  // the root's data is decoded too
+    return through_host(
+        *router, comm, [&](std::span<float> host) { broadcast(comm, host, root, c); },
+        staged(data, buffer_use::read_write));  // the root's data is decoded too
   }
   compressed::broadcast_with(comm, data, root, compressed::host_codec_steps<const Codec>(c));
 }

@@ -38,8 +38,8 @@
 #include <chorus/compressed/options.hpp>
 #include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/reduce_op.hpp>
 #include <chorus/core/memory_router.hpp>
+#include <chorus/core/reduce_op.hpp>
 
 #include <span>
 #include <string>
@@ -69,10 +69,10 @@ template <class Codec>
 void require_scheme_fits(const Codec&, const choice& made, const compression_options& options) {
   const bool sparse_scheme = made.chosen == algorithm::sparse;
   if (sparse_scheme != codec::sparse<Codec>)
-    throw error(errc::invalid_argument,
-                "compressed allreduce: " + std::string(to_string(made.chosen)) + " (" + made.reason + ") cannot move " +
-                    std::string(Codec::name) + (codec::sparse<Codec> ? ", a sparse codec: only the sparse scheme does"
-                                                                     : ": the sparse scheme moves only sparse codecs"));
+    throw error(errc::invalid_argument, "compressed allreduce: " + std::string(to_string(made.chosen)) + " (" +
+                                            made.reason + ") cannot move " + std::string(Codec::name) +
+                                            (codec::sparse<Codec> ? ", a sparse codec: only the sparse scheme does"
+                                                                  : ": the sparse scheme moves only sparse codecs"));
   if (sparse_scheme && options.prescale && *options.prescale != 1.0f)
     throw error(errc::invalid_argument, "compressed allreduce: a prescale is for codecs of narrow range; " +
                                             std::string(Codec::name) + " sends floats as they are");
@@ -89,14 +89,17 @@ algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps&
   report(comm, "compressed_allreduce", c.encoded_bytes(data.size()), dtype::float32, made);
   const compression_scheme scheme = as_scheme(made.chosen);
   if (collective::check_enabled(comm))  // the signature string only when it is checked
-    collective::check_agreement(comm, {"allreduce", data.size(), dtype::float32, signature_op<Op, plain>(scheme), -1, call_memory(data)});
+    collective::check_agreement(
+        comm, {"allreduce", data.size(), dtype::float32, signature_op<Op, plain>(scheme), -1, call_memory(data)});
   constexpr bool average = std::is_same_v<Op, op::avg>;
   if constexpr (codec::sparse<plain>) {
     allreduce_sparse_with(comm, data, steps, average);
   } else {
     const float scale = prescale_for<plain>(n, options);
-    if (scheme == compression_scheme::ring && n > 1) allreduce_ring_with(comm, data, steps, average, scale);
-    else allreduce_encode_once_with(comm, data, steps, average, scale, options.chunk_bytes);
+    if (scheme == compression_scheme::ring && n > 1)
+      allreduce_ring_with(comm, data, steps, average, scale);
+    else
+      allreduce_encode_once_with(comm, data, steps, average, scale, options.chunk_bytes);
   }
   return made.chosen;
 }
@@ -110,11 +113,9 @@ algorithm allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder
   static_assert(compressed::supported_op<Op>, "a compressed allreduce sums (op::sum) or averages (op::avg)");
   if (memory_router* router = routed(data)) {
     algorithm ran = algorithm::automatic;
-    if (compressed::run_codec_direct(*router, comm, "compressed_allreduce",
-                                     {{data.data(), data.size_bytes(), buffer_use::read_write}}, coder,
-                                     [&](const auto& steps) {
-                                       ran = compressed::allreduce_with<Op>(comm, data, steps, options);
-                                     }))
+    if (compressed::run_codec_direct(
+            *router, comm, "compressed_allreduce", {{data.data(), data.size_bytes(), buffer_use::read_write}}, coder,
+            [&](const auto& steps) { ran = compressed::allreduce_with<Op>(comm, data, steps, options); }))
       return ran;
     return through_host(
         *router, comm, [&](std::span<float> host) { return allreduce(comm, host, Op{}, coder, options); },

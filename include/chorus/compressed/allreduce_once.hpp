@@ -58,7 +58,8 @@ template <class Codec>
 std::size_t once_chunks(const Codec& c, std::size_t count, int ranks, std::size_t chunk_bytes) {
   if (ranks < 2 || chunk_bytes == 0) return 1;
   const std::size_t granules = (count + c.granule() - 1) / c.granule();
-  return std::clamp<std::size_t>(c.encoded_bytes(count) / chunk_bytes, 1, std::clamp<std::size_t>(granules, 1, once_max_chunks));
+  return std::clamp<std::size_t>(c.encoded_bytes(count) / chunk_bytes, 1,
+                                 std::clamp<std::size_t>(granules, 1, once_max_chunks));
 }
 
 namespace detail {
@@ -70,7 +71,8 @@ namespace detail {
 // every encoded part is settled before it is sent.
 template <class Communicator, class Steps>
 class once_chunk {
-  using network_type = decltype(std::declval<const Steps&>().network(std::declval<collective::exchange<Communicator>&>()));
+  using network_type =
+      decltype(std::declval<const Steps&>().network(std::declval<collective::exchange<Communicator>&>()));
 
  public:
   using codec_type = typename Steps::codec_type;
@@ -97,7 +99,9 @@ class once_chunk {
         ring_(ex_, geometry_, ring_steps_, 1),
         arriving_(static_cast<std::size_t>(comm.size())) {}
 
-  std::size_t received_bytes() const { return geometry_.blocks().bytes(ex_.rank()) * static_cast<std::size_t>(ex_.size()); }
+  std::size_t received_bytes() const {
+    return geometry_.blocks().bytes(ex_.rank()) * static_cast<std::size_t>(ex_.size());
+  }
   std::size_t my_part_size() const { return geometry_.blocks().size(ex_.rank()); }
 
   void post_receives(std::span<std::byte> received) {
@@ -117,7 +121,8 @@ class once_chunk {
       const int peer = (me + k) % n;
       encode_part(peer);
       steps().settle();
-      sends_.push_back(ex_.isend(std::span<const std::byte>(encoded(mine(), geometry_.whole(peer))), peer, ring_steps_(geometry_.step(0, 0))));
+      sends_.push_back(ex_.isend(std::span<const std::byte>(encoded(mine(), geometry_.whole(peer))), peer,
+                                 ring_steps_(geometry_.step(0, 0))));
     }
     encode_part(me);
   }
@@ -146,8 +151,9 @@ class once_chunk {
     if (ex_.size() > 1) ring_.send_block(ex_.rank(), 1, [&](range r) { return encoded(gathered(), r); });
   }
   void allgather() {
-    ring_.gather_hops(ex_.rank(), 1, static_cast<std::size_t>(ex_.size() - 1),
-                      [&](range r) { return encoded(gathered(), r); }, [&](range r) { take_result(r); }, false);
+    ring_.gather_hops(
+        ex_.rank(), 1, static_cast<std::size_t>(ex_.size() - 1), [&](range r) { return encoded(gathered(), r); },
+        [&](range r) { take_result(r); }, false);
     take_result(geometry_.whole(ex_.rank()));
   }
 
@@ -164,7 +170,9 @@ class once_chunk {
   }
   std::span<std::byte> mine() const { return in_chunk(shared_.mine); }
   std::span<std::byte> gathered() const { return in_chunk(shared_.gathered); }
-  std::span<std::byte> encoded(std::span<std::byte> chunk_bytes, range r) const { return geometry_.encoded(chunk_bytes, r); }
+  std::span<std::byte> encoded(std::span<std::byte> chunk_bytes, range r) const {
+    return geometry_.encoded(chunk_bytes, r);
+  }
   std::span<std::byte> from(int rank) const {
     const std::size_t bytes = geometry_.blocks().bytes(ex_.rank());
     return received_.subspan(static_cast<std::size_t>(rank) * bytes, bytes);
@@ -207,8 +215,13 @@ void allreduce_encode_once_with(Communicator& comm, std::span<float> data, const
   using chunk_type = detail::once_chunk<Communicator, Steps>;
   const auto& c = steps.codec();
   const std::size_t bytes = c.encoded_bytes(data.size());
-  const typename chunk_type::call shared{steps, data, average, scale, segment_elements,
-                                         steps.bytes(scratch_for::mine, bytes), steps.bytes(scratch_for::gathered, bytes),
+  const typename chunk_type::call shared{steps,
+                                         data,
+                                         average,
+                                         scale,
+                                         segment_elements,
+                                         steps.bytes(scratch_for::mine, bytes),
+                                         steps.bytes(scratch_for::gathered, bytes),
                                          steps.floats(scratch_for::contribution, scale != 1.0f ? data.size() : 0)};
 
   // Every rank builds the chunks in the same order, so their wire sequences agree.

@@ -40,13 +40,21 @@ using collective::ring_settings;
 template <class Communicator, class Steps>
 class compressed_ring {
   using codec_type = typename Steps::codec_type;
-  using network_type = decltype(std::declval<const Steps&>().network(std::declval<collective::exchange<Communicator>&>()));
+  using network_type =
+      decltype(std::declval<const Steps&>().network(std::declval<collective::exchange<Communicator>&>()));
 
  public:
   compressed_ring(Communicator& comm, std::span<float> data, const Steps& steps, bool average, float scale,
                   ring_settings settings = {})
-      : own_(comm, "compressed allreduce"), ex_(steps.network(own_)), steps_(steps), data_(data),
-        codec_(steps.codec()), n_(comm.size()), rank_(comm.rank()), average_(average), scale_(scale),
+      : own_(comm, "compressed allreduce"),
+        ex_(steps.network(own_)),
+        steps_(steps),
+        data_(data),
+        codec_(steps.codec()),
+        n_(comm.size()),
+        rank_(comm.rank()),
+        average_(average),
+        scale_(scale),
         geometry_(codec_, data.size(), n_, settings.segment_bytes / sizeof(float), own_.steps_left()),
         ring_(ex_, geometry_, own_.phase(geometry_.steps(), "ring hops x segments"), settings.depth) {
     outgoing_ = steps_.bytes(scratch_for::mine, geometry_.blocks().total_bytes());

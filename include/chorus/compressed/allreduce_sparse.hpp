@@ -66,7 +66,8 @@ void allreduce_sparse_with(Communicator& comm, std::span<float> data, const Step
     if (count == 0) return;
     detail::require_same_key(comm, plain::key_of(encoded));
     const std::span<std::byte> values = plain::values_of(encoded);
-    allreduce(comm, std::span<float>(reinterpret_cast<float*>(values.data()), values.size() / sizeof(float)), op::sum{});
+    allreduce(comm, std::span<float>(reinterpret_cast<float*>(values.data()), values.size() / sizeof(float)),
+              op::sum{});
     steps.decode(encoded, data);
   } else {
     const std::span<std::byte> gathered = steps.bytes(scratch_for::gathered, each * n);

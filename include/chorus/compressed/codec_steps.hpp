@@ -101,8 +101,10 @@ class routed_codec_steps {
   }
   void unscale(std::span<float> values, float prescale) const {
     if (prescale == 1.0f || values.empty()) return;
-    if (unscales_by_multiplying(prescale)) where_.multiply(values.data(), values.data(), values.size(), 1.0f / prescale);
-    else where_.divide(values.data(), values.size(), prescale);
+    if (unscales_by_multiplying(prescale))
+      where_.multiply(values.data(), values.data(), values.size(), 1.0f / prescale);
+    else
+      where_.divide(values.data(), values.size(), prescale);
   }
   void divide(std::span<float> values, float divisor) const {
     if (!values.empty()) where_.divide(values.data(), values.size(), divisor);

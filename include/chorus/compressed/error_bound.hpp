@@ -32,8 +32,10 @@ namespace chorus::compressed {
 
 template <codec::codec Codec>
 void bound_for_magnitudes(const Codec& c, std::span<const float> magnitudes, std::span<float> bound) {
-  if constexpr (requires { c.magnitude_bound(magnitudes, bound); }) c.magnitude_bound(magnitudes, bound);
-  else c.error_bound(magnitudes, bound);
+  if constexpr (requires { c.magnitude_bound(magnitudes, bound); })
+    c.magnitude_bound(magnitudes, bound);
+  else
+    c.error_bound(magnitudes, bound);
 }
 
 namespace detail {
@@ -92,8 +94,10 @@ std::vector<float> allreduce_error_bound(const Codec& c, std::span<const std::ve
   std::vector<float> magnitude(count), bound(count);
   for (std::size_t i = 0; i < count; ++i)
     magnitude[i] = static_cast<float>((std::fabs(totals.exact[i]) * prescale + before[i]) * (1.0 + 0x1p-20));
-  if (scheme == compression_scheme::sparse) std::fill(bound.begin(), bound.end(), 0.0f);
-  else bound_for_magnitudes(c, magnitude, bound);
+  if (scheme == compression_scheme::sparse)
+    std::fill(bound.begin(), bound.end(), 0.0f);
+  else
+    bound_for_magnitudes(c, magnitude, bound);
   const float rounding = static_cast<float>(contributions.size() + 2) * 0x1p-24f;
   for (std::size_t i = 0; i < count; ++i) {
     const float error = (before[i] + bound[i]) / prescale;

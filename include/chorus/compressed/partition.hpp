@@ -19,7 +19,9 @@ template <class Codec>
 class encoded_partition {
  public:
   encoded_partition(const Codec& codec, std::size_t count, int parts)
-      : codec_(codec), count_(count), units_{(count + codec.granule() - 1) / codec.granule(), static_cast<std::size_t>(parts)} {}
+      : codec_(codec),
+        count_(count),
+        units_{(count + codec.granule() - 1) / codec.granule(), static_cast<std::size_t>(parts)} {}
 
   std::size_t offset(std::size_t part) const { return std::min(count_, units_.offset(part) * codec_.granule()); }
   std::size_t size(std::size_t part) const { return offset(part + 1) - offset(part); }
@@ -28,7 +30,6 @@ class encoded_partition {
   std::size_t total_bytes() const { return codec_.encoded_bytes(count_); }
 
  private:
-
   const Codec& codec_;
   std::size_t count_;
   collective::block_partition units_;
@@ -47,7 +48,8 @@ class segmented_partition : public collective::ring_geometry {
                       std::uint64_t max_steps)
       : ring_geometry(count, ranks, segment_elements, 2 * static_cast<std::size_t>(std::max(ranks - 1, 0)), max_steps,
                       codec.granule()),
-        codec_(codec), blocks_(codec, count, ranks) {}
+        codec_(codec),
+        blocks_(codec, count, ranks) {}
 
   const encoded_partition<Codec>& blocks() const { return blocks_; }
 

@@ -92,10 +92,12 @@ struct collective_algorithms {
 };
 
 inline constexpr std::array<collective_algorithms, 7> collectives{{
-    {"allreduce", {algorithm::ring, algorithm::recursive_doubling, algorithm::rabenseifner, algorithm::tree,
-                   algorithm::shared_memory, algorithm::hierarchical}},
+    {"allreduce",
+     {algorithm::ring, algorithm::recursive_doubling, algorithm::rabenseifner, algorithm::tree,
+      algorithm::shared_memory, algorithm::hierarchical}},
     {"allgather", {algorithm::ring, algorithm::recursive_doubling, algorithm::shared_memory, algorithm::hierarchical}},
-    {"reduce_scatter", {algorithm::ring, algorithm::recursive_halving, algorithm::shared_memory, algorithm::hierarchical}},
+    {"reduce_scatter",
+     {algorithm::ring, algorithm::recursive_halving, algorithm::shared_memory, algorithm::hierarchical}},
     {"broadcast", {algorithm::tree, algorithm::chain, algorithm::shared_memory, algorithm::hierarchical}},
     {"compressed_allreduce", {algorithm::ring, algorithm::encode_once, algorithm::sparse}},
     {"reduce", {algorithm::tree}},
@@ -113,9 +115,9 @@ constexpr const collective_algorithms* find_collective(std::string_view name) no
 inline algorithm require_offered(std::string_view collective, algorithm chosen, std::string_view source) {
   const collective_algorithms* known = find_collective(collective);
   if (known != nullptr && known->offers(chosen)) return chosen;
-  throw error(errc::invalid_argument,
-              std::string(source) + " names " + std::string(to_string(chosen)) + ", which is not an algorithm of " +
-                  std::string(collective) + (known ? " (it has " + known->list() + ")" : ""));
+  throw error(errc::invalid_argument, std::string(source) + " names " + std::string(to_string(chosen)) +
+                                          ", which is not an algorithm of " + std::string(collective) +
+                                          (known ? " (it has " + known->list() + ")" : ""));
 }
 
 inline algorithm require_allreduce_algorithm(algorithm chosen, std::string_view source) {

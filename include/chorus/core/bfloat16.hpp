@@ -16,8 +16,7 @@ namespace chorus {
 namespace detail {
 
 CHORUS_HD constexpr std::uint16_t float_bits_to_bfloat16_bits(std::uint32_t f) noexcept {
-  if ((f & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<std::uint16_t>((f >> 16) | 0x0040u);
+  if ((f & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((f >> 16) | 0x0040u);
   const std::uint32_t odd = (f >> 16) & 1u;
   return static_cast<std::uint16_t>((f + 0x7fffu + odd) >> 16);
 }
@@ -41,9 +40,7 @@ class bfloat16 {
     return hd::float_from_bits(static_cast<std::uint32_t>(bits_) << 16);
   }
 
-  CHORUS_HD constexpr bool is_nan() const noexcept {
-    return (bits_ & 0x7f80u) == 0x7f80u && (bits_ & 0x7fu) != 0;
-  }
+  CHORUS_HD constexpr bool is_nan() const noexcept { return (bits_ & 0x7f80u) == 0x7f80u && (bits_ & 0x7fu) != 0; }
 
  private:
   std::uint16_t bits_ = 0;

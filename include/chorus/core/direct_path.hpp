@@ -31,8 +31,8 @@ namespace chorus {
 template <class Communicator>
 void report_path(const Communicator& comm, std::string_view collective, std::size_t bytes, std::string_view why) {
   if (log::debug_enabled())
-    log::debug(comm.transport().rank(), std::string(collective) + " of " + std::to_string(bytes) +
-                                            " B not in host memory: " + std::string(why));
+    log::debug(comm.transport().rank(),
+               std::string(collective) + " of " + std::to_string(bytes) + " B not in host memory: " + std::string(why));
 }
 
 // Where the transport moves `data` on the direct path (the fake device of
@@ -81,8 +81,8 @@ bool run_direct(memory_router& router, Communicator& comm, std::string_view coll
                 std::initializer_list<routed_buffer> views, dtype type, std::string_view op, Body&& body) {
   const memory_kinds moved = comm.transport().memory_kinds();
   return detail::run_direct_if(
-      router, comm, collective, views, [&](const routed_buffer& view) { return router.direct_path(view, type, op, moved); },
-      body);
+      router, comm, collective, views,
+      [&](const routed_buffer& view) { return router.direct_path(view, type, op, moved); }, body);
 }
 
 // The same for a compressed collective, whose float buffers are encoded
@@ -92,8 +92,8 @@ bool run_direct(memory_router& router, Communicator& comm, std::string_view coll
                 std::initializer_list<routed_buffer> views, const codec_spec& codec, Body&& body) {
   const memory_kinds moved = comm.transport().memory_kinds();
   return detail::run_direct_if(
-      router, comm, collective, views, [&](const routed_buffer& view) { return router.direct_path(view, codec, moved); },
-      body);
+      router, comm, collective, views,
+      [&](const routed_buffer& view) { return router.direct_path(view, codec, moved); }, body);
 }
 
 }  // namespace chorus

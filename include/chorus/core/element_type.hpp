@@ -15,19 +15,29 @@
 namespace chorus {
 
 enum class dtype : std::uint8_t {
-  int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-  float16, bfloat16, float32, float64,
+  int8,
+  int16,
+  int32,
+  int64,
+  uint8,
+  uint16,
+  uint32,
+  uint64,
+  float16,
+  bfloat16,
+  float32,
+  float64,
 };
 
 template <class T>
 struct element_traits;  // undefined for types chorus does not know
 
-#define CHORUS_ELEMENT(type, tag, accumulate)          \
-  template <>                                         \
-  struct element_traits<type> {                       \
-    static constexpr dtype id = dtype::tag;           \
-    static constexpr std::string_view name = #tag;    \
-    using accumulator = accumulate;                   \
+#define CHORUS_ELEMENT(type, tag, accumulate)      \
+  template <>                                      \
+  struct element_traits<type> {                    \
+    static constexpr dtype id = dtype::tag;        \
+    static constexpr std::string_view name = #tag; \
+    using accumulator = accumulate;                \
   };
 CHORUS_ELEMENT(std::int8_t, int8, std::int8_t)
 CHORUS_ELEMENT(std::int16_t, int16, std::int16_t)
@@ -44,8 +54,7 @@ CHORUS_ELEMENT(double, float64, double)
 #undef CHORUS_ELEMENT
 
 template <class T>
-concept element = requires { element_traits<std::remove_cv_t<T>>::id; } &&
-                  std::is_trivially_copyable_v<T>;
+concept element = requires { element_traits<std::remove_cv_t<T>>::id; } && std::is_trivially_copyable_v<T>;
 
 template <element T>
 inline constexpr dtype dtype_of = element_traits<std::remove_cv_t<T>>::id;
@@ -55,10 +64,18 @@ using accumulator_t = typename element_traits<std::remove_cv_t<T>>::accumulator;
 
 constexpr std::size_t size_of(dtype type) noexcept {
   switch (type) {
-    case dtype::int8: case dtype::uint8: return 1;
-    case dtype::int16: case dtype::uint16: case dtype::float16: case dtype::bfloat16: return 2;
-    case dtype::int32: case dtype::uint32: case dtype::float32: return 4;
-    case dtype::int64: case dtype::uint64: case dtype::float64: return 8;
+    case dtype::int8:
+    case dtype::uint8: return 1;
+    case dtype::int16:
+    case dtype::uint16:
+    case dtype::float16:
+    case dtype::bfloat16: return 2;
+    case dtype::int32:
+    case dtype::uint32:
+    case dtype::float32: return 4;
+    case dtype::int64:
+    case dtype::uint64:
+    case dtype::float64: return 8;
   }
   return 0;
 }

@@ -34,15 +34,13 @@ inline std::optional<long long> parse_integer(std::string_view text) {
   return value;
 }
 
-inline std::optional<long long> get_integer(const char* name, long long min_value,
-                                            long long max_value) {
+inline std::optional<long long> get_integer(const char* name, long long min_value, long long max_value) {
   const auto text = get(name);
   if (!text) return std::nullopt;
   const auto value = parse_integer(*text);
   if (!value || *value < min_value || *value > max_value)
-    throw error(errc::invalid_argument,
-                std::string(name) + "='" + *text + "' is not an integer in [" +
-                    std::to_string(min_value) + ", " + std::to_string(max_value) + "]");
+    throw error(errc::invalid_argument, std::string(name) + "='" + *text + "' is not an integer in [" +
+                                            std::to_string(min_value) + ", " + std::to_string(max_value) + "]");
   return value;
 }
 
@@ -59,11 +57,16 @@ inline std::optional<std::chrono::milliseconds> parse_duration(std::string_view 
   if (parse_end != number.c_str() + number.size() || !std::isfinite(amount)) return std::nullopt;
   const std::string_view unit = text.substr(number_end);
   double scale_ms = 0;
-  if (unit.empty() || unit == "s") scale_ms = 1e3;
-  else if (unit == "ms") scale_ms = 1;
-  else if (unit == "m" || unit == "min") scale_ms = 60e3;
-  else if (unit == "h") scale_ms = 3600e3;
-  else return std::nullopt;
+  if (unit.empty() || unit == "s")
+    scale_ms = 1e3;
+  else if (unit == "ms")
+    scale_ms = 1;
+  else if (unit == "m" || unit == "min")
+    scale_ms = 60e3;
+  else if (unit == "h")
+    scale_ms = 3600e3;
+  else
+    return std::nullopt;
   const double ms = amount * scale_ms;
   if (ms > 1e12) return std::nullopt;
   return std::chrono::milliseconds(static_cast<long long>(std::llround(ms)));
@@ -75,8 +78,7 @@ inline std::optional<std::chrono::milliseconds> get_duration(const char* name) {
   const auto value = parse_duration(*text);
   if (!value || value->count() <= 0)
     throw error(errc::invalid_argument,
-                std::string(name) + "='" + *text +
-                    "' is not a positive duration (examples: 30, 30s, 500ms, 2m)");
+                std::string(name) + "='" + *text + "' is not a positive duration (examples: 30, 30s, 500ms, 2m)");
   return value;
 }
 
@@ -84,7 +86,9 @@ inline std::optional<std::chrono::milliseconds> get_duration(const char* name) {
 inline std::optional<std::size_t> parse_size(std::string_view text) {
   std::size_t scale = 1;
   if (!text.empty() && (text.back() == 'K' || text.back() == 'M' || text.back() == 'G')) {
-    scale = text.back() == 'K' ? std::size_t{1} << 10 : text.back() == 'M' ? std::size_t{1} << 20 : std::size_t{1} << 30;
+    scale = text.back() == 'K'   ? std::size_t{1} << 10
+            : text.back() == 'M' ? std::size_t{1} << 20
+                                 : std::size_t{1} << 30;
     text.remove_suffix(1);
   }
   const auto value = parse_integer(text);
@@ -115,8 +119,7 @@ inline std::optional<std::size_t> get_choice(const char* name, std::span<const s
     if (index++ > 0) expected += '|';
     expected += choice;
   }
-  throw error(errc::invalid_argument,
-              std::string(name) + "='" + *text + "' is not one of " + expected);
+  throw error(errc::invalid_argument, std::string(name) + "='" + *text + "' is not one of " + expected);
 }
 
 inline std::optional<std::size_t> get_choice(const char* name, std::initializer_list<std::string_view> choices) {

@@ -57,8 +57,7 @@ class error : public std::runtime_error {
   const std::string& detail() const noexcept { return detail_; }
 
  private:
-  static std::string format(errc category, const std::string& detail,
-                            const error_context& context) {
+  static std::string format(errc category, const std::string& detail, const error_context& context) {
     std::string text = "chorus ";
     text += to_string(category);
     if (context.rank >= 0) text += ": rank " + std::to_string(context.rank);
@@ -83,8 +82,7 @@ inline error with_rank(const error& failure, int rank, std::string_view operatio
 }
 
 // Shorthand for argument checks: CHORUS_REQUIRE-style without a macro.
-inline void require(bool condition, std::string_view what,
-                    const error_context& context = {}) {
+inline void require(bool condition, std::string_view what, const error_context& context = {}) {
   if (!condition) throw error(errc::invalid_argument, std::string(what), context);
 }
 

@@ -75,9 +75,7 @@ class half {
     return hd::float_from_bits(detail::half_bits_to_float_bits(bits_));
   }
 
-  CHORUS_HD constexpr bool is_nan() const noexcept {
-    return (bits_ & 0x7c00u) == 0x7c00u && (bits_ & 0x3ffu) != 0;
-  }
+  CHORUS_HD constexpr bool is_nan() const noexcept { return (bits_ & 0x7c00u) == 0x7c00u && (bits_ & 0x3ffu) != 0; }
 
  private:
   std::uint16_t bits_ = 0;

@@ -160,8 +160,7 @@ class memory_router {
   // report its progress through the thread's staging_hooks (set for the
   // body's duration; take_staging_hooks). By default: as through_host.
   virtual void through_host_in_parts(const routed_buffer& buffer, function_ref<void(void*)> body, waiter wait) {
-    through_host(std::span<const routed_buffer>(&buffer, 1), [&](std::span<void* const> host) { body(host[0]); },
-                 wait);
+    through_host(std::span<const routed_buffer>(&buffer, 1), [&](std::span<void* const> host) { body(host[0]); }, wait);
   }
   // Copies `bytes` between any two kinds of memory; returns once they have
   // landed (packing device tensors into a host bucket, fusion.hpp).

@@ -22,8 +22,10 @@ namespace chorus::op {
 
 template <class T>
 CHORUS_HD constexpr bool is_nan(const T& value) noexcept {
-  if constexpr (std::is_floating_point_v<T>) return value != value;
-  else return false;
+  if constexpr (std::is_floating_point_v<T>)
+    return value != value;
+  else
+    return false;
 }
 
 // Integers wrap on overflow (two's complement, as MPI implementations
@@ -79,7 +81,9 @@ struct max {
 struct avg {
   static constexpr std::string_view name = "avg";
   template <class T>
-  CHORUS_HD constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a + b); }
+  CHORUS_HD constexpr T operator()(T a, T b) const noexcept {
+    return static_cast<T>(a + b);
+  }
   template <class T>
   CHORUS_HD constexpr T finalize(T total, std::size_t contributions) const noexcept {
     return static_cast<T>(total / static_cast<T>(contributions));
@@ -89,20 +93,28 @@ struct avg {
 // The name an operator reports: its static `name`, or "user" for a lambda.
 template <class Op>
 constexpr std::string_view name_of() noexcept {
-  if constexpr (requires { Op::name; }) return Op::name;
-  else return "user";
+  if constexpr (requires { Op::name; })
+    return Op::name;
+  else
+    return "user";
 }
 
 // Calls visit(Op{}) with the built-in operator called `name` (as name_of
 // names it); false when there is none (a user's operator).
 template <class Visit>
 bool visit_builtin(std::string_view name, Visit&& visit) {
-  if (name == sum::name) visit(sum{});
-  else if (name == prod::name) visit(prod{});
-  else if (name == min::name) visit(min{});
-  else if (name == max::name) visit(max{});
-  else if (name == avg::name) visit(avg{});
-  else return false;
+  if (name == sum::name)
+    visit(sum{});
+  else if (name == prod::name)
+    visit(prod{});
+  else if (name == min::name)
+    visit(min{});
+  else if (name == max::name)
+    visit(max{});
+  else if (name == avg::name)
+    visit(avg{});
+  else
+    return false;
   return true;
 }
 
@@ -111,7 +123,8 @@ template <class Op, class T>
 constexpr T finalize(const Op& op, T total, std::size_t contributions) noexcept {
   if constexpr (requires { op.finalize(total, contributions); })
     return op.finalize(total, contributions);
-  else return total;
+  else
+    return total;
 }
 
 }  // namespace chorus::op

@@ -96,7 +96,8 @@ class tuning_parser {
     const collective_algorithms* known = find_collective(head);
     if (known == nullptr) {
       std::string names;
-      for (const collective_algorithms& c : collectives) names += (names.empty() ? "" : ", ") + std::string(c.collective);
+      for (const collective_algorithms& c : collectives)
+        names += (names.empty() ? "" : ", ") + std::string(c.collective);
       fail(entry, "'" + std::string(head) + "' is not a collective (" + names + ")");
     }
     for (std::string_view rule : split(entry.substr(colon + 1), ',')) {

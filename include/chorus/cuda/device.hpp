@@ -137,7 +137,8 @@ class device {
     std::lock_guard lock(mutex_);
     owned_set* chosen = nullptr;  // the largest free set, or a new one
     for (const auto& owned : sets_)
-      if (!owned->busy && (chosen == nullptr || owned->set.pinned.size() > chosen->set.pinned.size())) chosen = owned.get();
+      if (!owned->busy && (chosen == nullptr || owned->set.pinned.size() > chosen->set.pinned.size()))
+        chosen = owned.get();
     if (chosen == nullptr) chosen = sets_.emplace_back(std::make_unique<owned_set>()).get();
     grow(chosen->set, bytes, depth);
     chosen->busy = true;

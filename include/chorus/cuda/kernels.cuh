@@ -91,14 +91,16 @@ struct on_stream {
   template <class F>
   void elements(std::size_t n, const F& f, const char* what) const {
     if (n == 0) return;
-    detail::each_element<<<detail::grid_for(n, detail::threads_per_block), detail::threads_per_block, 0, stream>>>(n, f);
+    detail::each_element<<<detail::grid_for(n, detail::threads_per_block), detail::threads_per_block, 0, stream>>>(n,
+                                                                                                                   f);
     detail::launched(what);
   }
   template <class F>
   void codec_blocks(std::size_t blocks, const F& f, const char* what) const {
     if (blocks == 0) return;
     const std::size_t warps_per_block = detail::threads_per_block / detail::warp;
-    detail::each_codec_block<<<detail::grid_for(blocks, warps_per_block), detail::threads_per_block, 0, stream>>>(blocks, f);
+    detail::each_codec_block<<<detail::grid_for(blocks, warps_per_block), detail::threads_per_block, 0, stream>>>(
+        blocks, f);
     detail::launched(what);
   }
 };
@@ -221,7 +223,8 @@ struct two_byte_decode {
 // --- int8 --------------------------------------------------------------------------
 
 __device__ inline float warp_largest(float value) {
-  for (int offset = warp / 2; offset > 0; offset /= 2) value = hd::larger(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  for (int offset = warp / 2; offset > 0; offset /= 2)
+    value = hd::larger(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
 }
 
@@ -235,7 +238,8 @@ struct int8_encode {
   CHORUS_HD float lane_largest(std::size_t b, unsigned lane) const {
     const float* x = in + at.first(b);
     float largest = 0.0f;
-    for (std::size_t k = lane; k < at.count(b); k += warp) largest = hd::larger(largest, codec::element::int8_magnitude(x[k]));
+    for (std::size_t k = lane; k < at.count(b); k += warp)
+      largest = hd::larger(largest, codec::element::int8_magnitude(x[k]));
     return largest;
   }
   CHORUS_HD void write(std::size_t b, unsigned lane, float block_largest) const {
@@ -247,7 +251,9 @@ struct int8_encode {
     for (std::size_t k = lane; k < at.count(b); k += warp) q[k] = codec::element::int8_quantize(x[k], s);
   }
 
-  __device__ void operator()(std::size_t b, unsigned lane) const { write(b, lane, warp_largest(lane_largest(b, lane))); }
+  __device__ void operator()(std::size_t b, unsigned lane) const {
+    write(b, lane, warp_largest(lane_largest(b, lane)));
+  }
   void serial(std::size_t b) const {
     float largest = 0.0f;
     for (unsigned lane = 0; lane < warp; ++lane) largest = hd::larger(largest, lane_largest(b, lane));
@@ -365,9 +371,9 @@ void decode_with(const Launch& launch, const Codec& c, const std::byte* in, floa
     launch.elements(n, two_byte_decode<Codec, Accumulate>{reinterpret_cast<const std::uint16_t*>(in), out},
                     "chorus two-byte decode kernel");
   } else if constexpr (std::is_same_v<Codec, codec::int8>) {
-    launch.elements(n,
-                    block_decode<Accumulate, int8_value>{geometry_of<codec::detail::int8_payload>(c.granule(), n), in, out},
-                    "chorus int8 decode kernel");
+    launch.elements(
+        n, block_decode<Accumulate, int8_value>{geometry_of<codec::detail::int8_payload>(c.granule(), n), in, out},
+        "chorus int8 decode kernel");
   } else {
     static_assert(std::is_same_v<Codec, codec::onebit>, "device kernels exist for fp16, bf16, int8 and onebit");
     launch.elements(
@@ -515,8 +521,10 @@ class compute final : public device_compute {
               stream_handle stream) override {
     with_codec(spec, [&](const auto& c) {
       const auto* bytes = static_cast<const std::byte*>(in);
-      if (accumulate) kernels::decode_add(c, bytes, out, n, static_cast<cudaStream_t>(stream));
-      else kernels::decode(c, bytes, out, n, static_cast<cudaStream_t>(stream));
+      if (accumulate)
+        kernels::decode_add(c, bytes, out, n, static_cast<cudaStream_t>(stream));
+      else
+        kernels::decode(c, bytes, out, n, static_cast<cudaStream_t>(stream));
     });
   }
   void feedback_encode(const codec_spec& spec, const float* in, float* residual, float* work, void* out, std::size_t n,
@@ -531,13 +539,15 @@ class compute final : public device_compute {
   template <class Visit>
   static void with_codec(const codec_spec& spec, Visit&& visit) {
     if (!codec::visit_spec(spec, visit))
-      throw error(errc::invalid_argument, "device kernels: no codec '" + std::string(spec.name) + "' (fp16, bf16, int8, onebit)");
+      throw error(errc::invalid_argument,
+                  "device kernels: no codec '" + std::string(spec.name) + "' (fp16, bf16, int8, onebit)");
   }
   template <class Visit>
   static void with_reduction(dtype type, std::string_view op, Visit&& visit) {
     if (!visit_reduction(type, op, visit))
       throw error(errc::invalid_argument, "device kernels: no reduction of " + std::string(to_string(type)) + " by '" +
-                                              std::string(op) + "' (built-in ops over types that are their own accumulator)");
+                                              std::string(op) +
+                                              "' (built-in ops over types that are their own accumulator)");
   }
 };
 

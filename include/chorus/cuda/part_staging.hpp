@@ -49,8 +49,7 @@ class part_staging final : public staging_hooks {
     try {
       copies_.record_tails(set_);
       while (!quiet() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-    } catch (...) {
-    }
+    } catch (...) {}
     for (event_handle event : chunk_events_) ops_.destroy_event(event);
   }
 

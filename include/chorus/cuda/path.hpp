@@ -45,16 +45,16 @@ struct path_facts {
 inline path_report choose_path(path_setting setting, const path_facts& facts) {
   if (setting == path_setting::staged) return {false, "staged (CHORUS_CUDA_PATH=staged)"};
   const bool forced = setting == path_setting::direct;
-  const char* missing = !facts.network_reaches_device
-                            ? "the transport moves host memory only (UCX reports no CUDA memory support)"
-                        : !facts.have_kernels
-                            ? "no device kernels were given (chorus::cuda::kernels::compute, from a file nvcc compiles)"
+  const char* missing =
+      !facts.network_reaches_device ? "the transport moves host memory only (UCX reports no CUDA memory support)"
+      : !facts.have_kernels ? "no device kernels were given (chorus::cuda::kernels::compute, from a file nvcc compiles)"
                             : nullptr;
   if (missing != nullptr) {
     if (forced) throw error(errc::unavailable, std::string("CHORUS_CUDA_PATH=direct, but ") + missing);
     return {false, std::string("staged: ") + missing};
   }
-  if (!facts.kernels_take_call) return {false, "staged: the device kernels do not take this call's element type and op, or its codec"};
+  if (!facts.kernels_take_call)
+    return {false, "staged: the device kernels do not take this call's element type and op, or its codec"};
   return {true, std::string("direct (") + (forced ? "CHORUS_CUDA_PATH=direct" : "auto") +
                     ": device memory goes to the transport as it is)"};
 }

@@ -167,8 +167,7 @@ class router final : public memory_router {
       return memory_router::through_host_in_parts(buffer, body, wait);
     stager copies(on_, options_, current_stream());
     device::lease held = on_.acquire(buffer.bytes, copies.depth());
-    part_staging parts(copies, held.set(), static_cast<std::byte*>(const_cast<void*>(buffer.data)), buffer.bytes,
-                       wait);
+    part_staging parts(copies, held.set(), static_cast<std::byte*>(const_cast<void*>(buffer.data)), buffer.bytes, wait);
     parts.start();
     {
       const staging_hooks_scope reporting(&parts);

@@ -81,7 +81,9 @@ class runtime_operations final : public device_operations {
     detail::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     return stream;
   }
-  void destroy_stream(stream_handle stream) noexcept override { (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream)); }
+  void destroy_stream(stream_handle stream) noexcept override {
+    (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  }
 
   event_handle create_event() override {
     cudaEvent_t event = nullptr;
@@ -95,7 +97,8 @@ class runtime_operations final : public device_operations {
                   "cudaMemcpyAsync");
   }
   void record(event_handle event, stream_handle stream) override {
-    detail::check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+    detail::check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
+                  "cudaEventRecord");
   }
   void stream_wait(stream_handle stream, event_handle event) override {
     detail::check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),

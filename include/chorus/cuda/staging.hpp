@@ -65,8 +65,8 @@ class stager {
   // Enqueues chunk k of the copy on stream k mod depth; after(stream) runs
   // after each chunk's copy is enqueued (to mark it with an event).
   template <class AfterChunk = void (*)(stream_handle)>
-  void enqueue_chunks(staging_set& set, void* to, const void* from, std::size_t bytes,
-                      AfterChunk&& after = [](stream_handle) {}) {
+  void enqueue_chunks(
+      staging_set& set, void* to, const void* from, std::size_t bytes, AfterChunk&& after = [](stream_handle) {}) {
     auto* target = static_cast<std::byte*>(to);
     const auto* source = static_cast<const std::byte*>(from);
     std::size_t k = 0;

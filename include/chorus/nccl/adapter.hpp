@@ -24,7 +24,7 @@
 namespace chorus::nccl {
 
 using unique_id = std::array<std::byte, 128>;  // the size of ncclUniqueId
-using stream_handle = void*;                    // a cudaStream_t; null: the legacy default stream
+using stream_handle = void*;                   // a cudaStream_t; null: the legacy default stream
 
 enum class reduction { sum, prod, max, min, avg };
 
@@ -71,9 +71,9 @@ constexpr errc category_of(result outcome) noexcept {
 
 // The communicator's state, as ncclCommGetAsyncError reports it.
 struct health {
-  result state = result::success;  // success, in_progress, or the error
-  std::string detail;              // ncclGetLastError's text, or the host adapter's error
-  errc category = errc::transport; // what a failure means: category_of(state) for NCCL
+  result state = result::success;   // success, in_progress, or the error
+  std::string detail;               // ncclGetLastError's text, or the host adapter's error
+  errc category = errc::transport;  // what a failure means: category_of(state) for NCCL
 
   bool in_progress() const noexcept { return state == result::in_progress; }
   bool failed() const noexcept { return state != result::success && state != result::in_progress; }
@@ -100,18 +100,18 @@ class endpoint {
   virtual void group_start() = 0;
   virtual void group_end() = 0;
 
-  virtual health check() = 0;                           // ncclCommGetAsyncError
-  virtual bool stream_idle(stream_handle stream) = 0;   // cudaStreamQuery: all work enqueued so far is done
-  virtual void finalize() = 0;                          // ncclCommFinalize: check() is in progress until flushed
-  virtual void abort() noexcept = 0;                    // ncclCommAbort: stops what is stuck, frees everything
+  virtual health check() = 0;                          // ncclCommGetAsyncError
+  virtual bool stream_idle(stream_handle stream) = 0;  // cudaStreamQuery: all work enqueued so far is done
+  virtual void finalize() = 0;                         // ncclCommFinalize: check() is in progress until flushed
+  virtual void abort() noexcept = 0;                   // ncclCommAbort: stops what is stuck, frees everything
 };
 
 class adapter {
  public:
   virtual ~adapter() = default;
   virtual std::string name() const = 0;
-  virtual int devices() = 0;          // how many GPUs this process sees
-  virtual unique_id new_id() = 0;     // ncclGetUniqueId, on the group's rank 0
+  virtual int devices() = 0;       // how many GPUs this process sees
+  virtual unique_id new_id() = 0;  // ncclGetUniqueId, on the group's rank 0
   // ncclCommInitRankConfig for `group`'s rank on `device`, non-blocking:
   // check() is in progress until every rank of the group has joined. Every
   // rank of `group` calls it with the id rank 0 made.

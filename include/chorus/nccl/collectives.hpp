@@ -93,8 +93,7 @@ constexpr std::optional<reduction> reduction_of() noexcept {
 template <class Op>
 reduction require_reduction(const communicator& comm, const char* operation) {
   if (constexpr auto known = reduction_of<Op>()) return *known;
-  throw error(errc::invalid_argument,
-              "NCCL reduces with sum, prod, min, max and avg only, not a user-defined operator",
+  throw error(errc::invalid_argument, "NCCL reduces with sum, prod, min, max and avg only, not a user-defined operator",
               {comm.rank(), -1, operation});
 }
 
@@ -126,8 +125,10 @@ void run_plan(communicator& comm, const char* operation, const std::vector<trans
   comm.run(operation, [&](endpoint& nccl, stream_handle stream) {
     nccl.group_start();
     for (const transfer& t : plan) {
-      if (t.sending) nccl.send(from + t.offset, t.count, dtype_of<T>, t.peer, stream);
-      else nccl.recv(into + t.offset, t.count, dtype_of<T>, t.peer, stream);
+      if (t.sending)
+        nccl.send(from + t.offset, t.count, dtype_of<T>, t.peer, stream);
+      else
+        nccl.recv(into + t.offset, t.count, dtype_of<T>, t.peer, stream);
     }
     nccl.group_end();
   });
@@ -227,14 +228,16 @@ algorithm allgather(communicator& comm, std::span<T> all, algorithm forced = alg
 template <element T, reduction_operator Op = op::sum>
 algorithm reduce_scatter(communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
                          algorithm forced = algorithm::automatic) {
-  if (!comm.moves("reduce_scatter", input, output)) return chorus::reduce_scatter(comm.host(), input, output, op, forced);
+  if (!comm.moves("reduce_scatter", input, output))
+    return chorus::reduce_scatter(comm.host(), input, output, op, forced);
   const std::size_t block = detail::block_of(comm, input.size(), "reduce_scatter");
   if (output.size() != block)
     throw error(errc::invalid_argument,
                 "output holds " + std::to_string(output.size()) + " elements, needs " + std::to_string(block),
                 {comm.host().transport().rank(), -1, "reduce_scatter"});
   const reduction how = detail::require_reduction<Op>(comm, "reduce_scatter");
-  const algorithm ran = detail::begin<T>(comm, "reduce_scatter", input.size(), op::name_of<Op>(), detail::no_root, forced);
+  const algorithm ran =
+      detail::begin<T>(comm, "reduce_scatter", input.size(), op::name_of<Op>(), detail::no_root, forced);
   comm.run("reduce_scatter", [&](endpoint& nccl, stream_handle stream) {
     nccl.reduce_scatter(input.data(), output.data(), block, dtype_of<T>, how, stream);
   });
@@ -279,7 +282,8 @@ void scatter(communicator& comm, std::span<const T> all, std::span<T> mine, int 
                     std::to_string(mine.size() * static_cast<std::size_t>(comm.size())),
                 {comm.host().transport().rank(), -1, "scatter"});
   detail::begin<T>(comm, "scatter", mine.size(), "", root, algorithm::automatic);
-  detail::run_plan(comm, "scatter", scatter_plan(comm.size(), comm.rank(), root, mine.size()), used.data(), mine.data());
+  detail::run_plan(comm, "scatter", scatter_plan(comm.size(), comm.rank(), root, mine.size()), used.data(),
+                   mine.data());
 }
 
 // --- point to point ----------------------------------------------------------------

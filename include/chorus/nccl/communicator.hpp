@@ -31,8 +31,8 @@
 
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/selection.hpp>
-#include <chorus/core/env.hpp>
 #include <chorus/comm/progress_thread.hpp>
+#include <chorus/core/env.hpp>
 #include <chorus/core/memory_router.hpp>
 #include <chorus/nccl/adapter.hpp>
 
@@ -50,9 +50,9 @@
 namespace chorus::nccl {
 
 struct options {
-  int device = -1;                        // -1: CHORUS_LOCAL_RANK (else the rank) modulo the GPUs seen
-  std::chrono::milliseconds timeout{0};   // 0: the chorus communicator's (CHORUS_TIMEOUT)
-  bool synchronous = true;                // false: calls return once enqueued on the stream
+  int device = -1;                       // -1: CHORUS_LOCAL_RANK (else the rank) modulo the GPUs seen
+  std::chrono::milliseconds timeout{0};  // 0: the chorus communicator's (CHORUS_TIMEOUT)
+  bool synchronous = true;               // false: calls return once enqueued on the stream
 };
 
 namespace detail {
@@ -159,8 +159,10 @@ class communicator {
     require_usable(operation);
     const stream_handle stream = chorus::detail::thread_stream();
     enqueue(*endpoint_, stream);
-    if (given_.synchronous) wait(stream, operation);
-    else await([] { return true; }, operation);  // enqueue errors, without waiting for the stream
+    if (given_.synchronous)
+      wait(stream, operation);
+    else
+      await([] { return true; }, operation);  // enqueue errors, without waiting for the stream
   }
 
   // Waits until `stream` has done its work, polling NCCL's asynchronous
@@ -246,7 +248,8 @@ class communicator {
       return made;
     }
     if (peer < 0 || peer >= size())
-      throw error(errc::invalid_argument, "peer " + std::to_string(peer) + " is not in [0, " + std::to_string(size()) + ")",
+      throw error(errc::invalid_argument,
+                  "peer " + std::to_string(peer) + " is not in [0, " + std::to_string(size()) + ")",
                   {host_.transport().rank(), -1, sending ? "send" : "recv"});
     group_.push_back({data, bytes, peer, sending});
     made.peer_ = peer;
@@ -262,8 +265,10 @@ class communicator {
     run(operation, [&](endpoint& nccl, stream_handle stream) {
       nccl.group_start();
       for (const queued& q : posting) {
-        if (q.sending) nccl.send(q.data, q.bytes, dtype::uint8, q.peer, stream);
-        else nccl.recv(const_cast<std::byte*>(q.data), q.bytes, dtype::uint8, q.peer, stream);
+        if (q.sending)
+          nccl.send(q.data, q.bytes, dtype::uint8, q.peer, stream);
+        else
+          nccl.recv(const_cast<std::byte*>(q.data), q.bytes, dtype::uint8, q.peer, stream);
       }
       nccl.group_end();
     });
@@ -294,7 +299,8 @@ class communicator {
         throw;
       }
     }
-    if (store == nullptr) throw error(errc::invalid_argument, "nccl::communicator: a job of several ranks without a store");
+    if (store == nullptr)
+      throw error(errc::invalid_argument, "nccl::communicator: a job of several ranks without a store");
     const std::string value = store->wait(key, timeout_);
     if (value.rfind("error:", 0) == 0)
       throw error(errc::unavailable, "rank 0 could not make the NCCL unique id: " + value.substr(6),
@@ -318,8 +324,10 @@ class communicator {
              operation);
       // Yield first (a collective is often done in microseconds), then
       // sleep, so a rank waiting on a slow peer leaves the core to others.
-      if (polls < 1000) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (polls < 1000)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
 
@@ -329,8 +337,7 @@ class communicator {
   }
 
   void require_usable(std::string_view operation) const {
-    if (!endpoint_)
-      throw error(errc::invalid_argument, "an empty NCCL communicator", {-1, -1, std::string(operation)});
+    if (!endpoint_) throw error(errc::invalid_argument, "an empty NCCL communicator", {-1, -1, std::string(operation)});
     if (failure_)
       throw error(errc::invalid_argument, "this NCCL communicator was aborted (" + *failure_ + "); make a new one",
                   {host_.transport().rank(), -1, std::string(operation)});

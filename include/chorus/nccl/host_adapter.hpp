@@ -61,7 +61,8 @@ void visit_reduction(reduction op, F&& f) {
 
 class host_endpoint final : public endpoint {
  public:
-  host_endpoint(chorus::communicator own, host_adapter_options given) : comm_(std::move(own)), given_(std::move(given)) {}
+  host_endpoint(chorus::communicator own, host_adapter_options given)
+      : comm_(std::move(own)), given_(std::move(given)) {}
 
   void all_reduce(const void* send, void* recv, std::size_t count, dtype type, reduction op,
                   stream_handle stream) override {
@@ -71,7 +72,8 @@ class host_endpoint final : public endpoint {
   }
   void broadcast(const void* send, void* recv, std::size_t count, dtype type, int root, stream_handle stream) override {
     typed(stream, type, [&]<class T>(T*) {
-      if (comm_.rank() == root && send != recv) std::copy_n(in<T>(send, count).data(), count, out<T>(recv, count).data());
+      if (comm_.rank() == root && send != recv)
+        std::copy_n(in<T>(send, count).data(), count, out<T>(recv, count).data());
       chorus::broadcast(comm_, out<T>(recv, count), root);
     });
   }
@@ -95,9 +97,8 @@ class host_endpoint final : public endpoint {
   void reduce_scatter(const void* send, void* recv, std::size_t count, dtype type, reduction op,
                       stream_handle stream) override {
     typed(stream, type, [&]<class T>(T*) {
-      visit_reduction(op, [&](auto o) {
-        chorus::reduce_scatter(comm_, in<T>(send, count * ranks()), out<T>(recv, count), o);
-      });
+      visit_reduction(
+          op, [&](auto o) { chorus::reduce_scatter(comm_, in<T>(send, count * ranks()), out<T>(recv, count), o); });
     });
   }
 
@@ -182,8 +183,10 @@ class host_endpoint final : public endpoint {
       std::vector<chorus::communicator::request> requests;
       for (const transfer& t : pending_) {
         auto* bytes = static_cast<std::byte*>(host_address(t.data));
-        if (t.sending) requests.push_back(comm_.isend(std::span<const std::byte>(bytes, t.bytes), t.peer));
-        else requests.push_back(comm_.irecv(std::span<std::byte>(bytes, t.bytes), t.peer));
+        if (t.sending)
+          requests.push_back(comm_.isend(std::span<const std::byte>(bytes, t.bytes), t.peer));
+        else
+          requests.push_back(comm_.irecv(std::span<std::byte>(bytes, t.bytes), t.peer));
       }
       comm_.wait_all(std::span(requests), "nccl group");
       for (std::size_t k = 0; k < pending_.size(); ++k)
@@ -235,15 +238,17 @@ class host_adapter final : public adapter {
   // NCCL's bootstrap would fail if they were not.
   std::unique_ptr<endpoint> connect(chorus::communicator& group, const unique_id& id, int device) override {
     if (device < 0 || device >= given_.devices)
-      throw error(errc::invalid_argument, "host adapter: device " + std::to_string(device) + " of " +
-                                              std::to_string(given_.devices));
+      throw error(errc::invalid_argument,
+                  "host adapter: device " + std::to_string(device) + " of " + std::to_string(given_.devices));
     chorus::communicator own = group.split(0, group.rank());
     std::vector<std::uint8_t> everyone(id.size() * static_cast<std::size_t>(own.size()));
     std::vector<std::uint8_t> mine(id.size());
     std::memcpy(mine.data(), id.data(), id.size());
     chorus::allgather(own, std::span<const std::uint8_t>(mine), std::span(everyone));
-    if (!std::equal(everyone.begin(), everyone.end() - static_cast<std::ptrdiff_t>(id.size()), everyone.begin() + static_cast<std::ptrdiff_t>(id.size())))
-      throw error(errc::mismatch, "ranks were given different NCCL unique ids", {own.transport().rank(), 0, "nccl connect"});
+    if (!std::equal(everyone.begin(), everyone.end() - static_cast<std::ptrdiff_t>(id.size()),
+                    everyone.begin() + static_cast<std::ptrdiff_t>(id.size())))
+      throw error(errc::mismatch, "ranks were given different NCCL unique ids",
+                  {own.transport().rank(), 0, "nccl connect"});
     return std::make_unique<detail::host_endpoint>(std::move(own), given_);
   }
 

@@ -94,23 +94,24 @@ class library_endpoint final : public endpoint {
 
   void all_reduce(const void* send, void* recv, std::size_t count, dtype type, reduction op,
                   stream_handle stream) override {
-    require_ok(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, on(stream)), "ncclAllReduce", comm_);
+    require_ok(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, on(stream)), "ncclAllReduce",
+               comm_);
   }
-  void broadcast(const void* send, void* recv, std::size_t count, dtype type, int root,
-                 stream_handle stream) override {
+  void broadcast(const void* send, void* recv, std::size_t count, dtype type, int root, stream_handle stream) override {
     require_ok(ncclBroadcast(send, recv, count, nccl_type(type), root, comm_, on(stream)), "ncclBroadcast", comm_);
   }
   void reduce(const void* send, void* recv, std::size_t count, dtype type, reduction op, int root,
               stream_handle stream) override {
-    require_ok(ncclReduce(send, recv, count, nccl_type(type), nccl_op(op), root, comm_, on(stream)), "ncclReduce", comm_);
+    require_ok(ncclReduce(send, recv, count, nccl_type(type), nccl_op(op), root, comm_, on(stream)), "ncclReduce",
+               comm_);
   }
   void all_gather(const void* send, void* recv, std::size_t count, dtype type, stream_handle stream) override {
     require_ok(ncclAllGather(send, recv, count, nccl_type(type), comm_, on(stream)), "ncclAllGather", comm_);
   }
   void reduce_scatter(const void* send, void* recv, std::size_t count, dtype type, reduction op,
                       stream_handle stream) override {
-    require_ok(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, on(stream)), "ncclReduceScatter",
-          comm_);
+    require_ok(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, on(stream)),
+               "ncclReduceScatter", comm_);
   }
   void send(const void* data, std::size_t count, dtype type, int peer, stream_handle stream) override {
     require_ok(ncclSend(data, count, nccl_type(type), peer, comm_, on(stream)), "ncclSend", comm_);

@@ -25,7 +25,7 @@
 namespace chorus::transport {
 
 struct process_identity {
-  std::string host;         // boot id and namespaces: equal means "same kernel view"
+  std::string host;  // boot id and namespaces: equal means "same kernel view"
   long pid = 0;
   unsigned long long start = 0;  // clock ticks after boot, field 22 of /proc/<pid>/stat
 
@@ -109,7 +109,6 @@ struct process_identity {
     const ssize_t length = ::readlink(path, target, sizeof target);
     return length > 0 ? std::string(target, static_cast<std::size_t>(length)) : std::string("?");
   }
-
 };
 
 // True while the process runs: it exists, is not a zombie, and is the one

@@ -66,9 +66,9 @@ class shared_segment {
     const int allocated = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
     if (allocated != 0) {
       ::close(fd);
-      throw failure("allocating " + std::to_string(bytes >> 10) + " KiB for " + name +
-                        " (is /dev/shm full or too small?)",
-                    allocated);
+      throw failure(
+          "allocating " + std::to_string(bytes >> 10) + " KiB for " + name + " (is /dev/shm full or too small?)",
+          allocated);
     }
     segment.map(fd, bytes);
     return segment;
@@ -82,7 +82,7 @@ class shared_segment {
       if (errno == ENOENT) return false;
       throw failure("shm_open " + name, errno);
     }
-    struct stat info {};
+    struct stat info{};
     if (::fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) < bytes) {
       ::close(fd);
       return false;
@@ -132,7 +132,7 @@ inline std::size_t remove_orphaned_segments() {
     const long pid = std::strtol(std::string(rest.substr(0, rest.find('_'))).c_str(), nullptr, 10);
     if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     const std::string path = "/dev/shm/" + name;
-    struct stat info {};
+    struct stat info{};
     if (::stat(path.c_str(), &info) != 0 || info.st_uid != ::getuid()) continue;
     if (::unlink(path.c_str()) == 0) ++removed;
   }

@@ -68,9 +68,8 @@ template <class T>
 concept Transport =
     Request<typename T::request> &&
     requires(T& transport, const T& view, int peer, tag_t tag, std::span<const std::byte> input,
-             std::span<std::byte> output, typename T::request& request,
-             std::span<typename T::request> requests, clock::time_point deadline,
-             std::string_view operation, bool (&predicate)(), progress_mode mode) {
+             std::span<std::byte> output, typename T::request& request, std::span<typename T::request> requests,
+             clock::time_point deadline, std::string_view operation, bool (&predicate)(), progress_mode mode) {
       { view.rank() } -> std::same_as<int>;
       { view.size() } -> std::same_as<int>;
       { view.memory_kinds() } -> std::same_as<chorus::memory_kinds>;

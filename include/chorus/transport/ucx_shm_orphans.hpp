@@ -78,7 +78,7 @@ inline std::size_t remove_orphaned_ucx_segments(std::chrono::seconds min_age = s
   const std::time_t now = std::time(nullptr);
   for (const std::string& name : detail::directory_names("/dev/shm")) {
     if (!name.starts_with(ucx_segment_prefix)) continue;
-    struct stat info {};
+    struct stat info{};
     if (::stat(("/dev/shm/" + name).c_str(), &info) != 0 || info.st_uid != ::getuid()) continue;
     if (now - info.st_mtime < min_age.count()) continue;
     candidates.push_back(name);

@@ -58,8 +58,11 @@ class ucx_transport {
   using request = ucx::request;
 
   explicit ucx_transport(const config& settings)
-      : rank_(checked_rank(settings)), size_(settings.size), mode_(settings.progress),
-        peers_(size_), context_(rank_, size_, mode_ == progress_mode::block) {}
+      : rank_(checked_rank(settings)),
+        size_(settings.size),
+        mode_(settings.progress),
+        peers_(size_),
+        context_(rank_, size_, mode_ == progress_mode::block) {}
 
   ucx_transport(const ucx_transport&) = delete;
   ucx_transport& operator=(const ucx_transport&) = delete;
@@ -76,8 +79,8 @@ class ucx_transport {
   void connect(int peer, std::span<const std::byte> peer_address) {
     check_peer(peer, "connect");
     ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &peer_table::on_endpoint_error;
@@ -88,7 +91,8 @@ class ucx_transport {
     if (status != UCS_OK) {
       const std::string what = std::string("ucp_ep_create: ") + ucs_status_string(status);
       // A peer that died during start-up (its shared memory is gone): its failure.
-      if (peers_.gone(peer)) throw error(errc::peer_failure, what + ": " + peers_.failure_text(peer), {rank_, peer, "connect"});
+      if (peers_.gone(peer))
+        throw error(errc::peer_failure, what + ": " + peers_.failure_text(peer), {rank_, peer, "connect"});
       throw error(errc::transport, what, {rank_, peer, "connect"});
     }
     peers_[peer].endpoint = endpoint;
@@ -395,8 +399,9 @@ class ucx_transport {
     auto deadline = clock::now() + std::chrono::seconds(1);
     if (failed()) deadline = std::min(deadline, clock::time_point(clock::duration(abandon_by_.load())));
     if (peer_failure(handle.peer())) deadline = clock::now();
-    wait_until(progress_mode::spin, [&] { return handle.done(); }, deadline, [&] { return progress(); },
-               [](clock::time_point) {}, [](clock::duration) {});
+    wait_until(
+        progress_mode::spin, [&] { return handle.done(); }, deadline, [&] { return progress(); },
+        [](clock::time_point) {}, [](clock::duration) {});
   }
 
   // Flush-closes every endpoint, waiting a bounded time: teardown must not

@@ -48,8 +48,7 @@ class context {
     if (status != UCS_OK) fail("ucp_config_read", status);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
-                        UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_REQUEST_SIZE |
-                        UCP_PARAM_FIELD_REQUEST_INIT;
+                        UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_REQUEST_SIZE | UCP_PARAM_FIELD_REQUEST_INIT;
     params.features = UCP_FEATURE_TAG | (wakeup ? UCP_FEATURE_WAKEUP : 0);
     params.estimated_num_eps = static_cast<std::size_t>(ranks);
     params.mt_workers_shared = 0;
@@ -65,8 +64,7 @@ class context {
     ucp_context_attr_t attributes{};
     attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
     memory_kinds_ = {memory_kind::host, memory_kind::cuda_pinned};
-    if (ucp_context_query(context_, &attributes) == UCS_OK &&
-        (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)))
+    if (ucp_context_query(context_, &attributes) == UCS_OK && (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)))
       memory_kinds_.insert(memory_kind::cuda_device);
   }
 

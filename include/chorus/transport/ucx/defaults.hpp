@@ -36,8 +36,10 @@ inline bool only_tcp(std::string_view list) {
   while (!list.empty()) {
     const std::size_t comma = std::min(list.find(','), list.size());
     const std::string_view name = list.substr(0, comma);
-    if (name == "tcp") tcp = true;
-    else if (name != "self") return false;
+    if (name == "tcp")
+      tcp = true;
+    else if (name != "self")
+      return false;
     list.remove_prefix(std::min(comma + 1, list.size()));
   }
   return tcp;

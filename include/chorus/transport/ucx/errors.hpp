@@ -13,9 +13,8 @@
 namespace chorus::ucx {
 
 inline bool is_peer_failure(ucs_status_t status) noexcept {
-  return status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
-         status == UCS_ERR_UNREACHABLE || status == UCS_ERR_REJECTED || status == UCS_ERR_NOT_CONNECTED ||
-         status == UCS_ERR_CANCELED;
+  return status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_UNREACHABLE ||
+         status == UCS_ERR_REJECTED || status == UCS_ERR_NOT_CONNECTED || status == UCS_ERR_CANCELED;
 }
 
 // A message larger than the receive buffer is the callers' disagreement;
@@ -28,12 +27,14 @@ inline errc category_of(ucs_status_t status, bool peer_gone) noexcept {
 
 inline void check_peer(int rank, int ranks, int peer, const char* operation) {
   if (peer < 0 || peer >= ranks)
-    throw error(errc::invalid_argument, "peer " + std::to_string(peer) + " is not in [0, " + std::to_string(ranks) + ")",
+    throw error(errc::invalid_argument,
+                "peer " + std::to_string(peer) + " is not in [0, " + std::to_string(ranks) + ")",
                 {rank, peer, operation});
 }
 
 inline void check_tag(int rank, std::uint64_t tag, std::uint64_t limit, int peer, const char* operation) {
-  if (tag > limit) throw error(errc::invalid_argument, "tag does not fit in the user tag bits", {rank, peer, operation});
+  if (tag > limit)
+    throw error(errc::invalid_argument, "tag does not fit in the user tag bits", {rank, peer, operation});
 }
 
 inline std::string to_hex(std::uint64_t value) {

@@ -121,7 +121,8 @@ class peer_table {
       drain();
       for (int peer = 0; peer < ranks_; ++peer) {
         peer_slot& slot = (*this)[peer];
-        if (slot.process_exited.load(std::memory_order_acquire) && slot.failure.load(std::memory_order_acquire) == UCS_OK)
+        if (slot.process_exited.load(std::memory_order_acquire) &&
+            slot.failure.load(std::memory_order_acquire) == UCS_OK)
           mark_failed(slot, UCS_ERR_CONNECTION_RESET);
       }
     }
@@ -180,7 +181,7 @@ class peer_table {
   }
 
   int ranks_;
-  std::unique_ptr<peer_slot[]> slots_;  // not moved: endpoints' error handlers point into it
+  std::unique_ptr<peer_slot[]> slots_;         // not moved: endpoints' error handlers point into it
   std::atomic<bool> failures_pending_{false};  // a failed peer's endpoint awaits its force-close
   std::atomic<int> failed_peers_{0};
   clock::time_point last_watch_{};

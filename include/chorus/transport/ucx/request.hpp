@@ -70,8 +70,8 @@ inline void on_send_done(void* request, ucs_status_t status, void* in_flight) {
 // The sender's rank is the tag's top bits (ucx_transport.hpp, wire_tag).
 inline void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* in_flight) {
   const bool ok = status == UCS_OK;
-  finish(request, status, ok ? info->length : 0, ok ? static_cast<int>(info->sender_tag >> transport::user_tag_bits) : -1,
-         in_flight);
+  finish(request, status, ok ? info->length : 0,
+         ok ? static_cast<int>(info->sender_tag >> transport::user_tag_bits) : -1, in_flight);
 }
 
 }  // namespace detail
@@ -112,9 +112,7 @@ class request {
   bool is_receive() const noexcept { return is_receive_; }
   bool is_standing() const noexcept { return standing_; }
   std::size_t received_bytes() const noexcept { return state_ ? state_->received : 0; }
-  ucs_status_t status() const noexcept {
-    return state_ ? state_->status.load(std::memory_order_acquire) : settled_;
-  }
+  ucs_status_t status() const noexcept { return state_ ? state_->status.load(std::memory_order_acquire) : settled_; }
 
   // Cancels a pending operation (bounded wait for UCX to acknowledge) and
   // lets go of its request.
@@ -124,7 +122,7 @@ class request {
   friend class ucx_transport;
   ucx_transport* owner_ = nullptr;
   detail::operation_state* state_ = nullptr;  // the UCX request, while there is one
-  ucs_status_t settled_ = UCS_OK;              // how it ended, when UCX kept no request
+  ucs_status_t settled_ = UCS_OK;             // how it ended, when UCX kept no request
   int peer_ = -1;
   tag_t tag_ = 0;
   bool is_receive_ = false;

@@ -62,8 +62,10 @@ bool wait_until(progress_mode mode, Done&& done, clock::time_point deadline, Pol
       case progress_mode::spin: break;
       case progress_mode::yield: std::this_thread::yield(); break;
       case progress_mode::block:
-        if (now - idle_since < block_after_idle) std::this_thread::yield();
-        else sleep(deadline - now);
+        if (now - idle_since < block_after_idle)
+          std::this_thread::yield();
+        else
+          sleep(deadline - now);
         break;
     }
   }
@@ -72,8 +74,7 @@ bool wait_until(progress_mode mode, Done&& done, clock::time_point deadline, Pol
 // Progresses the worker until it is idle (bounded); the caller holds the
 // worker's lock.
 inline void drain(ucp_worker_h worker) noexcept {
-  for (int round = 0; round < 100000 && ucp_worker_progress(worker) != 0; ++round) {
-  }
+  for (int round = 0; round < 100000 && ucp_worker_progress(worker) != 0; ++round) {}
 }
 
 // Sleeps until the worker signals an event, at most `remaining` and in

@@ -225,6 +225,105 @@ TEST_CASE("hierarchical allreduce: hosts of 2 and 3 ranks, every type and op, od
   CHECK(prints.disagreements() == 0);
 }
 
+// The debug lines chorus writes while `body` runs (log::set_sink), with
+// debug lines on whatever CHORUS_DEBUG says.
+std::vector<std::string> debug_lines_of(const std::function<void()>& body) {
+  std::vector<std::string> lines;
+  chorus::log::set_debug(true);
+  chorus::log::set_sink(
+      [&](int rank, std::string_view line) { lines.push_back("[" + std::to_string(rank) + "] " + std::string(line)); });
+  try {
+    body();
+  } catch (...) {
+    chorus::log::set_sink({});
+    chorus::log::set_debug(false);
+    throw;
+  }
+  chorus::log::set_sink({});
+  chorus::log::set_debug(false);
+  return lines;
+}
+
+std::size_t lines_containing(const std::vector<std::string>& lines, std::string_view text) {
+  return static_cast<std::size_t>(
+      std::count_if(lines.begin(), lines.end(), [&](const std::string& line) { return line.find(text) != line.npos; }));
+}
+
+TEST_CASE("hierarchical collectives choose between hosts as any call over that many ranks: CHORUS_TUNE reaches it") {
+  // 3 hosts of 2 ranks; every call large enough that the 6-rank table picks
+  // hierarchical. The rules for 3 ranks pick what the table would not
+  // (tree, ring, ring, chain) for the call between the 3 hosts; the first
+  // rule (hierarchical, for any allreduce) cannot run between hosts and is
+  // passed over there.
+  const std::string tune =
+      "allreduce:16K-:hierarchical;allreduce@3:0-:tree;allgather@3:0-:ring;reduce_scatter@3:0-:ring;"
+      "broadcast@3:0-:chain";
+  const std::size_t count = 70001;  // floats: every call 16 KiB and more, between hosts too
+  for (const bool tuned : {false, true}) {
+    CAPTURE(tuned);
+    tally results;
+    const auto lines = debug_lines_of([&] {
+      chorus::options settings = quick();
+      settings.local_size = 2;
+      if (tuned) settings.tune = tune;
+      chorus::run_threads(
+          6,
+          [&](communicator& comm) {
+            const int n = comm.size();
+            std::vector<float> data = inputs<float>(comm.rank(), count, 31, flavour::general);
+            const auto expected = reference<float>(all_ranks(n), count, 31, flavour::general, chorus::op::sum{});
+            const auto ran = chorus::allreduce(comm, std::span(data));
+            results.record("allreduce", count_different(data, expected) + (ran != chorus::algo::hierarchical));
+
+            const auto mine = inputs<float>(comm.rank(), count, 32, flavour::general);
+            std::vector<float> all(count * static_cast<std::size_t>(n)), expected_all;
+            for (int r = 0; r < n; ++r) {
+              const auto theirs = inputs<float>(r, count, 32, flavour::general);
+              expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+            }
+            const auto gathered = chorus::allgather(comm, std::span(mine), std::span(all));
+            results.record("allgather", count_different(all, expected_all) + (gathered != chorus::algo::hierarchical));
+
+            const std::size_t block = count / 6 + 1;
+            const auto input = inputs<float>(comm.rank(), block * static_cast<std::size_t>(n), 33, flavour::general);
+            const auto full = reference<float>(all_ranks(n), block * static_cast<std::size_t>(n), 33, flavour::general,
+                                               chorus::op::sum{});
+            std::vector<float> output(block);
+            const auto scattered = chorus::reduce_scatter(comm, std::span(input), std::span(output));
+            const std::vector<float> my_block(full.begin() + static_cast<std::ptrdiff_t>(block * comm.rank()),
+                                              full.begin() + static_cast<std::ptrdiff_t>(block * (comm.rank() + 1)));
+            results.record("reduce_scatter",
+                           count_different(output, my_block) + (scattered != chorus::algo::hierarchical));
+
+            std::vector<float> message =
+                comm.rank() == 3 ? inputs<float>(3, count, 34, flavour::general) : std::vector<float>(count);
+            const auto spread = chorus::broadcast(comm, std::span(message), 3);
+            results.record("broadcast", count_different(message, inputs<float>(3, count, 34, flavour::general)) +
+                                            (spread != chorus::algo::hierarchical));
+          },
+          settings);
+    });
+    results.report();
+    // Every rank chose between hosts for allreduce, allgather and
+    // reduce_scatter; the root's peers (one per host) for broadcast: by the
+    // rules for 3 ranks where tuned, else by the table.
+    CHECK(lines_containing(lines, "allreduce between hosts") == 6);
+    CHECK(lines_containing(lines, "allgather between hosts") == 6);
+    CHECK(lines_containing(lines, "reduce_scatter between hosts") == 6);
+    CHECK(lines_containing(lines, "broadcast between hosts") == 3);
+    if (tuned) {
+      CHECK(lines_containing(lines, "over 3 ranks: tree (options.tune allreduce@3:0-:tree)") == 6);
+      CHECK(lines_containing(lines, "over 3 ranks: ring (options.tune allgather@3:0-:ring)") == 6);
+      CHECK(lines_containing(lines, "over 3 ranks: ring (options.tune reduce_scatter@3:0-:ring)") == 6);
+      CHECK(lines_containing(lines, "over 3 ranks: chain (options.tune broadcast@3:0-:chain)") == 3);
+      CHECK(lines_containing(lines, "over 6 ranks: hierarchical (options.tune allreduce:16K-:hierarchical)") == 6);
+    } else {
+      for (const std::string& line : lines)
+        if (line.find("between hosts") != line.npos) CHECK_MESSAGE(line.ends_with("(table)"), line);
+    }
+  }
+}
+
 TEST_CASE("shared memory: automatic on one host, unequal hosts fall back to the network, two jobs at once") {
   tally results;
   run_on_hosts(1, 4, [&](communicator& comm) {

@@ -3,7 +3,7 @@
 //
 // With h hosts of L ranks each: (1) the h ranks with local rank i, one per
 // host, allgather their blocks over the network (ring or recursive
-// doubling, by the table for h ranks), each group over its own links;
+// doubling, chosen as any allgather over h ranks is), each group over its own links;
 // (2) inside each host, a shared-memory allgather (allgather_shared_memory.hpp's
 // steps) of the h blocks each rank now holds.
 //
@@ -26,15 +26,17 @@
 
 namespace chorus::collective {
 
-// The ranks `members` of `ex` allgather `data` (one block per member, in
-// member order) over the network, by the table's algorithm for that many.
+// The ranks `members` of `ex`, one on each host, allgather `data` (one
+// block per member, in member order) over the network, chosen as any
+// allgather over that many ranks is (CHORUS_TUNE reaches it).
 template <class X, class A>
-void allgather_over_network(X& ex, std::span<const int> members, std::span<A> data, std::size_t block) {
+void allgather_between_hosts(X& ex, std::span<const int> members, std::span<A> data, std::size_t block) {
   subgroup_exchange<X> group(ex, members);
-  if (tables::allgather_over_network({group.size(), data.size_bytes()}) == algorithm::ring)
-    allgather_ring(group, data, block);
-  else
-    allgather_recursive_doubling(group, data, block);
+  const choice made = choose_between_hosts(ex.comm(), "allgather", group.size(), data.size_bytes());
+  report_between_hosts(ex.comm(), "allgather", data.size_bytes(), group.size(), made);
+  if (made.chosen == algorithm::ring) return allgather_ring(group, data, block);
+  if (made.chosen == algorithm::recursive_doubling) return allgather_recursive_doubling(group, data, block);
+  throw error(errc::invalid_argument, "allgather between hosts cannot run " + std::string(to_string(made.chosen)));
 }
 
 template <class Communicator, class A>
@@ -50,7 +52,7 @@ void allgather_hierarchical(exchange<Communicator>& ex, std::span<A> all, std::s
   const std::span<A> packed = scratch<A>(hosts * block, 2);
   std::copy_n(all.data() + static_cast<std::size_t>(ex.rank()) * block, block,
               packed.data() + static_cast<std::size_t>(layout.host) * block);
-  allgather_over_network(ex, layout.across, packed, block);
+  allgather_between_hosts(ex, layout.across, packed, block);
   for (std::size_t i = 0; i < hosts; ++i)
     std::copy_n(packed.data() + i * block, block, all.data() + static_cast<std::size_t>(layout.across[i]) * block);
   allgather_in_host(call, all, block, held);

@@ -52,7 +52,9 @@ void allreduce_by(X& ex, std::span<A> work, const Op& op, algorithm chosen, stag
     case algorithm::ring: allreduce_ring(ex, work, op, {}, hooks, steps); break;
     case algorithm::rabenseifner: allreduce_rabenseifner(ex, work, op, steps); break;
     case algorithm::tree: allreduce_tree(ex, work, op, steps); break;
-    default: allreduce_recursive_doubling(ex, work, op, steps); break;
+    case algorithm::recursive_doubling: allreduce_recursive_doubling(ex, work, op, steps); break;
+    default:  // the registry checked the choice: nothing else reaches here
+      throw error(errc::invalid_argument, "allreduce cannot run " + std::string(to_string(chosen)) + " here");
   }
 }
 

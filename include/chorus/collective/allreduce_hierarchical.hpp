@@ -5,7 +5,7 @@
 // reduce-scatter (allreduce_shared_memory.hpp's steps): local rank i ends
 // with slice i of every chunk reduced over its host; (2) the h ranks with
 // local rank i, one per host, allreduce their slices over the network
-// (ring, Rabenseifner or recursive doubling, by the table for h ranks), all
+// (chosen as any allreduce over h ranks is: CHORUS_TUNE reaches it), all
 // L groups at once, each over its own links; (3) inside each host, a
 // shared-memory allgather of the final slices. Every slice is reduced in
 // one order (host's ranks in rank order, then the network algorithm, whose
@@ -25,6 +25,7 @@
 #include <chorus/collective/allreduce_recursive_doubling.hpp>
 #include <chorus/collective/allreduce_ring.hpp>
 #include <chorus/collective/allreduce_shared_memory.hpp>
+#include <chorus/collective/allreduce_tree.hpp>
 #include <chorus/collective/scratch.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/collective/subgroup_exchange.hpp>
@@ -46,16 +47,19 @@ struct combining_only {
   }
 };
 
-// Allreduce of `data` among the ranks of `ex` in `members` over the network,
-// by the table's algorithm for that many ranks (never shared memory).
+// Allreduce of `data` among the ranks of `ex` in `members`, one on each
+// host, over the network: chosen as any allreduce over that many ranks is
+// (choose_between_hosts: CHORUS_TUNE reaches it), never shared memory.
 template <class X, class A, class Op>
-void allreduce_over_network(X& ex, std::span<const int> members, std::span<A> data, const Op& op) {
+void allreduce_between_hosts(X& ex, std::span<const int> members, std::span<A> data, const Op& op) {
   subgroup_exchange<X> group(ex, members);
-  switch (tables::allreduce_over_network({group.size(), data.size_bytes()})) {
-    case algorithm::ring: allreduce_ring(group, data, op); break;
-    case algorithm::rabenseifner: allreduce_rabenseifner(group, data, op); break;
-    default: allreduce_recursive_doubling(group, data, op); break;
-  }
+  const choice made = choose_between_hosts(ex.comm(), "allreduce", group.size(), data.size_bytes());
+  report_between_hosts(ex.comm(), "allreduce", data.size_bytes(), group.size(), made);
+  if (made.chosen == algorithm::ring) return allreduce_ring(group, data, op);
+  if (made.chosen == algorithm::rabenseifner) return allreduce_rabenseifner(group, data, op);
+  if (made.chosen == algorithm::tree) return allreduce_tree(group, data, op);
+  if (made.chosen == algorithm::recursive_doubling) return allreduce_recursive_doubling(group, data, op);
+  throw error(errc::invalid_argument, "allreduce between hosts cannot run " + std::string(to_string(made.chosen)));
 }
 
 template <class Communicator, class A, class Op>
@@ -85,7 +89,7 @@ void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const
   };
   each_slice(
       [](std::span<A> mine, std::span<A> packed_part) { std::copy(mine.begin(), mine.end(), packed_part.begin()); });
-  allreduce_over_network(ex, layout.across, packed, combining_only<Op>{op});
+  allreduce_between_hosts(ex, layout.across, packed, combining_only<Op>{op});
   finalize_all(packed, op, static_cast<std::size_t>(ex.size()));
   each_slice([](std::span<A> mine, std::span<A> packed_part) {
     std::copy(packed_part.begin(), packed_part.end(), mine.begin());

@@ -2,7 +2,7 @@
 // inside each.
 //
 // The root's peers with its local rank, one per host, get the data over the
-// network (binomial tree or chain, by the table for h ranks); then each of
+// network (binomial tree or chain, chosen as any broadcast over h ranks is); then each of
 // them broadcasts it through its host's shared memory.
 //
 // Cost, S bytes: the network carries S into each host once (a flat tree or
@@ -23,14 +23,18 @@
 
 namespace chorus::collective {
 
+// The ranks `members` of `ex`, one on each host, broadcast `data` from
+// `root` over the network, chosen as any broadcast over that many ranks is
+// (CHORUS_TUNE reaches it).
 template <class X, class A>
-void broadcast_over_network(X& ex, std::span<const int> members, std::span<A> data, int root) {
+void broadcast_between_hosts(X& ex, std::span<const int> members, std::span<A> data, int root) {
   subgroup_exchange<X> group(ex, members);
   if (group.size() == 1) return;
-  if (tables::broadcast_over_network({group.size(), data.size_bytes()}) == algorithm::chain)
-    broadcast_chain(group, data, root);
-  else
-    broadcast_tree(group, data, root);
+  const choice made = choose_between_hosts(ex.comm(), "broadcast", group.size(), data.size_bytes());
+  report_between_hosts(ex.comm(), "broadcast", data.size_bytes(), group.size(), made);
+  if (made.chosen == algorithm::chain) return broadcast_chain(group, data, root);
+  if (made.chosen == algorithm::tree) return broadcast_tree(group, data, root);
+  throw error(errc::invalid_argument, "broadcast between hosts cannot run " + std::string(to_string(made.chosen)));
 }
 
 template <class Communicator, class A>
@@ -49,7 +53,7 @@ void broadcast_hierarchical(exchange<Communicator>& ex, std::span<A> data, int r
   shared_memory_call call(ex, layout.local,
                           steps_for(data.size(), shared_memory_channel::default_slot_bytes / sizeof(A)),
                           data.size_bytes());
-  if (layout.local_rank == root_local) broadcast_over_network(ex, layout.across, data, root_host);
+  if (layout.local_rank == root_local) broadcast_between_hosts(ex, layout.across, data, root_host);
   broadcast_in_host(call, data, root_local);
 }
 

@@ -5,8 +5,8 @@
 // reduce_scatter (reduce_scatter_shared_memory.hpp's steps) in which local
 // rank i reduces, over its host, the h blocks of the ranks with local rank
 // i (one per host); (2) those h ranks, one per host, reduce_scatter the h
-// partial blocks over the network (ring or recursive halving, by the table
-// for h ranks), each group over its own links. Every block is reduced in
+// partial blocks over the network (ring or recursive halving, chosen as
+// any reduce_scatter over h ranks is), each group over its own links. Every block is reduced in
 // one order, so the result does not depend on which rank asks.
 //
 // Cost, S bytes of input: the network carries (h-1)/h S/L per rank, where a
@@ -28,16 +28,18 @@
 
 namespace chorus::collective {
 
-// The ranks `members` of `ex` reduce_scatter `data` (one block per member,
-// in member order) over the network, by the table's algorithm for that many.
+// The ranks `members` of `ex`, one on each host, reduce_scatter `data` (one
+// block per member, in member order) over the network, chosen as any
+// reduce_scatter over that many ranks is (CHORUS_TUNE reaches it).
 template <class X, class A, class Op>
-void reduce_scatter_over_network(X& ex, std::span<const int> members, std::span<A> data, std::size_t block,
-                                 const Op& op) {
+void reduce_scatter_between_hosts(X& ex, std::span<const int> members, std::span<A> data, std::size_t block,
+                                  const Op& op) {
   subgroup_exchange<X> group(ex, members);
-  if (tables::reduce_scatter_over_network({group.size(), data.size_bytes()}) == algorithm::ring)
-    reduce_scatter_ring(group, data, block, op);
-  else
-    reduce_scatter_halving(group, data, block, op);
+  const choice made = choose_between_hosts(ex.comm(), "reduce_scatter", group.size(), data.size_bytes());
+  report_between_hosts(ex.comm(), "reduce_scatter", data.size_bytes(), group.size(), made);
+  if (made.chosen == algorithm::ring) return reduce_scatter_ring(group, data, block, op);
+  if (made.chosen == algorithm::recursive_halving) return reduce_scatter_halving(group, data, block, op);
+  throw error(errc::invalid_argument, "reduce_scatter between hosts cannot run " + std::string(to_string(made.chosen)));
 }
 
 template <class Communicator, class A, class Op>
@@ -54,7 +56,7 @@ void reduce_scatter_hierarchical(exchange<Communicator>& ex, std::span<A> work, 
   const std::span<A> packed = scratch<A>(hosts * block, 2);
   for (std::size_t i = 0; i < hosts; ++i)
     std::copy_n(work.data() + static_cast<std::size_t>(layout.across[i]) * block, block, packed.data() + i * block);
-  reduce_scatter_over_network(ex, layout.across, packed, block, op);
+  reduce_scatter_between_hosts(ex, layout.across, packed, block, op);
   std::copy_n(packed.data() + static_cast<std::size_t>(layout.host) * block, block,
               work.data() + static_cast<std::size_t>(ex.rank()) * block);
 }

@@ -40,13 +40,14 @@ struct workload {
   int hosts = 1;                // hosts the ranks are on (comm/host_layout.hpp)
   int ranks_per_host = 0;       // ranks on each host when all hold the same number, else 0 (1 host: any)
   bool host_memory = true;      // false for device buffers: the table keeps them off shared memory
+  bool between_hosts = false;   // the group inside a hierarchical collective: one rank per host, the network only
 };
 
 // Whether `chosen` can run for `w`: shared memory needs every rank on one
 // host, the hierarchical algorithms hosts that hold equal numbers of ranks.
 inline bool feasible(algorithm chosen, const workload& w) noexcept {
-  if (chosen == algorithm::shared_memory) return w.hosts == 1;
-  if (chosen == algorithm::hierarchical) return w.hosts == 1 || w.ranks_per_host > 0;
+  if (chosen == algorithm::shared_memory) return w.hosts == 1 && !w.between_hosts;
+  if (chosen == algorithm::hierarchical) return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts;
   return true;
 }
 
@@ -217,12 +218,17 @@ struct choice {
   std::string reason;
 };
 
+// Between hosts (inside a hierarchical collective) a rule or setting that
+// names an algorithm which cannot run there (shared memory, hierarchical) is
+// passed over: it was written for the whole call.
 inline choice choose(std::string_view collective, const workload& work, algorithm forced, const tuning& rules,
                      algorithm configured_allreduce) {
   const collective_entry& entry = registered(collective);
   if (forced != algorithm::automatic) return {require_offered(entry.name, forced, "the caller"), "caller"};
-  if (const tuning_rule* rule = rules.match(entry.name, work.ranks, work.bytes)) return {rule->chosen, rule->text};
-  if (entry.name == "allreduce" && configured_allreduce != algorithm::automatic)
+  const auto usable = [&](algorithm chosen) { return !work.between_hosts || feasible(chosen, work); };
+  for (const tuning_rule& rule : rules.rules)
+    if (rule.matches(entry.name, work.ranks, work.bytes) && usable(rule.chosen)) return {rule.chosen, rule.text};
+  if (entry.name == "allreduce" && configured_allreduce != algorithm::automatic && usable(configured_allreduce))
     return {configured_allreduce, "CHORUS_ALLREDUCE_ALGO"};
   return {entry.table(work), "table"};
 }
@@ -247,6 +253,16 @@ choice choose(const Communicator& comm, std::string_view collective, workload wo
                          : std::string("the hosts hold different numbers of ranks")),
                 {comm.transport().rank(), -1, std::string(collective)});
   return made;
+}
+
+// The choice inside a hierarchical collective: among `ranks` ranks, one on
+// each host, that share a local rank, over the network only. CHORUS_TUNE
+// reaches it as it reaches any call of `collective` over that many ranks,
+// and CHORUS_DEBUG reports it ("between hosts").
+template <class Communicator>
+choice choose_between_hosts(const Communicator& comm, std::string_view collective, int ranks, std::size_t bytes) {
+  const workload work{.ranks = ranks, .bytes = bytes, .hosts = ranks, .ranks_per_host = 1, .between_hosts = true};
+  return choose(collective, work, algorithm::automatic, comm.config().tune, comm.config().allreduce_algorithm);
 }
 
 // A prediction outside any communicator, from the environment as it is now.
@@ -295,6 +311,16 @@ void report(const Communicator& comm, std::string_view collective, std::size_t b
   if (!log::debug_enabled()) return;
   log::debug(comm.transport().rank(), std::string(collective) + " of " + std::to_string(bytes) + " B " +
                                           std::string(to_string(type)) + " over " + std::to_string(comm.size()) +
+                                          " ranks: " + std::string(to_string(made.chosen)) + " (" + made.reason + ")");
+}
+
+// ... and about the choice between hosts inside a hierarchical collective.
+template <class Communicator>
+void report_between_hosts(const Communicator& comm, std::string_view collective, std::size_t bytes, int ranks,
+                          const choice& made) {
+  if (!log::debug_enabled()) return;
+  log::debug(comm.transport().rank(), std::string(collective) + " between hosts of " + std::to_string(bytes) +
+                                          " B over " + std::to_string(ranks) +
                                           " ranks: " + std::string(to_string(made.chosen)) + " (" + made.reason + ")");
 }
 

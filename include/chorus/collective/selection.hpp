@@ -143,7 +143,7 @@ inline constexpr algorithm_entry allreduce_algorithms[] = {
     {algorithm::ring, "2 (n-1) alpha + 2 (n-1)/n S beta + (n-1)/n S gamma, pipelined in segments",
      "2 ranks above 4 KiB; 3+ ranks from 2 MiB"},
     {algorithm::tree, "2 ceil(log2 n) (alpha + S beta) + log2(n) S gamma", "never (forced or tuned only)"},
-    {algorithm::shared_memory, "3 flag round trips per 512 KiB step + about 4.5 S of memory traffic + S/n gamma",
+    {algorithm::shared_memory, "3 flag round trips per 512 KiB step + 3 S of memory traffic per rank + S/n gamma",
      "every rank on one host, from 16 KiB"},
     {algorithm::hierarchical,
      "shared memory in each host + allreduce of S/L among the h hosts' L-th ranks: 2 (h-1)/h S/L beta per rank",

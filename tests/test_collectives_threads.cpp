@@ -225,6 +225,49 @@ TEST_CASE("hierarchical allreduce: hosts of 2 and 3 ranks, every type and op, od
   CHECK(prints.disagreements() == 0);
 }
 
+// Allreduce and allgather of `count` floats per rank, reduce_scatter of
+// `block` per rank and broadcast of `count` from `root`, each checked
+// against its serial reference (a wrong element, or an algorithm other than
+// `expect` says for it, counts in `results`).
+struct four_algorithms {
+  chorus::algorithm allreduce, allgather, reduce_scatter, broadcast;
+};
+void four_collectives_checked(communicator& comm, std::size_t count, std::size_t block, int root, int seed,
+                              const four_algorithms& expect, tally& results) {
+  const int n = comm.size();
+  std::vector<float> data = inputs<float>(comm.rank(), count, seed, flavour::general);
+  const auto expected = reference<float>(all_ranks(n), count, seed, flavour::general, chorus::op::sum{});
+  const auto reduced = chorus::allreduce(comm, std::span(data));
+  results.record("allreduce " + std::string(chorus::to_string(expect.allreduce)),
+                 count_different(data, expected) + (reduced != expect.allreduce));
+
+  std::vector<float> all(count * static_cast<std::size_t>(n)), expected_all;
+  const auto mine = inputs<float>(comm.rank(), count, seed + 1, flavour::general);
+  for (int r = 0; r < n; ++r) {
+    const auto theirs = inputs<float>(r, count, seed + 1, flavour::general);
+    expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
+  }
+  const auto gathered = chorus::allgather(comm, std::span(mine), std::span(all));
+  results.record("allgather " + std::string(chorus::to_string(expect.allgather)),
+                 count_different(all, expected_all) + (gathered != expect.allgather));
+
+  const std::size_t total = block * static_cast<std::size_t>(n);
+  const auto input = inputs<float>(comm.rank(), total, seed + 2, flavour::general);
+  const auto full = reference<float>(all_ranks(n), total, seed + 2, flavour::general, chorus::op::sum{});
+  std::vector<float> output(block);
+  const auto scattered = chorus::reduce_scatter(comm, std::span(input), std::span(output));
+  const std::vector<float> my_block(full.begin() + static_cast<std::ptrdiff_t>(block * comm.rank()),
+                                    full.begin() + static_cast<std::ptrdiff_t>(block * (comm.rank() + 1)));
+  results.record("reduce_scatter " + std::string(chorus::to_string(expect.reduce_scatter)),
+                 count_different(output, my_block) + (scattered != expect.reduce_scatter));
+
+  const auto sent = inputs<float>(root, count, seed + 3, flavour::general);
+  std::vector<float> message = comm.rank() == root ? sent : std::vector<float>(count);
+  const auto spread = chorus::broadcast(comm, std::span(message), root);
+  results.record("broadcast " + std::string(chorus::to_string(expect.broadcast)),
+                 count_different(message, sent) + (spread != expect.broadcast));
+}
+
 // The debug lines chorus writes while `body` runs (log::set_sink), with
 // debug lines on whatever CHORUS_DEBUG says.
 std::vector<std::string> debug_lines_of(const std::function<void()>& body) {
@@ -269,37 +312,9 @@ TEST_CASE("hierarchical collectives choose between hosts as any call over that m
       chorus::run_threads(
           6,
           [&](communicator& comm) {
-            const int n = comm.size();
-            std::vector<float> data = inputs<float>(comm.rank(), count, 31, flavour::general);
-            const auto expected = reference<float>(all_ranks(n), count, 31, flavour::general, chorus::op::sum{});
-            const auto ran = chorus::allreduce(comm, std::span(data));
-            results.record("allreduce", count_different(data, expected) + (ran != chorus::algo::hierarchical));
-
-            const auto mine = inputs<float>(comm.rank(), count, 32, flavour::general);
-            std::vector<float> all(count * static_cast<std::size_t>(n)), expected_all;
-            for (int r = 0; r < n; ++r) {
-              const auto theirs = inputs<float>(r, count, 32, flavour::general);
-              expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
-            }
-            const auto gathered = chorus::allgather(comm, std::span(mine), std::span(all));
-            results.record("allgather", count_different(all, expected_all) + (gathered != chorus::algo::hierarchical));
-
-            const std::size_t block = count / 6 + 1;
-            const auto input = inputs<float>(comm.rank(), block * static_cast<std::size_t>(n), 33, flavour::general);
-            const auto full = reference<float>(all_ranks(n), block * static_cast<std::size_t>(n), 33, flavour::general,
-                                               chorus::op::sum{});
-            std::vector<float> output(block);
-            const auto scattered = chorus::reduce_scatter(comm, std::span(input), std::span(output));
-            const std::vector<float> my_block(full.begin() + static_cast<std::ptrdiff_t>(block * comm.rank()),
-                                              full.begin() + static_cast<std::ptrdiff_t>(block * (comm.rank() + 1)));
-            results.record("reduce_scatter",
-                           count_different(output, my_block) + (scattered != chorus::algo::hierarchical));
-
-            std::vector<float> message =
-                comm.rank() == 3 ? inputs<float>(3, count, 34, flavour::general) : std::vector<float>(count);
-            const auto spread = chorus::broadcast(comm, std::span(message), 3);
-            results.record("broadcast", count_different(message, inputs<float>(3, count, 34, flavour::general)) +
-                                            (spread != chorus::algo::hierarchical));
+            const auto hierarchical = chorus::algo::hierarchical;
+            four_collectives_checked(comm, count, count / 6 + 1, 3, 31,
+                                     {hierarchical, hierarchical, hierarchical, hierarchical}, results);
           },
           settings);
     });
@@ -946,41 +961,12 @@ TEST_CASE("CHORUS_TUNE in a job: every collective runs and returns the tuned alg
     chorus::run_threads(
         ranks,
         [&](communicator& comm) {
+          // 273 KiB per rank: the tables would pick ring, ring and rabenseifner.
+          four_collectives_checked(comm, 70001, 7, 1, 91,
+                                   {chorus::algo::tree, chorus::algo::rd, chorus::algo::ring, chorus::algo::chain},
+                                   results);
+
           const int n = comm.size();
-          const std::size_t count = 70001;  // 273 KiB per rank: the tables would pick ring, ring and rabenseifner
-          std::vector<float> data = inputs<float>(comm.rank(), count, 91, flavour::general);
-          const auto expected = reference<float>(all_ranks(n), count, 91, flavour::general, chorus::op::sum{});
-          const auto used = chorus::allreduce(comm, std::span(data));
-          results.record("allreduce tuned to tree", count_different(data, expected) + (used != chorus::algo::tree));
-
-          std::vector<float> all(count * static_cast<std::size_t>(n));
-          const auto mine = inputs<float>(comm.rank(), count, 92, flavour::general);
-          std::vector<float> expected_all;
-          for (int r = 0; r < n; ++r) {
-            const auto theirs = inputs<float>(r, count, 92, flavour::general);
-            expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
-          }
-          const auto gathered = chorus::allgather(comm, std::span(mine), std::span(all));
-          results.record("allgather tuned to rd", count_different(all, expected_all) + (gathered != chorus::algo::rd));
-
-          const std::size_t block = 7;
-          const auto input = inputs<float>(comm.rank(), block * static_cast<std::size_t>(n), 93, flavour::general);
-          const auto full = reference<float>(all_ranks(n), block * static_cast<std::size_t>(n), 93, flavour::general,
-                                             chorus::op::sum{});
-          std::vector<float> output(block);
-          const auto scattered = chorus::reduce_scatter(comm, std::span(input), std::span(output));
-          const std::vector<float> my_block(full.begin() + static_cast<std::ptrdiff_t>(block * comm.rank()),
-                                            full.begin() + static_cast<std::ptrdiff_t>(block * (comm.rank() + 1)));
-          results.record("reduce_scatter tuned to ring",
-                         count_different(output, my_block) + (scattered != chorus::algo::ring));
-
-          std::vector<float> message =
-              comm.rank() == 1 ? inputs<float>(1, 5, 94, flavour::general) : std::vector<float>(5);
-          const auto spread = chorus::broadcast(comm, std::span(message), 1);
-          results.record(
-              "broadcast tuned to chain",
-              count_different(message, inputs<float>(1, 5, 94, flavour::general)) + (spread != chorus::algo::chain));
-
           std::vector<float> small(100, static_cast<float>(comm.rank() + 1));
           const auto scheme = chorus::allreduce(comm, std::span(small), chorus::op::sum{}, chorus::codec::fp16{});
           const float sum = static_cast<float>(n * (n + 1) / 2);

@@ -1,6 +1,7 @@
-// Times every algorithm the selection registry offers for one collective, at
-// every size, side by side, and prints the CHORUS_TUNE string the timings
-// imply next to the measured table's choices (collective/selection.hpp).
+// Times every algorithm of one collective's list at every size, side by
+// side, and prints the CHORUS_TUNE string the timings imply next to the
+// defaults' choices (collective/selection.hpp), and this machine's cost
+// model constants (alpha, beta, gamma) fitted to the timings.
 //
 //   chorus-run -n 4 sweep [allreduce|allgather|reduce_scatter|broadcast]
 //                         [--min 8] [--max 64M] [--factor 2] [--rounds 3]
@@ -10,11 +11,16 @@
 // call, and the best of the rounds is kept. Sizes are what CHORUS_TUNE
 // counts: the buffer for allreduce and broadcast, all n blocks for allgather
 // and reduce_scatter. Each row: every algorithm's time in microseconds, the
-// fastest, the table's choice, and the table's time over the fastest.
+// fastest, the defaults' choice, and its time over the fastest. The fit:
+// each network algorithm's cost formula (its `seconds`) is a sum
+// a alpha + b beta + c gamma; least squares over every timing gives the
+// three constants.
 #include <chorus/chorus.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -78,6 +84,46 @@ std::string tune_string(std::string_view collective, int ranks, const std::vecto
   return text;
 }
 
+// One timing and its formula's coefficients of alpha, beta and gamma.
+struct observation {
+  double alpha, beta, gamma, seconds;
+};
+
+observation observe(const chorus::algorithm_facts& algorithm, const chorus::workload& w, double seconds) {
+  const auto coefficient = [&](chorus::machine unit) { return algorithm.seconds(w, unit); };
+  return {coefficient({1, 0, 0, 0, 0}), coefficient({0, 1, 0, 0, 0}), coefficient({0, 0, 1, 0, 0}), seconds};
+}
+
+// Least squares for (alpha, beta, gamma) by the normal equations, each
+// timing weighted by 1/seconds (relative error: small and large sizes
+// count alike); a constant the timings cannot tell apart is 0.
+std::array<double, 3> fit(const std::vector<observation>& seen) {
+  double m[3][4] = {};
+  for (const observation& o : seen) {
+    const double x[3] = {o.alpha / o.seconds, o.beta / o.seconds, o.gamma / o.seconds};
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) m[r][c] += x[r] * x[c];
+      m[r][3] += x[r];
+    }
+  }
+  std::array<double, 3> solved{};
+  for (int c = 0; c < 3; ++c) {  // Gauss-Jordan with partial pivoting
+    int pivot = c;
+    for (int r = c + 1; r < 3; ++r)
+      if (std::abs(m[r][c]) > std::abs(m[pivot][c])) pivot = r;
+    std::swap(m[c], m[pivot]);
+    if (std::abs(m[c][c]) < 1e-30) continue;
+    for (int r = 0; r < 3; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (int k = c; k < 4; ++k) m[r][k] -= f * m[c][k];
+    }
+  }
+  for (int c = 0; c < 3; ++c)
+    solved[static_cast<std::size_t>(c)] = std::abs(m[c][c]) < 1e-30 ? 0 : std::max(0.0, m[c][3] / m[c][c]);
+  return solved;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,8 +137,9 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: sweep [allreduce|allgather|reduce_scatter|broadcast] [--min 8] [--max 64M] [--factor 2] "
           "[--rounds 3]\n"
-          "Times every algorithm of a collective per size against the measured table and prints the\n"
-          "CHORUS_TUNE string the timings imply; run under chorus-run.\n");
+          "Times every algorithm of a collective per size against its defaults and prints the\n"
+          "CHORUS_TUNE string the timings imply and the cost model's alpha, beta and gamma fitted\n"
+          "to them; run under chorus-run.\n");
       return 0;
     }
   for (; i + 1 < argc; i += 2) {
@@ -122,8 +169,9 @@ int main(int argc, char** argv) {
     std::printf("# %s float, %d ranks, us per call (slowest rank, best of %d rounds)\n%12s", collective.c_str(), n,
                 rounds, "bytes");
     for (const auto& algorithm : entry.algorithms) std::printf(" %18s", std::string(to_string(algorithm.id)).c_str());
-    std::printf(" %18s %18s %7s\n", "fastest", "table", "ratio");
+    std::printf(" %18s %18s %7s\n", "fastest", "default", "ratio");
   }
+  std::vector<observation> seen;
   std::vector<std::size_t> sizes;
   std::vector<chorus::algorithm> winners;
   const bool blocks = collective == "allgather" || collective == "reduce_scatter";
@@ -139,7 +187,12 @@ int main(int argc, char** argv) {
             best[a], seconds_per_call(comm, [&] { call(comm, collective, data, out, entry.algorithms[a].id); }, calls));
     const auto fastest = static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin());
     const std::size_t moved = count * sizeof(float);
-    const chorus::algorithm table = entry.table({n, moved});
+    for (std::size_t a = 0; a < best.size(); ++a)  // the network algorithms: the fit's constants are theirs
+      if (!entry.algorithms[a].moves_host_memory && n > 1)
+        seen.push_back(
+            observe(entry.algorithms[a], {.ranks = n, .bytes = moved, .hosts = n, .ranks_per_host = 1}, best[a]));
+    // What the defaults (or the cost model) take here, without this job's CHORUS_TUNE.
+    const chorus::algorithm table = chorus::choose(entry, {n, moved}, chorus::algorithm::automatic, {}, {}).chosen;
     std::size_t table_index = 0;
     while (entry.algorithms[table_index].id != table) ++table_index;
     sizes.push_back(moved);
@@ -153,7 +206,15 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (bytes > max_bytes / factor) break;
   }
-  if (comm.rank() == 0)
+  if (comm.rank() == 0) {
     std::printf("# measured: CHORUS_TUNE=\"%s\"\n", tune_string(collective, n, sizes, winners).c_str());
+    const auto [alpha, beta, gamma] = fit(seen);
+    const chorus::machine assumed;
+    std::printf(
+        "# cost model fitted: alpha %.2f us, beta %.3f ns/B (%.2f GB/s), gamma %.3f ns/B"
+        " (chorus::machine assumes %.2f us, %.3f ns/B, %.3f ns/B)\n",
+        alpha * 1e6, beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0, gamma * 1e9, assumed.alpha * 1e6, assumed.beta * 1e9,
+        assumed.gamma * 1e9);
+  }
   return 0;
 }

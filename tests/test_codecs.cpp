@@ -1,5 +1,6 @@
 // Codecs on one process: bit patterns, paths, sizes, stated bounds, error feedback.
 #include <chorus/codec.hpp>
+#include <chorus/codec/spec.hpp>
 
 #include "expect_error.hpp"
 
@@ -515,5 +516,40 @@ TEST_CASE("any_codec by name: topk:R and randomk:R[:SEED]") {
                             "'lots' is not a ratio");
   chorus_test::expect_error([] { codec::by_name("topk:0.1:3"); }, chorus::errc::invalid_argument, "a ratio only");
   chorus_test::expect_error([] { codec::by_name("randomk:0.1:x"); }, chorus::errc::invalid_argument, "not a seed");
-  chorus_test::expect_error([] { codec::by_name("top"); }, chorus::errc::invalid_argument, "topk:R, randomk:R[:SEED]");
+  chorus_test::expect_error([] { codec::by_name("top"); }, chorus::errc::invalid_argument,
+                            "(none, identity, fp16, bf16, int8, onebit, topk[:R], randomk[:R[:SEED]])");
+  chorus_test::expect_error([] { codec::by_name("fp16:3"); }, chorus::errc::invalid_argument, "fp16 takes no settings");
+}
+
+// Every codec of the list is reachable by its name, visits as its own type,
+// feeds back errors, and is described (codec_spec) exactly when it has
+// device kernels; the list's names are what the errors and help print.
+TEST_CASE("the codec list: by_name, visit, error feedback and specs for every codec in it") {
+  std::size_t listed = 0;
+  codec::codecs::for_each([&]<class C>() {
+    ++listed;
+    const std::string name(C::name);
+    CAPTURE(name);
+    const codec::any_codec made = codec::by_name(name);
+    CHECK(made.name() == name);
+    CHECK(made.as<C>() != nullptr);
+    CHECK(codec::visit(made, [](const auto& c) { return std::string(c.name); }) == name);
+    CHECK(made.sparse() == codec::sparse<C>);
+    codec::any_error_feedback feedback(made);
+    CHECK(static_cast<bool>(feedback));
+    CHECK(feedback.visit([](const auto& state) { return std::string(state.codec().name); }) == name);
+    CHECK(codec::codec_names().find(name) != std::string::npos);
+    if constexpr (codec::describable<C>) {
+      const chorus::codec_spec spec = codec::spec_of(C{});
+      bool same = false;
+      CHECK(codec::visit_spec(spec, [&](const auto& c) { same = std::string(c.name) == name; }));
+      CHECK(same);
+      CHECK(codec::codec_names(true).find(name) != std::string::npos);
+    } else {
+      CHECK(codec::codec_names(true).find(name) == std::string::npos);
+    }
+  });
+  CHECK(listed == 7);
+  CHECK(codec::codec_names(true) == "fp16, bf16, int8, onebit");
+  CHECK(!codec::visit_spec({"topk", 1, true}, [](const auto&) {}));
 }

@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 
 using chorus::communicator;
 using namespace chorus_test;
@@ -122,24 +123,53 @@ void run_for_each_rank_count(const std::function<void(communicator&)>& body) {
 
 }  // namespace
 
-TEST_CASE("allreduce: every algorithm, type and op against the serial reference, identical on all ranks") {
+namespace {
+
+// Each algorithm its own case, named collective/algorithm, each rank count
+// a subcase, so that one runs alone:
+//   test_collectives_threads -tc="allreduce/rabenseifner*" -sc="5 ranks"
+void for_each_rank_count_subcase(const std::function<void(communicator&)>& body) {
+  for (int ranks = 1; ranks <= 9; ++ranks) SUBCASE((std::to_string(ranks) + " ranks").c_str()) {
+      chorus::run_threads(ranks, body, quick());
+    }
+}
+
+// Every element type and op against the serial reference, counts 0, 1,
+// n-1, n+1, odd and several MiB, the same bits on every rank.
+void allreduce_with(chorus::algorithm algorithm) {
   tally results;
   fingerprints prints;
-  run_for_each_rank_count([&](communicator& comm) {
-    for (const auto algorithm : allreduce_algorithms) {
-      std::uint64_t seed = 100;
-      for (const std::size_t count : counts_for(comm.size(), true)) {
-        seed += 10;
-        allreduce_every_type(comm, algorithm, count, seed, results, prints);
-      }
-      // Several MiB, so the ring cuts blocks into many pipelined segments.
-      const std::size_t large = (3u << 20) / 4 + 7;
-      allreduce_case<float>(comm, algorithm, large, chorus::op::sum{}, flavour::general, 7, results, prints);
-      allreduce_case<std::int32_t>(comm, algorithm, large, chorus::op::max{}, flavour::general, 8, results, prints);
+  for_each_rank_count_subcase([&](communicator& comm) {
+    std::uint64_t seed = 100;
+    for (const std::size_t count : counts_for(comm.size(), true)) {
+      seed += 10;
+      allreduce_every_type(comm, algorithm, count, seed, results, prints);
     }
+    // Several MiB, so the ring cuts blocks into many pipelined segments.
+    const std::size_t large = (3u << 20) / 4 + 7;
+    allreduce_case<float>(comm, algorithm, large, chorus::op::sum{}, flavour::general, 7, results, prints);
+    allreduce_case<std::int32_t>(comm, algorithm, large, chorus::op::max{}, flavour::general, 8, results, prints);
   });
   results.report();
   CHECK(prints.disagreements() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("allreduce/ring: every type and op against the serial reference, identical on all ranks") {
+  allreduce_with(chorus::algo::ring);
+}
+TEST_CASE("allreduce/recursive_doubling: every type and op against the serial reference, identical on all ranks") {
+  allreduce_with(chorus::algo::recursive_doubling);
+}
+TEST_CASE("allreduce/rabenseifner: every type and op against the serial reference, identical on all ranks") {
+  allreduce_with(chorus::algo::rabenseifner);
+}
+TEST_CASE("allreduce/tree: every type and op against the serial reference, identical on all ranks") {
+  allreduce_with(chorus::algo::tree);
+}
+TEST_CASE("allreduce/shared_memory: every type and op against the serial reference, identical on all ranks") {
+  allreduce_with(chorus::algo::shared_memory);
 }
 
 // Allgather, reduce_scatter (sum and integer avg) and broadcast from three
@@ -197,7 +227,7 @@ void run_on_hosts(int hosts, int per_host, const std::function<void(communicator
   chorus::run_threads(hosts * per_host, body, settings);
 }
 
-TEST_CASE("hierarchical allreduce: hosts of 2 and 3 ranks, every type and op, odd counts, same bits everywhere") {
+TEST_CASE("allreduce/hierarchical: hosts of 2 and 3 ranks, every type and op, odd counts, same bits everywhere") {
   tally results;
   fingerprints prints;
   for (const auto& [hosts, per_host] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}, std::pair{3, 3}}) {
@@ -321,7 +351,7 @@ TEST_CASE("hierarchical collectives choose between hosts as any call over that m
     results.report();
     // Every rank chose between hosts for allreduce, allgather and
     // reduce_scatter; the root's peers (one per host) for broadcast: by the
-    // rules for 3 ranks where tuned, else by the table.
+    // rules for 3 ranks where tuned, else by the defaults.
     CHECK(lines_containing(lines, "allreduce between hosts") == 6);
     CHECK(lines_containing(lines, "allgather between hosts") == 6);
     CHECK(lines_containing(lines, "reduce_scatter between hosts") == 6);
@@ -334,7 +364,7 @@ TEST_CASE("hierarchical collectives choose between hosts as any call over that m
       CHECK(lines_containing(lines, "over 6 ranks: hierarchical (options.tune allreduce:16K-:hierarchical)") == 6);
     } else {
       for (const std::string& line : lines)
-        if (line.find("between hosts") != line.npos) CHECK_MESSAGE(line.ends_with("(table)"), line);
+        if (line.find("between hosts") != line.npos) CHECK_MESSAGE(line.find(" (default ") != line.npos, line);
     }
   }
 }
@@ -566,10 +596,12 @@ TEST_CASE("ring pipeline: tiny segments through a shallow window, for allreduce,
   results.report();
 }
 
-TEST_CASE("allgather, reduce_scatter and alltoall with every algorithm") {
+namespace {
+
+// Allgather against the concatenation of every rank's input.
+void allgather_with(chorus::algorithm algorithm) {
   tally results;
-  fingerprints prints;
-  run_for_each_rank_count([&](communicator& comm) {
+  for_each_rank_count_subcase([&](communicator& comm) {
     const int n = comm.size();
     for (const std::size_t count : counts_for(n, true)) {
       std::vector<float> expected_all;
@@ -577,32 +609,68 @@ TEST_CASE("allgather, reduce_scatter and alltoall with every algorithm") {
         const auto theirs = inputs<float>(r, count, 21, flavour::general);
         expected_all.insert(expected_all.end(), theirs.begin(), theirs.end());
       }
-      for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_doubling, chorus::algo::shared_memory}) {
-        const auto mine = inputs<float>(comm.rank(), count, 21, flavour::general);
-        std::vector<float> all(count * static_cast<std::size_t>(n), -5.0f);
-        chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
-        results.record("allgather " + std::string(chorus::to_string(algorithm)), count_different(all, expected_all));
-      }
-      for (const auto algorithm : {chorus::algo::ring, chorus::algo::recursive_halving, chorus::algo::shared_memory}) {
-        const std::size_t total = count * static_cast<std::size_t>(n);
-        const auto input = inputs<chorus::bfloat16>(comm.rank(), total, 23, flavour::general);
-        std::vector<chorus::bfloat16> output(count);
-        chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
-        const auto full = reference<chorus::bfloat16>(all_ranks(n), total, 23, flavour::general, chorus::op::sum{});
-        const std::vector<chorus::bfloat16> expected(
-            full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
-            full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
-        results.record("reduce_scatter " + std::string(chorus::to_string(algorithm)),
-                       count_different(output, expected));
+      const auto mine = inputs<float>(comm.rank(), count, 21, flavour::general);
+      std::vector<float> all(count * static_cast<std::size_t>(n), -5.0f);
+      const chorus::algorithm ran = chorus::allgather(comm, std::span(mine), std::span(all), algorithm);
+      results.record("allgather", count_different(all, expected_all) + (ran != algorithm));
+    }
+    chorus::barrier(comm);
+  });
+  results.report();
+}
 
-        const auto ints = inputs<std::int32_t>(comm.rank(), total, 25, flavour::general);
-        std::vector<std::int32_t> averaged(count);
-        chorus::reduce_scatter(comm, std::span(ints), std::span(averaged), chorus::op::avg{}, algorithm);
-        const auto full_avg = reference<std::int32_t>(all_ranks(n), total, 25, flavour::general, chorus::op::avg{});
-        std::size_t wrong = 0;
-        for (std::size_t i = 0; i < count; ++i) wrong += averaged[i] != full_avg[count * comm.rank() + i];
-        results.record("reduce_scatter avg", wrong);
-      }
+// Reduce_scatter of bfloat16 sums and int32 averages against the serial reference.
+void reduce_scatter_with(chorus::algorithm algorithm) {
+  tally results;
+  for_each_rank_count_subcase([&](communicator& comm) {
+    const int n = comm.size();
+    for (const std::size_t count : counts_for(n, true)) {
+      const std::size_t total = count * static_cast<std::size_t>(n);
+      const auto input = inputs<chorus::bfloat16>(comm.rank(), total, 23, flavour::general);
+      std::vector<chorus::bfloat16> output(count);
+      const chorus::algorithm ran =
+          chorus::reduce_scatter(comm, std::span(input), std::span(output), chorus::op::sum{}, algorithm);
+      const auto full = reference<chorus::bfloat16>(all_ranks(n), total, 23, flavour::general, chorus::op::sum{});
+      const std::vector<chorus::bfloat16> expected(
+          full.begin() + static_cast<std::ptrdiff_t>(count * comm.rank()),
+          full.begin() + static_cast<std::ptrdiff_t>(count * (comm.rank() + 1)));
+      results.record("reduce_scatter bfloat16 sum", count_different(output, expected) + (ran != algorithm));
+
+      const auto ints = inputs<std::int32_t>(comm.rank(), total, 25, flavour::general);
+      std::vector<std::int32_t> averaged(count);
+      chorus::reduce_scatter(comm, std::span(ints), std::span(averaged), chorus::op::avg{}, algorithm);
+      const auto full_avg = reference<std::int32_t>(all_ranks(n), total, 25, flavour::general, chorus::op::avg{});
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < count; ++i) wrong += averaged[i] != full_avg[count * comm.rank() + i];
+      results.record("reduce_scatter int32 avg", wrong);
+    }
+    chorus::barrier(comm);
+  });
+  results.report();
+}
+
+}  // namespace
+
+TEST_CASE("allgather/ring: against every rank's input") { allgather_with(chorus::algo::ring); }
+TEST_CASE("allgather/recursive_doubling: against every rank's input") {
+  allgather_with(chorus::algo::recursive_doubling);
+}
+TEST_CASE("allgather/shared_memory: against every rank's input") { allgather_with(chorus::algo::shared_memory); }
+TEST_CASE("reduce_scatter/ring: sums and averages against the serial reference") {
+  reduce_scatter_with(chorus::algo::ring);
+}
+TEST_CASE("reduce_scatter/recursive_halving: sums and averages against the serial reference") {
+  reduce_scatter_with(chorus::algo::recursive_halving);
+}
+TEST_CASE("reduce_scatter/shared_memory: sums and averages against the serial reference") {
+  reduce_scatter_with(chorus::algo::shared_memory);
+}
+
+TEST_CASE("alltoall/pairwise: block j of rank i lands as block i of rank j") {
+  tally results;
+  for_each_rank_count_subcase([&](communicator& comm) {
+    const int n = comm.size();
+    for (const std::size_t count : counts_for(n, true)) {
       const std::size_t total = count * static_cast<std::size_t>(n);
       std::vector<std::uint16_t> send(total), receive(total, 0xffff);
       for (std::size_t i = 0; i < total; ++i) send[i] = static_cast<std::uint16_t>(comm.rank() * 1000 + i);
@@ -802,18 +870,52 @@ TEST_CASE("invalid arguments are invalid_argument errors") {
       quick());
 }
 
-TEST_CASE("selection: table, CHORUS_ALLREDUCE_ALGO and the caller, in that order of precedence") {
+TEST_CASE("selection: the defaults, CHORUS_ALLREDUCE_ALGO and the caller, in that order of precedence") {
   CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::recursive_doubling);
   CHECK(chorus::choose_allreduce(4, 64u << 20).chosen != chorus::algo::recursive_doubling);
-  CHECK(std::string(chorus::choose_allreduce(4, 8).reason) == "table");
+  CHECK(chorus::choose_allreduce(4, 8).reason == "default allreduce@3-:0-8K:recursive_doubling");
   ::setenv("CHORUS_ALLREDUCE_ALGO", "tree", 1);
   CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::tree);
   CHECK(std::string(chorus::choose_allreduce(4, 8).reason) == "CHORUS_ALLREDUCE_ALGO");
   CHECK(chorus::choose_allreduce(4, 8, chorus::algo::ring).chosen == chorus::algo::ring);
+  ::setenv("CHORUS_ALLREDUCE_ALGO", "rd", 1);  // an alias: the list answers with the name
+  CHECK(chorus::choose_allreduce(4, 1u << 20).chosen == chorus::algo::recursive_doubling);
   ::setenv("CHORUS_ALLREDUCE_ALGO", "fastest", 1);
   expect_error([] { chorus::choose_allreduce(4, 8); }, chorus::errc::invalid_argument,
-               "CHORUS_ALLREDUCE_ALGO='fastest'");
+               "CHORUS_ALLREDUCE_ALGO names fastest, which is not an algorithm of allreduce (it has "
+               "recursive_doubling, rabenseifner, ring, tree, shared_memory, hierarchical)");
   ::unsetenv("CHORUS_ALLREDUCE_ALGO");
+}
+
+// A name that parses but that the collective does not offer fails the
+// collective's first call, on every rank alike, before anything is sent.
+TEST_CASE("selection: a rule or setting naming an algorithm a collective lacks fails its first call on every rank") {
+  const std::tuple<const char*, const char*, const char*> cases[] = {
+      {"CHORUS_ALLREDUCE_ALGO", "chain", "CHORUS_ALLREDUCE_ALGO names chain"},
+      {"CHORUS_TUNE", "allreduce:1M-:fastest",
+       "CHORUS_TUNE allreduce:1M-:fastest names fastest, which is not an algorithm of allreduce"}};
+  for (const auto& [variable, value, message] : cases) {
+    const std::string name = variable;  // not the structured binding: CAPTURE's lambda takes it (clang 14)
+    CAPTURE(name);
+    ::setenv(variable, value, 1);
+    tally results;
+    chorus::run_threads(
+        3,
+        [&, message = std::string(message)](communicator& comm) {
+          std::vector<float> data(5, 1.0f);  // a size no rule matches: every rule is checked anyway
+          expect_error([&] { chorus::allreduce(comm, data); }, chorus::errc::invalid_argument, message);
+          expect_error([&] { chorus::allreduce(comm, data); }, chorus::errc::invalid_argument, message);
+          results.record("untouched", static_cast<std::size_t>(std::count(data.begin(), data.end(), 1.0f) != 5));
+        },
+        quick());
+    ::unsetenv(variable);
+    results.report();
+  }
+  expect_error([] { chorus::check_names(chorus::parse_tuning("allgather:0-:rabenseifner"), {}); },
+               chorus::errc::invalid_argument,
+               "rabenseifner, which is not an algorithm of allgather (it has recursive_doubling, ring, shared_memory, "
+               "hierarchical)");
+  CHECK_NOTHROW(chorus::check_names(chorus::parse_tuning("allgather:0-:rd;broadcast:0-:shm"), chorus::algo::tree));
 }
 
 // Every phase of an algorithm reserves its wire-tag steps in an order all
@@ -888,36 +990,110 @@ TEST_CASE("wire-tag phases: every algorithm at 37 ranks, and a call that needs m
   CHECK(prints.disagreements() == 0);
 }
 
-TEST_CASE("selection registry: every collective's table picks one of its own algorithms, and the lists agree") {
-  for (const chorus::collective_entry& entry : chorus::registry) {
-    CAPTURE(std::string(entry.name));
-    const chorus::collective_algorithms* offered = chorus::find_collective(entry.name);
-    REQUIRE(offered != nullptr);
-    for (const chorus::algorithm_entry& algorithm : entry.algorithms) {
-      CHECK(offered->offers(algorithm.id));
-      CHECK(!algorithm.cost.empty());
-      CHECK(!algorithm.when.empty());
-    }
-    for (const int ranks : {1, 2, 3, 4, 8, 37})
-      for (const std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{8192},
-                                      std::size_t{65537}, std::size_t{1} << 20, std::size_t{64} << 20})
-        for (const bool reencodes : {false, true}) {
-          const chorus::algorithm picked = entry.table({ranks, bytes, reencodes});
-          bool listed = false;
-          for (const auto& algorithm : entry.algorithms) listed = listed || algorithm.id == picked;
-          CHECK(listed);
-        }
+namespace {
+
+// The measured table as the defaults' rules must state it, written out
+// independently: [low, high) sizes, shared memory on one host and the
+// hierarchical forms on hosts of several ranks, both from 16 KiB.
+chorus::algorithm measured_table(std::string_view collective, const chorus::workload& w) {
+  using chorus::algorithm;
+  const bool has_host_forms = collective == "allreduce" || collective == "allgather" ||
+                              collective == "reduce_scatter" || collective == "broadcast";
+  if (has_host_forms && w.ranks >= 2 && w.bytes >= (16u << 10) && w.host_memory && !w.between_hosts) {
+    if (w.hosts == 1) return algorithm::shared_memory;
+    if (w.ranks_per_host > 1) return algorithm::hierarchical;
   }
-  std::size_t listed = 0;
-  for (const auto& offered : chorus::collectives)
-    for (const auto algorithm : offered.offered) listed += algorithm != chorus::algorithm::automatic;
-  std::size_t registered = 0;
-  for (const auto& entry : chorus::registry) registered += entry.algorithms.size();
-  CHECK(listed == registered);
+  if (collective == "allreduce") {
+    if (w.ranks <= 1 || w.bytes < (w.ranks == 2 ? 4u << 10 : 8u << 10)) return algorithm::recursive_doubling;
+    if (w.ranks == 2) return algorithm::ring;
+    return w.bytes < (2u << 20) ? algorithm::rabenseifner : algorithm::ring;
+  }
+  if (collective == "allgather") return w.bytes < (64u << 10) ? algorithm::recursive_doubling : algorithm::ring;
+  if (collective == "reduce_scatter") return w.bytes < (64u << 10) ? algorithm::recursive_halving : algorithm::ring;
+  if (collective == "broadcast") return w.ranks <= 2 || w.bytes < (256u << 10) ? algorithm::tree : algorithm::chain;
+  if (collective == "compressed_allreduce") {
+    if (w.sparse) return algorithm::sparse;
+    return w.ranks >= 2 && w.reencodes_well && w.bytes >= (1u << 20) ? algorithm::ring : algorithm::encode_once;
+  }
+  return collective == "reduce" ? algorithm::tree : algorithm::pairwise;
+}
+
+}  // namespace
+
+TEST_CASE("selection registry: every collective's list, its defaults as the measured table, its costs") {
+  const auto& entries = chorus::registry();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const chorus::collective_entry& entry = *entries[i];
+    CAPTURE(std::string(entry.name));
+    CHECK(entry.name == chorus::selecting_collectives[i]);
+    for (const chorus::tuning_rule& rule : entry.default_rules.rules) CHECK(entry.find(rule.chosen) != nullptr);
+    for (const chorus::algorithm_facts& algorithm : entry.algorithms) CHECK(!algorithm.cost.empty());
+    std::size_t wrong = 0, unreasoned = 0, infeasible = 0, bad_costs = 0;
+    for (const int ranks : {1, 2, 3, 4, 8, 37})
+      for (const std::size_t bytes :
+           {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{8192}, std::size_t{16384},
+            std::size_t{65536}, std::size_t{262144}, std::size_t{1} << 20, std::size_t{2} << 20, std::size_t{64} << 20})
+        for (const int hosts : {1, 2, 3})
+          for (const int flags : {0, 1, 2, 3, 4}) {
+            const int on = std::min(hosts, ranks);
+            const chorus::workload w{.ranks = ranks,
+                                     .bytes = bytes,
+                                     .reencodes_well = (flags & 1) != 0,
+                                     .sparse = flags == 2,
+                                     .hosts = on,
+                                     .ranks_per_host = ranks % on == 0 ? ranks / on : 0,
+                                     .host_memory = flags != 4};
+            const chorus::choice made = chorus::choose(entry, w, chorus::algorithm::automatic, {}, {});
+            wrong += made.chosen != measured_table(entry.name, w);
+            unreasoned += !made.reason.starts_with("default " + std::string(entry.name));
+            infeasible += !entry.offered(made.chosen, "").feasible(w);
+            for (const chorus::algorithm_facts& algorithm : entry.algorithms) {
+              const double seconds = algorithm.seconds(w, chorus::machine{});
+              bad_costs += !(seconds >= 0 && seconds < 1e6);
+            }
+          }
+    CHECK(wrong == 0);
+    CHECK(unreasoned == 0);
+    CHECK(infeasible == 0);
+    CHECK(bad_costs == 0);
+  }
   expect_error([] { chorus::registered("gather"); }, chorus::errc::invalid_argument, "'gather' is not a collective");
 }
 
-TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, then the table") {
+// Where no rule matches (no defaults here), the cost model takes the
+// suitable algorithm whose formula is least, and says so.
+TEST_CASE("selection: the cost model decides where no rule matches, among the algorithms that suit the call") {
+  const chorus::collective_entry& allreduce = chorus::registered("allreduce");
+  const chorus::collective_entry bare{allreduce.name, allreduce.algorithms, "", {}};
+  for (const int ranks : {2, 3, 8})
+    for (const std::size_t bytes : {std::size_t{8}, std::size_t{1} << 16, std::size_t{64} << 20})
+      for (const bool between_hosts : {false, true}) {
+        const chorus::workload w{.ranks = ranks,
+                                 .bytes = bytes,
+                                 .hosts = between_hosts ? ranks : 1,
+                                 .ranks_per_host = between_hosts ? 1 : ranks,
+                                 .between_hosts = between_hosts};
+        const chorus::choice made = chorus::choose(bare, w, chorus::algorithm::automatic, {}, {});
+        CAPTURE(ranks);
+        CAPTURE(bytes);
+        CHECK(made.reason.starts_with("cost model, "));
+        double least = 1e300;
+        chorus::algorithm cheapest;
+        for (const chorus::algorithm_facts& algorithm : allreduce.algorithms) {
+          if (!algorithm.feasible(w) || !algorithm.suits(w)) continue;
+          const double seconds = algorithm.seconds(w, chorus::machine{});
+          if (seconds < least) least = seconds, cheapest = algorithm.id;
+        }
+        CHECK(made.chosen == cheapest);
+        if (between_hosts) CHECK(made.chosen != chorus::algo::shared_memory);
+      }
+  // The ring's bandwidth term is optimal: for a large buffer over the network it beats the tree.
+  const chorus::workload large{.ranks = 8, .bytes = std::size_t{64} << 20, .hosts = 8, .ranks_per_host = 1};
+  CHECK(allreduce.find(chorus::algo::ring)->seconds(large, {}) <
+        allreduce.find(chorus::algo::tree)->seconds(large, {}));
+}
+
+TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, then the defaults") {
   using chorus::algorithm;
   const chorus::tuning tune = chorus::parse_tuning("allreduce@4:0-1K:tree;allgather:0-:ring");
   const auto pick = [&](std::string_view collective, int ranks, std::size_t bytes, algorithm forced,
@@ -932,7 +1108,8 @@ TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, 
   CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::tree);
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::rabenseifner).reason == "CHORUS_ALLREDUCE_ALGO");
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).chosen == algorithm::recursive_doubling);
-  CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).reason == "table");
+  CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).reason ==
+        "default allreduce@3-:0-8K:recursive_doubling");
   CHECK(pick("allgather", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::ring);
   CHECK(pick("reduce_scatter", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen ==
         algorithm::recursive_halving);

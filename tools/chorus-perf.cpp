@@ -23,6 +23,7 @@
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/init.hpp>
+#include <chorus/registry.hpp>
 #if CHORUS_PERF_CUDA
 #include <chorus/cuda/router.hpp>
 #include <chorus/cuda/runtime.hpp>
@@ -186,8 +187,9 @@ void take_flag(perf::options& parsed, std::string_view flag, std::string_view va
     throw perf::usage_error("unknown option " + std::string(flag));
 }
 
-// --codec, --scheme and --algo apply only where the collective has them.
-void check_choices(const perf::options& parsed) {
+// --codec, --scheme and --algo apply only where the collective has them;
+// --algo is spelt as its list spells it ("rd" runs as recursive_doubling).
+void check_choices(perf::options& parsed) {
   if (!parsed.codec.empty()) {
     if (parsed.collective != "allreduce" || parsed.dtype != "float" || (parsed.op != "sum" && parsed.op != "avg"))
       throw perf::usage_error("--codec applies to allreduce of float with --op sum or avg");
@@ -196,7 +198,7 @@ void check_choices(const perf::options& parsed) {
     try {
       if (!chorus::codec::by_name(parsed.codec)) throw perf::usage_error("--codec none: leave --codec out");
     } catch (const chorus::error& bad) {
-      throw perf::usage_error("--codec: " + std::string(bad.what()) + " (" + std::string(perf::codec_names) + ")");
+      throw perf::usage_error("--codec: " + std::string(bad.what()) + " (" + perf::codec_names() + ")");
     }
   }
   if (parsed.scheme != chorus::compression_scheme::automatic && parsed.codec.empty())
@@ -209,10 +211,14 @@ void check_choices(const perf::options& parsed) {
                               ": NCCL chooses its own algorithms (no --algo or --scheme)");
   }
   if (parsed.algorithm == chorus::algorithm::automatic) return;
-  const chorus::collective_algorithms* offered = chorus::find_collective(parsed.collective);
-  if (offered == nullptr || !offered->offers(parsed.algorithm))
+  const auto& selecting = chorus::selecting_collectives;
+  const bool selects = std::find(selecting.begin(), selecting.end(), parsed.collective) != selecting.end();
+  const chorus::collective_entry* entry = selects ? &chorus::registered(parsed.collective) : nullptr;
+  const chorus::algorithm_facts* offered = entry ? entry->find(parsed.algorithm) : nullptr;
+  if (offered == nullptr)
     throw perf::usage_error("--algo " + std::string(chorus::to_string(parsed.algorithm)) + " does not apply to " +
-                            parsed.collective + (offered ? " (it has " + offered->list() + ")" : ""));
+                            parsed.collective + (entry ? " (it has " + entry->list() + ")" : ""));
+  parsed.algorithm = offered->id;
 }
 
 // The collective to run, with its options checked.

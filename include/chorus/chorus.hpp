@@ -26,3 +26,4 @@
 #include <chorus/averaging.hpp>
 #include <chorus/codec.hpp>
 #include <chorus/collective.hpp>
+#include <chorus/registry.hpp>

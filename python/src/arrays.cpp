@@ -5,6 +5,8 @@
 // collectives share (element types, `algo=`) and NumPy arrays made here.
 #include "binding.hpp"
 
+#include <chorus/registry.hpp>
+
 #include <optional>
 
 namespace chorus::python {
@@ -121,7 +123,7 @@ float_array numpy_array(std::span<const float> values) {
 
 algorithm algorithm_named(const std::string& name, std::string_view collective) {
   const algorithm chosen = parse_algorithm(name, "algo");
-  return chosen == algorithm::automatic ? chosen : require_offered(collective, chosen, "algo");
+  return chosen.is_automatic() ? chosen : registered(collective).offered(chosen, "algo").id;
 }
 
 void require_same_type(const buffer& a, const buffer& b, std::string_view operation) {

@@ -9,17 +9,30 @@
 #include <nanobind/stl/vector.h>
 
 #include <optional>
+#include <string>
+#include <type_traits>
 
 namespace chorus::python {
 
 namespace {
 
+// A block codec (int8, onebit: constructible from a block size, not sparse) takes block=.
+template <class C>
+constexpr bool takes_block = std::is_constructible_v<C, std::size_t> && !codec::sparse<C>;
+
 codec::any_codec codec_named(const std::string& name, std::optional<std::size_t> block) {
   if (!block) return codec::by_name(name);
   if (*block == 0) throw error(errc::invalid_argument, "a codec's block must be at least 1 element");
-  if (name == "int8") return codec::any_codec(codec::int8(*block));
-  if (name == "onebit") return codec::any_codec(codec::onebit(*block));
-  throw error(errc::invalid_argument, "codec '" + name + "' takes no block (int8 and onebit do)");
+  std::optional<codec::any_codec> made;
+  std::string with_blocks;
+  codec::codecs::for_each([&]<class C>() {
+    if constexpr (takes_block<C>) {
+      with_blocks += (with_blocks.empty() ? "" : " and ") + std::string(C::name);
+      if (C::name == name) made = codec::any_codec(C(*block));
+    }
+  });
+  if (!made) throw error(errc::invalid_argument, "codec '" + name + "' takes no block (" + with_blocks + " do)");
+  return *made;
 }
 
 std::span<const float> floats_in(nb::handle given, const char* role, const char* operation) {
@@ -62,7 +75,8 @@ void require_codec_input(const buffer& seen, std::string_view operation) {
 }
 
 void bind_codecs(nb::module_& m) {
-  nb::class_<py_codec>(m, "Codec", "A codec with its settings: none, identity, fp16, bf16, int8, onebit.")
+  static const std::string codec_doc = "A codec with its settings: none, " + codec::codec_names() + ".";
+  nb::class_<py_codec>(m, "Codec", codec_doc.c_str())
       .def(
           "__init__",
           [](py_codec* self, const std::string& name, std::optional<std::size_t> block) {

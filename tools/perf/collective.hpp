@@ -295,7 +295,7 @@ int with_op(std::string_view name, Visit&& visit) {
 
 // The codecs --codec takes (perf/compressed_allreduce.cpp): a name
 // chorus::codec::by_name knows, other than none.
-inline constexpr std::string_view codec_names = "fp16, bf16, int8, onebit, identity, topk:R, randomk:R[:SEED]";
+inline std::string codec_names() { return chorus::codec::codec_names(); }
 
 inline std::string title_of(const options& config, int ranks) {
   char text[256];

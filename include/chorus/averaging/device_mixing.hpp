@@ -18,7 +18,7 @@
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/spec.hpp>
 #include <chorus/core/error.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -13,7 +13,7 @@
 
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -58,7 +58,7 @@ class parameters {
   std::span<const std::span<float>> tensors() const noexcept { return tensors_; }
 
   // f(tensor, part of `flat` at the same offsets), tensor by tensor. A
-  // tensor in device memory (a router installed, core/memory_router.hpp)
+  // tensor in device memory (a router installed, route/memory_router.hpp)
   // reaches f as a host copy, copied back after f.
   template <class Flat, class F>
   void for_each_part(std::span<Flat> flat, F&& f) const {

@@ -8,23 +8,17 @@
 // visit(wire, f) calls f with the concrete codec (for the compressed
 // collectives, which are templates over it).
 //
-// by_name knows none (no codec: a default any_codec), identity, fp16, bf16,
-// int8, onebit, and the sparse topk:R and randomk:R (R the ratio of elements
-// kept, 0.01 when left out; randomk:R:SEED sets the seed every rank shares);
-// any other name is an invalid_argument error listing them.
+// by_name knows none (no codec: a default any_codec) and every codec of
+// codec_list.hpp: identity, fp16, bf16, int8, onebit, and the sparse topk:R
+// and randomk:R (R the ratio of elements kept, 0.01 when left out;
+// randomk:R:SEED sets the seed every rank shares); any other name is an
+// invalid_argument error listing them.
 #pragma once
 
-#include <chorus/codec/bf16.hpp>
 #include <chorus/codec/codec.hpp>
-#include <chorus/codec/fp16.hpp>
-#include <chorus/codec/identity.hpp>
-#include <chorus/codec/int8.hpp>
-#include <chorus/codec/onebit.hpp>
-#include <chorus/codec/randomk.hpp>
-#include <chorus/codec/topk.hpp>
+#include <chorus/codec/codec_list.hpp>
 #include <chorus/core/error.hpp>
 
-#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -90,48 +84,25 @@ class any_codec {
   std::shared_ptr<const concept_> model_;
 };
 
-namespace detail {
-
-// "topk:0.05" -> 0.05; `what` names the part for the error.
-template <class Number>
-Number parse_part(std::string_view text, std::string_view whole, std::string_view what) {
-  Number value{};
-  const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (failed != std::errc{} || end != text.data() + text.size())
-    throw error(errc::invalid_argument,
-                "codec '" + std::string(whole) + "': '" + std::string(text) + "' is not a " + std::string(what));
-  return value;
-}
-
-// The sparse codecs' names: topk[:R], randomk[:R[:SEED]].
-inline std::optional<any_codec> sparse_by_name(std::string_view name) {
+inline any_codec by_name(std::string_view name) {
+  if (name == "none") return {};
   const std::size_t colon = name.find(':');
   const std::string_view family = name.substr(0, colon);
-  if (family != topk::name && family != randomk::name) return std::nullopt;
-  std::string_view rest = colon == std::string_view::npos ? std::string_view{} : name.substr(colon + 1);
-  const std::size_t second = rest.find(':');
-  const double ratio = rest.empty() ? 0.01 : parse_part<double>(rest.substr(0, second), name, "ratio");
-  if (family == topk::name) {
-    if (second != std::string_view::npos)
-      throw error(errc::invalid_argument, "codec '" + std::string(name) + "': topk takes a ratio only (topk:R)");
-    return any_codec(topk(ratio));
-  }
-  if (second == std::string_view::npos) return any_codec(randomk(ratio));
-  return any_codec(randomk(ratio, parse_part<std::uint64_t>(rest.substr(second + 1), name, "seed")));
-}
-
-}  // namespace detail
-
-inline any_codec by_name(std::string_view name) {
-  if (auto sparse = detail::sparse_by_name(name)) return *sparse;
-  if (name == "none") return {};
-  if (name == "identity") return any_codec(identity{});
-  if (name == "fp16") return any_codec(fp16{});
-  if (name == "bf16") return any_codec(bf16{});
-  if (name == "int8") return any_codec(int8{});
-  if (name == "onebit") return any_codec(onebit{});
-  throw error(errc::invalid_argument, "unknown codec '" + std::string(name) +
-                                          "' (none, identity, fp16, bf16, int8, onebit, topk:R, randomk:R[:SEED])");
+  const std::string_view settings = colon == std::string_view::npos ? std::string_view{} : name.substr(colon + 1);
+  std::optional<any_codec> made;
+  codecs::for_each([&]<class C>() {
+    if (made || C::name != family) return;
+    if constexpr (requires { C::from_settings(settings, name); })
+      made = any_codec(C::from_settings(settings, name));
+    else if (colon != std::string_view::npos)
+      throw error(errc::invalid_argument,
+                  "codec '" + std::string(name) + "': " + std::string(family) + " takes no settings in its name");
+    else
+      made = any_codec(C{});
+  });
+  if (!made)
+    throw error(errc::invalid_argument, "unknown codec '" + std::string(name) + "' (none, " + codec_names() + ")");
+  return *made;
 }
 
 // Schemes that send models (D-PSGD, GoSGD, local SGD, EASGD) take dense
@@ -145,19 +116,32 @@ inline void require_model_codec(const any_codec& wire, std::string_view scheme) 
                                             "(allreduce-SGD, which keeps the rest by error feedback)");
 }
 
+namespace detail {
+
+template <class... Codecs>
+struct visit_codecs {
+  template <class F, class First, class... Rest>
+  static decltype(auto) as_each(const any_codec& wire, F& f) {
+    if (const auto* c = wire.as<First>()) return f(*c);
+    if constexpr (sizeof...(Rest) > 0)
+      return as_each<F, Rest...>(wire, f);
+    else
+      throw error(errc::invalid_argument, "codec::visit: no codec of type '" + std::string(wire.name()) + "'");
+  }
+  template <class F>
+  static decltype(auto) visit(const any_codec& wire, F& f) {
+    return as_each<F, Codecs...>(wire, f);
+  }
+};
+
+}  // namespace detail
+
 // Calls f with the concrete codec behind `wire`, as it was made (an int8's
 // block included), for code that needs the codec's type (the compressed
 // collectives); an empty any_codec is an error.
 template <class F>
 decltype(auto) visit(const any_codec& wire, F&& f) {
-  if (const auto* c = wire.as<identity>()) return f(*c);
-  if (const auto* c = wire.as<fp16>()) return f(*c);
-  if (const auto* c = wire.as<bf16>()) return f(*c);
-  if (const auto* c = wire.as<int8>()) return f(*c);
-  if (const auto* c = wire.as<onebit>()) return f(*c);
-  if (const auto* c = wire.as<topk>()) return f(*c);
-  if (const auto* c = wire.as<randomk>()) return f(*c);
-  throw error(errc::invalid_argument, "codec::visit: no codec of type '" + std::string(wire.name()) + "'");
+  return codecs::apply<detail::visit_codecs>::visit(wire, f);
 }
 
 }  // namespace chorus::codec

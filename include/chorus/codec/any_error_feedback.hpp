@@ -50,9 +50,9 @@ class any_error_feedback {
         held);
   }
 
-  std::variant<std::monostate, error_feedback<identity>, error_feedback<fp16>, error_feedback<bf16>,
-               error_feedback<int8>, error_feedback<onebit>, error_feedback<topk>, error_feedback<randomk>>
-      held_;
+  template <class... Codecs>
+  using states = std::variant<std::monostate, error_feedback<Codecs>...>;
+  codecs::apply<states> held_;
 };
 
 }  // namespace chorus::codec

@@ -19,11 +19,13 @@
 
 #include <chorus/core/error.hpp>
 
+#include <charconv>
 #include <concepts>
 #include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace chorus::codec {
 
@@ -64,6 +66,17 @@ template <class C>
 inline constexpr bool sparse_indices_agree = false;
 
 namespace detail {
+
+// A number in a codec's name ("topk:0.05" -> 0.05); `what` names it for the error.
+template <class Number>
+Number parse_setting(std::string_view text, std::string_view whole, std::string_view what) {
+  Number value{};
+  const auto [end, failed] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (failed != std::errc{} || end != text.data() + text.size())
+    throw error(errc::invalid_argument,
+                "codec '" + std::string(whole) + "': '" + std::string(text) + "' is not a " + std::string(what));
+  return value;
+}
 
 inline void require_sizes(std::string_view codec_name, const char* operation, std::size_t elements,
                           std::size_t expected_bytes, std::size_t given_bytes) {

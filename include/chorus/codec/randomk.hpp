@@ -41,6 +41,14 @@ class randomk {
   static constexpr std::uint64_t default_seed = 0x63686f727573ULL;  // "chorus"
   static constexpr std::size_t key_bytes = sizeof(std::uint64_t);
 
+  // By name (codec_list.hpp): "randomk", "randomk:R" or "randomk:R:SEED" (every rank the same seed).
+  static constexpr std::string_view settings = "[:R[:SEED]]";
+  static randomk from_settings(std::string_view text, std::string_view whole) {
+    const std::size_t colon = text.find(':');
+    const double ratio = text.empty() ? 0.01 : detail::parse_setting<double>(text.substr(0, colon), whole, "ratio");
+    if (colon == std::string_view::npos) return randomk(ratio);
+    return randomk(ratio, detail::parse_setting<std::uint64_t>(text.substr(colon + 1), whole, "seed"));
+  }
   explicit randomk(double ratio = 0.01, std::uint64_t seed = default_seed)
       : ratio_(detail::checked_ratio(ratio, name)),
         seed_(seed),

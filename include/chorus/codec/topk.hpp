@@ -40,6 +40,13 @@ class topk {
   static constexpr std::string_view name = "topk";
 
   explicit topk(double ratio = 0.01) : ratio_(detail::checked_ratio(ratio, name)) {}
+  // By name (codec_list.hpp): "topk" or "topk:R", R the ratio of elements kept.
+  static constexpr std::string_view settings = "[:R]";
+  static topk from_settings(std::string_view text, std::string_view whole) {
+    if (text.find(':') != std::string_view::npos)
+      throw error(errc::invalid_argument, "codec '" + std::string(whole) + "': topk takes a ratio only (topk:R)");
+    return text.empty() ? topk() : topk(detail::parse_setting<double>(text, whole, "ratio"));
+  }
 
   double ratio() const noexcept { return ratio_; }
   std::size_t kept(std::size_t n) const { return detail::kept_count(ratio_, n); }

@@ -28,6 +28,7 @@ namespace detail {
 template <class Format>
 class two_byte_float {
  public:
+  static constexpr bool device_kernels = true;  // cuda/kernels.cuh has them: a codec_spec names it (spec.hpp)
   explicit two_byte_float(overflow policy = overflow::saturate, simd_path path = best_path())
       : policy_(policy), path_(runnable(path)) {}
 

@@ -11,18 +11,15 @@
 // chorus::algo::ring / rd / shm / hierarchical, or tune with CHORUS_TUNE.
 #pragma once
 
-#include <chorus/collective/allgather_hierarchical.hpp>
-#include <chorus/collective/allgather_recursive_doubling.hpp>
-#include <chorus/collective/allgather_ring.hpp>
-#include <chorus/collective/allgather_shared_memory.hpp>
+#include <chorus/collective/allgather_algorithms.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
@@ -42,29 +39,15 @@ std::size_t allgather_block(const Communicator& comm, std::span<T> all) {
   return all.size() / n;
 }
 
-// Runs the algorithm `chosen` over `ex` (an exchange, or a network_exchange
-// on the direct path), its local copies where `steps` says.
-template <class X, element T, class Steps = host_steps>
-void allgather_by(X& ex, std::span<T> all, std::size_t block, algorithm chosen, const Steps& steps = {}) {
-  if constexpr (requires { ex.comm().layout(); }) {  // host buffers (the registry checked)
-    if (chosen == algorithm::shared_memory) return allgather_shared_memory(ex, all, block);
-    if (chosen == algorithm::hierarchical) return allgather_hierarchical(ex, all, block);
-  }
-  if (chosen == algorithm::ring)
-    allgather_ring(ex, all, block);
-  else
-    allgather_recursive_doubling(ex, all, block, steps);
-}
-
 // A buffer that is not host memory: the direct path where the router takes
 // it (allgather only moves and copies bytes: no device kernels needed), else staged.
 template <class Communicator, element T>
 algorithm allgather_through(memory_router& router, Communicator& comm, std::span<T> all, algorithm forced) {
-  const choice made =
-      choose(comm, "allgather", {.ranks = comm.size(), .bytes = all.size_bytes(), .host_memory = false}, forced);
+  const choice made = choose(comm, entry_of<collective::allgather_algorithms>(),
+                             {.ranks = comm.size(), .bytes = all.size_bytes(), .host_memory = false}, forced);
   const std::size_t block = allgather_block(comm, all);
   const routed_buffer view{all.data(), all.size_bytes(), buffer_use::read_write};
-  if (!moves_host_memory(made.chosen) &&
+  if (!made.moves_host_memory &&
       run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
         check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1, call_memory(all)});
         report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
@@ -96,7 +79,8 @@ algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = alg
   if (memory_router* router = routed(all)) return collective::allgather_through(*router, comm, all, forced);
   const std::size_t block = collective::allgather_block(comm, all);
   collective::check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1, call_memory(all)});
-  const choice made = choose(comm, "allgather", {comm.size(), all.size_bytes()}, forced);
+  const choice made =
+      choose(comm, entry_of<collective::allgather_algorithms>(), {comm.size(), all.size_bytes()}, forced);
   report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allgather");
   collective::allgather_by(ex, all, block, made.chosen);

@@ -13,15 +13,16 @@
 // ranks, from 16 KiB in all.
 #pragma once
 
-#include <chorus/collective/allgather_recursive_doubling.hpp>
-#include <chorus/collective/allgather_ring.hpp>
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/allgather_shared_memory.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/scratch.hpp>
-#include <chorus/collective/selection.hpp>
-#include <chorus/collective/subgroup_exchange.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -30,14 +31,8 @@ namespace chorus::collective {
 // block per member, in member order) over the network, chosen as any
 // allgather over that many ranks is (CHORUS_TUNE reaches it).
 template <class X, class A>
-void allgather_between_hosts(X& ex, std::span<const int> members, std::span<A> data, std::size_t block) {
-  subgroup_exchange<X> group(ex, members);
-  const choice made = choose_between_hosts(ex.comm(), "allgather", group.size(), data.size_bytes());
-  report_between_hosts(ex.comm(), "allgather", data.size_bytes(), group.size(), made);
-  if (made.chosen == algorithm::ring) return allgather_ring(group, data, block);
-  if (made.chosen == algorithm::recursive_doubling) return allgather_recursive_doubling(group, data, block);
-  throw error(errc::invalid_argument, "allgather between hosts cannot run " + std::string(to_string(made.chosen)));
-}
+void allgather_between_hosts(X& ex, std::span<const int> members, std::span<A> data,
+                             std::size_t block);  // over allgather's list: allgather_algorithms.hpp
 
 template <class Communicator, class A>
 void allgather_hierarchical(exchange<Communicator>& ex, std::span<A> all, std::size_t block) {
@@ -57,5 +52,29 @@ void allgather_hierarchical(exchange<Communicator>& ex, std::span<A> all, std::s
     std::copy_n(packed.data() + i * block, block, all.data() + static_cast<std::size_t>(layout.across[i]) * block);
   allgather_in_host(call, all, block, held);
 }
+
+namespace algorithms {
+struct allgather_hierarchical {
+  static constexpr algorithm id = algorithm::hierarchical;
+  static constexpr std::string_view cost =
+      "allgather of S/L among the h hosts' L-th ranks, (h-1)/h S/L beta, then shared memory";
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
+  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
+  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
+  static double seconds(const workload& w, const machine& m) {
+    const int hosts = std::max(w.hosts, 1), local = std::max(w.ranks_per_host, 1);
+    const double S = double(w.bytes);
+    return (hosts - 1) * m.alpha + cost::share(hosts) * S / local * m.beta + cost::memory_steps(w.bytes) * m.flag +
+           S * m.memory_beta;
+  }
+  template <class Communicator, class A, class Steps>
+  static void run(exchange<Communicator>& ex, std::span<A> all, std::size_t block, const Steps&)
+    requires std::same_as<Steps, host_steps> && knows_its_hosts<Communicator>
+  {
+    collective::allgather_hierarchical(ex, all, block);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

@@ -7,11 +7,15 @@
 // Chosen for small messages.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -42,5 +46,20 @@ void allgather_recursive_doubling(X& ex, std::span<A> data, std::size_t block, c
   steps.copy(std::span<const A>(gathered.first(above)), data.subspan(below));
   steps.copy(std::span<const A>(gathered.subspan(above)), data.first(below));
 }
+
+namespace algorithms {
+struct allgather_recursive_doubling {
+  static constexpr algorithm id = algorithm::recursive_doubling;
+  static constexpr std::array<std::string_view, 1> aliases{"rd"};
+  static constexpr std::string_view cost = "ceil(log2 n) alpha + (n-1)/n S beta (Bruck, any n)";
+  static double seconds(const workload& w, const machine& m) {
+    return cost::log2_ceil(w.ranks) * m.alpha + cost::share(w.ranks) * double(w.bytes) * m.beta;
+  }
+  template <class X, class A, class Steps>
+  static void run(X& ex, std::span<A> all, std::size_t block, const Steps& steps) {
+    collective::allgather_recursive_doubling(ex, all, block, steps);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

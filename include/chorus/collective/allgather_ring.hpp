@@ -7,11 +7,16 @@
 // large messages.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
 
+#include <algorithm>
+#include <array>
+#include <concepts>
 #include <cstddef>
 #include <span>
+#include <string_view>
 
 namespace chorus::collective {
 
@@ -33,5 +38,19 @@ void allgather_ring(X& ex, std::span<A> data, std::size_t block, ring_settings s
   ring.gather_hops(rank, 0, hops, place, [](range) {}, true);
   ring.finish();
 }
+
+namespace algorithms {
+struct allgather_ring {
+  static constexpr algorithm id = algorithm::ring;
+  static constexpr std::string_view cost = "(n-1) alpha + (n-1)/n S beta, pipelined in segments";
+  static double seconds(const workload& w, const machine& m) {
+    return (w.ranks - 1) * m.alpha + cost::share(w.ranks) * double(w.bytes) * m.beta;
+  }
+  template <class X, class A, class Steps>
+  static void run(X& ex, std::span<A> all, std::size_t block, const Steps&) {
+    collective::allgather_ring(ex, all, block);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

@@ -11,12 +11,17 @@
 // rank of the communicator is on one host, from 16 KiB in all.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <cstddef>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -61,5 +66,26 @@ void allgather_shared_memory(exchange<Communicator>& ex, std::span<A> all, std::
                           steps_for(block, shared_memory_channel::default_slot_bytes / sizeof(A)), all.size_bytes());
   allgather_in_host(call, all, block, held);
 }
+
+namespace algorithms {
+struct allgather_shared_memory {
+  static constexpr algorithm id = algorithm::shared_memory;
+  static constexpr std::array<std::string_view, 1> aliases{"shm"};
+  static constexpr std::string_view cost = "S/n + (n-1)/n S of memory traffic per rank, a flag round trip per step";
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "every rank on one host";
+  static bool feasible(const workload& w) { return w.hosts == 1 && !w.between_hosts; }
+  static bool suits(const workload& w) { return feasible(w) && w.ranks >= 2; }
+  static double seconds(const workload& w, const machine& m) {
+    return cost::memory_steps(w.bytes) * m.flag + double(w.bytes) * m.memory_beta;
+  }
+  template <class Communicator, class A, class Steps>
+  static void run(exchange<Communicator>& ex, std::span<A> all, std::size_t block, const Steps&)
+    requires std::same_as<Steps, host_steps> && knows_its_hosts<Communicator>
+  {
+    collective::allgather_shared_memory(ex, all, block);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

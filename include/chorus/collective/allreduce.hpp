@@ -10,21 +10,16 @@
 // bfloat16 are reduced in float and rounded once; integer avg truncates.
 #pragma once
 
-#include <chorus/collective/allreduce_hierarchical.hpp>
-#include <chorus/collective/allreduce_rabenseifner.hpp>
-#include <chorus/collective/allreduce_recursive_doubling.hpp>
-#include <chorus/collective/allreduce_ring.hpp>
-#include <chorus/collective/allreduce_shared_memory.hpp>
-#include <chorus/collective/allreduce_tree.hpp>
+#include <chorus/collective/allreduce_algorithms.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -39,27 +34,8 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 
 namespace collective {
 
-// Runs the algorithm `chosen` over `ex` (an exchange, or a network_exchange
-// on the direct path), its reductions where `steps` says.
-template <class X, class A, class Op, class Steps = host_steps>
-void allreduce_by(X& ex, std::span<A> work, const Op& op, algorithm chosen, staging_hooks* hooks,
-                  const Steps& steps = {}) {
-  if constexpr (requires { ex.comm().layout(); }) {  // host buffers (the registry checked)
-    if (chosen == algorithm::shared_memory) return allreduce_shared_memory(ex, work, op);
-    if (chosen == algorithm::hierarchical) return allreduce_hierarchical(ex, work, op);
-  }
-  switch (chosen) {
-    case algorithm::ring: allreduce_ring(ex, work, op, {}, hooks, steps); break;
-    case algorithm::rabenseifner: allreduce_rabenseifner(ex, work, op, steps); break;
-    case algorithm::tree: allreduce_tree(ex, work, op, steps); break;
-    case algorithm::recursive_doubling: allreduce_recursive_doubling(ex, work, op, steps); break;
-    default:  // the registry checked the choice: nothing else reaches here
-      throw error(errc::invalid_argument, "allreduce cannot run " + std::string(to_string(chosen)) + " here");
-  }
-}
-
 // The allreduce of a buffer that is not host memory, through `router`
-// (core/memory_router.hpp). The direct path where the router offers it
+// (route/memory_router.hpp). The direct path where the router offers it
 // (element types that are their own accumulator, built-in ops): the buffer
 // goes to the transport as it is and the registry's algorithm for device
 // memory (never shared memory, which copies through the host), written
@@ -75,10 +51,10 @@ algorithm allreduce_through(memory_router& router, Communicator& comm, std::span
                 staged_because("reductions over " + std::string(element_traits<T>::name)));
     return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
   } else {
-    const choice direct =
-        choose(comm, "allreduce", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
+    const choice direct = choose(comm, entry_of<collective::allreduce_algorithms>(),
+                                 {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
     const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
-    if (!moves_host_memory(direct.chosen) &&
+    if (!direct.moves_host_memory &&
         run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
           check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
           report(comm, "allreduce", data.size_bytes(), dtype_of<T>, direct);
@@ -88,7 +64,8 @@ algorithm allreduce_through(memory_router& router, Communicator& comm, std::span
         }))
       return direct.chosen;
     // Part by part only where the ring reduces the buffer itself.
-    if (choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced).chosen == algorithm::ring)
+    if (choose(comm, entry_of<collective::allreduce_algorithms>(), {comm.size(), data.size_bytes()}, forced).chosen ==
+        algorithm::ring)
       return through_host_in_parts(router, comm, on_host, data);
     return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
   }
@@ -101,7 +78,8 @@ algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm
   if (memory_router* router = routed(data)) return collective::allreduce_through(*router, comm, data, op, forced);
   staging_hooks* const hooks = take_staging_hooks();
   collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
-  const choice made = choose(comm, "allreduce", {comm.size(), data.size_bytes()}, forced);
+  const choice made =
+      choose(comm, entry_of<collective::allreduce_algorithms>(), {comm.size(), data.size_bytes()}, forced);
   report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "allreduce");
   if (hooks != nullptr && made.chosen != algorithm::ring) hooks->need(0, data.size_bytes());

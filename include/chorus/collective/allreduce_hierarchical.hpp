@@ -21,17 +21,16 @@
 // ranks, from 16 KiB.
 #pragma once
 
-#include <chorus/collective/allreduce_rabenseifner.hpp>
-#include <chorus/collective/allreduce_recursive_doubling.hpp>
-#include <chorus/collective/allreduce_ring.hpp>
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/allreduce_shared_memory.hpp>
-#include <chorus/collective/allreduce_tree.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/scratch.hpp>
-#include <chorus/collective/selection.hpp>
-#include <chorus/collective/subgroup_exchange.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 
 namespace chorus::collective {
 
@@ -51,16 +50,8 @@ struct combining_only {
 // host, over the network: chosen as any allreduce over that many ranks is
 // (choose_between_hosts: CHORUS_TUNE reaches it), never shared memory.
 template <class X, class A, class Op>
-void allreduce_between_hosts(X& ex, std::span<const int> members, std::span<A> data, const Op& op) {
-  subgroup_exchange<X> group(ex, members);
-  const choice made = choose_between_hosts(ex.comm(), "allreduce", group.size(), data.size_bytes());
-  report_between_hosts(ex.comm(), "allreduce", data.size_bytes(), group.size(), made);
-  if (made.chosen == algorithm::ring) return allreduce_ring(group, data, op);
-  if (made.chosen == algorithm::rabenseifner) return allreduce_rabenseifner(group, data, op);
-  if (made.chosen == algorithm::tree) return allreduce_tree(group, data, op);
-  if (made.chosen == algorithm::recursive_doubling) return allreduce_recursive_doubling(group, data, op);
-  throw error(errc::invalid_argument, "allreduce between hosts cannot run " + std::string(to_string(made.chosen)));
-}
+void allreduce_between_hosts(X& ex, std::span<const int> members, std::span<A> data,
+                             const Op& op);  // over allreduce's list: allreduce_algorithms.hpp
 
 template <class Communicator, class A, class Op>
 void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const Op& op) {
@@ -101,5 +92,29 @@ void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const
     steps::gather_slices(call, call.step(chunks + k), chunk);
   }
 }
+
+namespace algorithms {
+struct allreduce_hierarchical {
+  static constexpr algorithm id = algorithm::hierarchical;
+  static constexpr std::string_view cost =
+      "shared memory in each host + allreduce of S/L among the h hosts' L-th ranks: 2 (h-1)/h S/L beta per rank";
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
+  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
+  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
+  static double seconds(const workload& w, const machine& m) {
+    const int hosts = std::max(w.hosts, 1), local = std::max(w.ranks_per_host, 1);
+    const double S = double(w.bytes), slice = S / local;
+    return 2 * cost::memory_steps(w.bytes) * m.flag + 3 * S * m.memory_beta + 2 * (hosts - 1) * m.alpha +
+           2 * cost::share(hosts) * slice * m.beta + S / local * m.gamma;
+  }
+  template <class Communicator, class A, class Op, class Steps>
+  static void run(exchange<Communicator>& ex, std::span<A> data, const Op& op, staging_hooks*, const Steps&)
+    requires std::same_as<Steps, host_steps> && knows_its_hosts<Communicator>
+  {
+    collective::allreduce_hierarchical(ex, data, op);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

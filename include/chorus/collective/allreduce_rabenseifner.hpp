@@ -12,11 +12,16 @@
 // device on the direct path).
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/blocks.hpp>
 #include <chorus/collective/fold.hpp>
 #include <chorus/collective/recursive_halving.hpp>
 
+#include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -44,5 +49,21 @@ void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op, const Steps&
   }
   steps.finalize(data, op, static_cast<std::size_t>(n));
 }
+
+namespace algorithms {
+struct allreduce_rabenseifner {
+  static constexpr algorithm id = algorithm::rabenseifner;
+  static constexpr std::string_view cost =
+      "2 log2(p) alpha + 2 (p-1)/p S beta + (p-1)/p S gamma, + 2 (alpha + S beta) folding";
+  static double seconds(const workload& w, const machine& m) {
+    const double S = double(w.bytes), part = cost::share(cost::power_of_two_below(w.ranks));
+    return 2 * cost::log2_floor(w.ranks) * m.alpha + 2 * part * S * m.beta + part * S * m.gamma + cost::folding(w, m);
+  }
+  template <class X, class A, class Op, class Steps>
+  static void run(X& ex, std::span<A> data, const Op& op, staging_hooks*, const Steps& steps) {
+    collective::allreduce_rabenseifner(ex, data, op, steps);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

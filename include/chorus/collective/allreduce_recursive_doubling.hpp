@@ -12,11 +12,16 @@
 // device on the direct path).
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/fold.hpp>
 #include <chorus/collective/local_steps.hpp>
 
+#include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -42,5 +47,21 @@ void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op, const 
   }
   steps.finalize(data, op, static_cast<std::size_t>(n));
 }
+
+namespace algorithms {
+struct allreduce_recursive_doubling {
+  static constexpr algorithm id = algorithm::recursive_doubling;
+  static constexpr std::array<std::string_view, 1> aliases{"rd"};
+  static constexpr std::string_view cost = "log2(p) (alpha + S beta + S gamma), + 2 (alpha + S beta) folding";
+  static double seconds(const workload& w, const machine& m) {
+    const double S = double(w.bytes);
+    return cost::log2_floor(w.ranks) * (m.alpha + S * m.beta + S * m.gamma) + cost::folding(w, m);
+  }
+  template <class X, class A, class Op, class Steps>
+  static void run(X& ex, std::span<A> data, const Op& op, staging_hooks*, const Steps& steps) {
+    collective::allreduce_recursive_doubling(ex, data, op, steps);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

@@ -14,17 +14,22 @@
 // the same bits.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/memory_router.hpp>
 
+#include <algorithm>
+#include <array>
+#include <concepts>
 #include <cstddef>
 #include <span>
+#include <string_view>
 
 namespace chorus::collective {
 
-// With `hooks` (a buffer staged part by part, core/memory_router.hpp) it
+// With `hooks` (a buffer staged part by part, route/memory_router.hpp) it
 // says before touching each segment that it needs it, and when each
 // segment is final: the segment this rank finishes reducing, then each
 // one the gather pass brings. `steps` says where the reductions run
@@ -72,5 +77,20 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
   ring.gather_hops(rank + 1, hops, hops, place, done, false);
   ring.finish();
 }
+
+namespace algorithms {
+struct allreduce_ring {
+  static constexpr algorithm id = algorithm::ring;
+  static constexpr std::string_view cost = "2 (n-1) alpha + 2 (n-1)/n S beta + (n-1)/n S gamma, pipelined in segments";
+  static double seconds(const workload& w, const machine& m) {
+    const double S = double(w.bytes), part = cost::share(w.ranks);
+    return 2 * (w.ranks - 1) * m.alpha + 2 * part * S * m.beta + part * S * m.gamma;
+  }
+  template <class X, class A, class Op, class Steps>
+  static void run(X& ex, std::span<A> data, const Op& op, staging_hooks* hooks, const Steps& steps) {
+    collective::allreduce_ring(ex, data, op, {}, hooks, steps);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

@@ -19,15 +19,20 @@
 // (below that recursive doubling's log2(n) small messages are as fast).
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/blocks.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <cstddef>
 #include <numeric>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -128,5 +133,28 @@ void allreduce_shared_memory(exchange<Communicator>& ex, std::span<A> data, cons
     shared_memory_steps::gather_slices(call, step, chunk);
   }
 }
+
+namespace algorithms {
+struct allreduce_shared_memory {
+  static constexpr algorithm id = algorithm::shared_memory;
+  static constexpr std::array<std::string_view, 1> aliases{"shm"};
+  static constexpr std::string_view cost =
+      "3 flag round trips per 512 KiB step + 3 S of memory traffic per rank + S/n gamma";
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "every rank on one host";
+  static bool feasible(const workload& w) { return w.hosts == 1 && !w.between_hosts; }
+  static bool suits(const workload& w) { return feasible(w) && w.ranks >= 2; }
+  static double seconds(const workload& w, const machine& m) {
+    const double S = double(w.bytes);
+    return 3 * cost::memory_steps(w.bytes) * m.flag + 3 * S * m.memory_beta + S / w.ranks * m.gamma;
+  }
+  template <class Communicator, class A, class Op, class Steps>
+  static void run(exchange<Communicator>& ex, std::span<A> data, const Op& op, staging_hooks*, const Steps&)
+    requires std::same_as<Steps, host_steps> && knows_its_hosts<Communicator>
+  {
+    collective::allreduce_shared_memory(ex, data, op);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

@@ -12,12 +12,13 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
+#include <string_view>
 
 namespace chorus {
 
@@ -51,6 +52,26 @@ void alltoall_by(X& ex, std::span<const T> input, std::span<T> output, std::size
   steps.settle();
 }
 
+namespace algorithms {
+struct alltoall_pairwise {
+  static constexpr algorithm id = algorithm::pairwise;
+  static constexpr std::string_view cost = "(n-1) alpha + (n-1)/n S beta; step s pairs r with r+s";
+  static double seconds(const workload& w, const machine& m) {
+    return (w.ranks - 1) * m.alpha + cost::share(w.ranks) * double(w.bytes) * m.beta;
+  }
+  template <class X, element T, class Steps>
+  static void run(X& ex, std::span<const T> input, std::span<T> output, std::size_t block, const Steps& steps) {
+    collective::alltoall_by(ex, input, output, block, steps);
+  }
+};
+}  // namespace algorithms
+
+// Alltoall's list: the pairwise exchange, the one algorithm it has.
+struct alltoall_algorithms : algorithm_list<algorithms::alltoall_pairwise> {
+  static constexpr std::string_view collective = "alltoall";
+  static constexpr std::string_view defaults = "alltoall:0-:pairwise";
+};
+
 }  // namespace collective
 
 template <class Communicator, element T>
@@ -59,7 +80,8 @@ algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> ou
   const std::size_t block = collective::alltoall_block(comm, input, output);
   const auto check_and_report = [&] {
     collective::check_if_enabled(comm, {"alltoall", block, dtype_of<T>, "", -1, call_memory(input, output)});
-    const choice made = choose(comm, "alltoall", {comm.size(), input.size_bytes()}, algorithm::automatic);
+    const choice made = choose(comm, entry_of<collective::alltoall_algorithms>(), {comm.size(), input.size_bytes()},
+                               algorithm::automatic);
     report(comm, "alltoall", input.size_bytes(), dtype_of<T>, made);
   };
   if (router == nullptr) {

@@ -10,17 +10,14 @@
 #pragma once
 
 #include <chorus/collective/arguments.hpp>
-#include <chorus/collective/broadcast_chain.hpp>
-#include <chorus/collective/broadcast_hierarchical.hpp>
-#include <chorus/collective/broadcast_shared_memory.hpp>
-#include <chorus/collective/broadcast_tree.hpp>
+#include <chorus/collective/broadcast_algorithms.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <span>
 
@@ -28,31 +25,16 @@ namespace chorus {
 
 namespace collective {
 
-// Runs the algorithm `chosen` over `ex` (an exchange, or a network_exchange
-// on the direct path: the algorithms only send and receive parts of `data`).
-template <class X, element T>
-void broadcast_by(X& ex, std::span<T> data, int root, algorithm chosen) {
-  if (ex.size() == 1) return;
-  if constexpr (requires { ex.comm().layout(); }) {  // host buffers (the registry checked)
-    if (chosen == algorithm::shared_memory) return broadcast_shared_memory(ex, data, root);
-    if (chosen == algorithm::hierarchical) return broadcast_hierarchical(ex, data, root);
-  }
-  if (chosen == algorithm::chain)
-    broadcast_chain(ex, data, root);
-  else
-    broadcast_tree(ex, data, root);
-}
-
 // A buffer that is not host memory: the direct path where the router takes
 // it (every algorithm: none computes, so no device kernels are needed), else
 // staged (the root's buffer read, the others' written).
 template <class Communicator, element T>
 algorithm broadcast_through(memory_router& router, Communicator& comm, std::span<T> data, int root, algorithm forced) {
   check_root(root, comm.size(), comm.transport().rank(), "broadcast");
-  const choice made =
-      choose(comm, "broadcast", {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
+  const choice made = choose(comm, entry_of<collective::broadcast_algorithms>(),
+                             {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
   const routed_buffer view{data.data(), data.size_bytes(), comm.rank() == root ? buffer_use::read : buffer_use::write};
-  if (!moves_host_memory(made.chosen) &&
+  if (!made.moves_host_memory &&
       run_direct(router, comm, "broadcast", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
         check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root, call_memory(data)});
         report(comm, "broadcast", data.size_bytes(), dtype_of<T>, made);
@@ -72,7 +54,8 @@ algorithm broadcast(Communicator& comm, std::span<T> data, int root, algorithm f
   if (memory_router* router = routed(data)) return collective::broadcast_through(*router, comm, data, root, forced);
   collective::check_root(root, comm.size(), comm.transport().rank(), "broadcast");
   collective::check_if_enabled(comm, {"broadcast", data.size(), dtype_of<T>, "", root, call_memory(data)});
-  const choice made = choose(comm, "broadcast", {comm.size(), data.size_bytes()}, forced);
+  const choice made =
+      choose(comm, entry_of<collective::broadcast_algorithms>(), {comm.size(), data.size_bytes()}, forced);
   report(comm, "broadcast", data.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "broadcast");
   collective::broadcast_by(ex, data, root, made.chosen);

@@ -6,11 +6,15 @@
 // for large S, independent of n. Chosen for large messages.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/core/error.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -39,5 +43,20 @@ void broadcast_chain(X& ex, std::span<A> data, int root, std::size_t segment_byt
   }
   ex.wait_all(sends);
 }
+
+namespace algorithms {
+struct broadcast_chain {
+  static constexpr algorithm id = algorithm::chain;
+  static constexpr std::string_view cost = "(n - 2 + S/s) (alpha + s beta), segments of s bytes";
+  static double seconds(const workload& w, const machine& m) {
+    const double s = 512u << 10, segments = std::max(1.0, double(w.bytes) / s);
+    return (std::max(w.ranks - 2, 0) + segments) * (m.alpha + std::min(s, double(w.bytes)) * m.beta);
+  }
+  template <class X, class A>
+  static void run(X& ex, std::span<A> data, int root) {
+    collective::broadcast_chain(ex, data, root);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

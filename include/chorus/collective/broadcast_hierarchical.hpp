@@ -11,14 +11,15 @@
 // 16 KiB.
 #pragma once
 
-#include <chorus/collective/broadcast_chain.hpp>
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/broadcast_shared_memory.hpp>
-#include <chorus/collective/broadcast_tree.hpp>
-#include <chorus/collective/selection.hpp>
-#include <chorus/collective/subgroup_exchange.hpp>
+#include <chorus/collective/local_steps.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -27,15 +28,8 @@ namespace chorus::collective {
 // `root` over the network, chosen as any broadcast over that many ranks is
 // (CHORUS_TUNE reaches it).
 template <class X, class A>
-void broadcast_between_hosts(X& ex, std::span<const int> members, std::span<A> data, int root) {
-  subgroup_exchange<X> group(ex, members);
-  if (group.size() == 1) return;
-  const choice made = choose_between_hosts(ex.comm(), "broadcast", group.size(), data.size_bytes());
-  report_between_hosts(ex.comm(), "broadcast", data.size_bytes(), group.size(), made);
-  if (made.chosen == algorithm::chain) return broadcast_chain(group, data, root);
-  if (made.chosen == algorithm::tree) return broadcast_tree(group, data, root);
-  throw error(errc::invalid_argument, "broadcast between hosts cannot run " + std::string(to_string(made.chosen)));
-}
+void broadcast_between_hosts(X& ex, std::span<const int> members, std::span<A> data,
+                             int root);  // over broadcast's list: broadcast_algorithms.hpp
 
 template <class Communicator, class A>
 void broadcast_hierarchical(exchange<Communicator>& ex, std::span<A> data, int root) {
@@ -56,5 +50,28 @@ void broadcast_hierarchical(exchange<Communicator>& ex, std::span<A> data, int r
   if (layout.local_rank == root_local) broadcast_between_hosts(ex, layout.across, data, root_host);
   broadcast_in_host(call, data, root_local);
 }
+
+namespace algorithms {
+struct broadcast_hierarchical {
+  static constexpr algorithm id = algorithm::hierarchical;
+  static constexpr std::string_view cost =
+      "tree or chain among the root's local peers on each host (S into each host once), then shared memory";
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
+  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
+  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
+  static double seconds(const workload& w, const machine& m) {
+    const double S = double(w.bytes);
+    return cost::log2_ceil(std::max(w.hosts, 1)) * (m.alpha + S * m.beta) + cost::memory_steps(w.bytes) * m.flag +
+           S * m.memory_beta;
+  }
+  template <class Communicator, class A>
+  static void run(exchange<Communicator>& ex, std::span<A> data, int root)
+    requires knows_its_hosts<Communicator>
+  {
+    collective::broadcast_hierarchical(ex, data, root);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

@@ -6,12 +6,17 @@
 // communicator is on one host, from 16 KiB.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <cstddef>
 #include <span>
+#include <string_view>
 
 namespace chorus::collective {
 
@@ -43,5 +48,26 @@ void broadcast_shared_memory(exchange<Communicator>& ex, std::span<A> data, int 
                           data.size_bytes());
   broadcast_in_host(call, data, root);
 }
+
+namespace algorithms {
+struct broadcast_shared_memory {
+  static constexpr algorithm id = algorithm::shared_memory;
+  static constexpr std::array<std::string_view, 1> aliases{"shm"};
+  static constexpr std::string_view cost = "S of memory traffic per rank, a flag round trip per 512 KiB";
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "every rank on one host";
+  static bool feasible(const workload& w) { return w.hosts == 1 && !w.between_hosts; }
+  static bool suits(const workload& w) { return feasible(w) && w.ranks >= 2; }
+  static double seconds(const workload& w, const machine& m) {
+    return cost::memory_steps(w.bytes) * m.flag + double(w.bytes) * m.memory_beta;
+  }
+  template <class Communicator, class A>
+  static void run(exchange<Communicator>& ex, std::span<A> data, int root)
+    requires knows_its_hosts<Communicator>
+  {
+    collective::broadcast_shared_memory(ex, data, root);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

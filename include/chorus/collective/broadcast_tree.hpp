@@ -4,9 +4,14 @@
 // Cost: ceil(log2 n) (alpha + S beta). Chosen for small and medium messages.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 
+#include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 
 namespace chorus::collective {
 
@@ -30,5 +35,19 @@ void broadcast_tree(X& ex, std::span<A> data, int root) {
     if (relative + mask < n) sends.push_back(ex.isend(std::span<const A>(data), real(relative + mask), step));
   ex.wait_all(sends);
 }
+
+namespace algorithms {
+struct broadcast_tree {
+  static constexpr algorithm id = algorithm::tree;
+  static constexpr std::string_view cost = "ceil(log2 n) (alpha + S beta)";
+  static double seconds(const workload& w, const machine& m) {
+    return cost::log2_ceil(w.ranks) * (m.alpha + double(w.bytes) * m.beta);
+  }
+  template <class X, class A>
+  static void run(X& ex, std::span<A> data, int root) {
+    collective::broadcast_tree(ex, data, root);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

@@ -32,7 +32,7 @@ struct call_signature {
   std::uint64_t count = 0;
   std::int32_t root = -1;
   std::uint8_t type = 0;
-  std::uint8_t memory = 0;  // memory_kind: host, or device (core/memory_router.hpp, call_memory)
+  std::uint8_t memory = 0;  // memory_kind: host, or device (route/memory_router.hpp, call_memory)
   std::array<std::uint8_t, 2> padding{};
 
   call_signature() = default;

@@ -14,7 +14,7 @@
 
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/core/env.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -43,7 +43,7 @@ std::size_t fused_allreduce(Communicator& comm, std::span<const std::span<T>> te
     std::size_t total = 0;
     for (std::size_t t = first; t < end; ++t) total += tensors[t].size();
     bucket.resize(total);
-    // copy_elements: a tensor may be device memory (core/memory_router.hpp).
+    // copy_elements: a tensor may be device memory (route/memory_router.hpp).
     for (std::size_t t = first, offset = 0; t < end; offset += tensors[t].size(), ++t)
       copy_elements(comm, tensors[t].data(), tensors[t].size(), bucket.data() + offset);
     allreduce(comm, std::span<T>(bucket), op);

@@ -2,7 +2,7 @@
 // its reductions, avg's final division, copies, and the moment before the
 // transport reads what they wrote. host_steps runs them on the host (scratch.hpp, reduce_local.hpp);
 // routed_steps runs them through a router's local_arithmetic, where the
-// memory lives (the direct path: device kernels, core/memory_router.hpp),
+// memory lives (the direct path: device kernels, route/memory_router.hpp),
 // and network_exchange hands the transport the addresses it moves.
 //
 // An algorithm written against these (allreduce_ring.hpp) is the same code
@@ -12,10 +12,10 @@
 
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/scratch.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -19,7 +19,7 @@
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/core/error.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <chrono>
 #include <future>
@@ -70,7 +70,7 @@ std::uint32_t sequences_per_call(const Communicator& comm) {
 template <class Communicator, class Work>
 collective_request start(Communicator& comm, const char* operation, Work work) {
   Communicator forked = comm.fork_sequences(sequences_per_call(comm));
-  // Device buffers order on the caller's stream, not the worker's (core/memory_router.hpp).
+  // Device buffers order on the caller's stream, not the worker's (route/memory_router.hpp).
   void* const stream = chorus::detail::thread_stream();
   return {comm.background().submit([forked, work, stream]() mutable {
             const thread_stream_scope ordered(stream);

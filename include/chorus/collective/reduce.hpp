@@ -11,19 +11,26 @@
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_tree.hpp>
 #include <chorus/collective/selection.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace chorus {
 
 namespace collective {
+
+// Reduce's list: the binomial tree, the one algorithm it has.
+struct reduce_algorithms : algorithm_list<algorithms::reduce_tree> {
+  static constexpr std::string_view collective = "reduce";
+  static constexpr std::string_view defaults = "reduce:0-:tree";
+};
 
 // The argument checks, the agreement check and the report, the same on
 // every path.
@@ -33,7 +40,8 @@ void begin_reduce(Communicator& comm, std::span<const T> input, std::span<T> out
   check_root(root, comm.size(), rank, "reduce");
   if (comm.rank() == root) check_output(input, output, input.size(), rank, "reduce");
   check_if_enabled(comm, {"reduce", input.size(), dtype_of<T>, op::name_of<Op>(), root, call_memory(input, output)});
-  const choice made = choose(comm, "reduce", {comm.size(), input.size_bytes()}, algorithm::automatic);
+  const choice made =
+      choose(comm, entry_of<reduce_algorithms>(), {comm.size(), input.size_bytes()}, algorithm::automatic);
   report(comm, "reduce", input.size_bytes(), dtype_of<T>, made);
 }
 

@@ -15,16 +15,13 @@
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
-#include <chorus/collective/reduce_scatter_halving.hpp>
-#include <chorus/collective/reduce_scatter_hierarchical.hpp>
-#include <chorus/collective/reduce_scatter_ring.hpp>
-#include <chorus/collective/reduce_scatter_shared_memory.hpp>
+#include <chorus/collective/reduce_scatter_algorithms.hpp>
 #include <chorus/collective/scratch.hpp>
 #include <chorus/collective/selection.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <span>
@@ -48,21 +45,6 @@ std::size_t reduce_scatter_block(const Communicator& comm, std::span<const T> in
   return block;
 }
 
-// Runs the algorithm `chosen` over `ex` (an exchange, or a network_exchange
-// on the direct path) on the work copy, its reductions where `steps` says.
-template <class X, class A, class Op, class Steps = host_steps>
-void reduce_scatter_by(X& ex, std::span<A> work, std::size_t block, const Op& op, algorithm chosen,
-                       const Steps& steps = {}) {
-  if constexpr (requires { ex.comm().layout(); }) {  // host buffers (the registry checked)
-    if (chosen == algorithm::shared_memory) return reduce_scatter_shared_memory(ex, work, block, op);
-    if (chosen == algorithm::hierarchical) return reduce_scatter_hierarchical(ex, work, block, op);
-  }
-  if (chosen == algorithm::ring)
-    reduce_scatter_ring(ex, work, block, op, {}, steps);
-  else
-    reduce_scatter_halving(ex, work, block, op, steps);
-}
-
 // Buffers that are not host memory: the direct path where the router takes
 // them (a device work copy of the input, reduced where it lives by the
 // registry's algorithm), else staged.
@@ -70,14 +52,14 @@ template <class Communicator, element T, class Op>
 algorithm reduce_scatter_through(memory_router& router, Communicator& comm, std::span<const T> input,
                                  std::span<T> output, const Op& op, algorithm forced) {
   const auto n = static_cast<std::size_t>(comm.size());
-  const choice made =
-      choose(comm, "reduce_scatter", {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = false}, forced);
+  const choice made = choose(comm, entry_of<collective::reduce_scatter_algorithms>(),
+                             {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = false}, forced);
   if constexpr (std::is_same_v<accumulator_t<T>, T>) {
     const std::size_t block = reduce_scatter_block(comm, input, output);
     const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
     const routed_buffer out{output.data(), block * sizeof(T), buffer_use::write};
     const bool direct =
-        !moves_host_memory(made.chosen) &&
+        !made.moves_host_memory &&
         run_direct(
             router, comm, "reduce_scatter", {in, out}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
               check_if_enabled(
@@ -117,7 +99,8 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
   const std::size_t block = collective::reduce_scatter_block(comm, input, output);
   collective::check_if_enabled(
       comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
-  const choice made = choose(comm, "reduce_scatter", {comm.size(), input.size_bytes()}, forced);
+  const choice made =
+      choose(comm, entry_of<collective::reduce_scatter_algorithms>(), {comm.size(), input.size_bytes()}, forced);
   report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
   collective::exchange ex(comm, "reduce_scatter");
   using A = accumulator_t<T>;

@@ -7,11 +7,16 @@
 // 2 alpha + S beta + block beta on folded ranks. Chosen for small messages.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/fold.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/recursive_halving.hpp>
 
+#include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -43,5 +48,20 @@ void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const O
       ex.send(std::span<const A>(even_block), rank - 1, back(0));
   }
 }
+
+namespace algorithms {
+struct reduce_scatter_halving {
+  static constexpr algorithm id = algorithm::recursive_halving;
+  static constexpr std::string_view cost = "log2(p) alpha + (p-1)/p S beta + (p-1)/p S gamma, + folding";
+  static double seconds(const workload& w, const machine& m) {
+    const double S = double(w.bytes), part = cost::share(cost::power_of_two_below(w.ranks));
+    return cost::log2_floor(w.ranks) * m.alpha + part * S * (m.beta + m.gamma) + cost::folding(w, m);
+  }
+  template <class X, class A, class Op, class Steps>
+  static void run(X& ex, std::span<A> work, std::size_t block, const Op& op, const Steps& steps) {
+    collective::reduce_scatter_halving(ex, work, block, op, steps);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

@@ -15,15 +15,16 @@
 // ranks, from 16 KiB of input.
 #pragma once
 
-#include <chorus/collective/reduce_scatter_halving.hpp>
-#include <chorus/collective/reduce_scatter_ring.hpp>
+#include <chorus/collective/algorithm_list.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_scatter_shared_memory.hpp>
 #include <chorus/collective/scratch.hpp>
-#include <chorus/collective/selection.hpp>
-#include <chorus/collective/subgroup_exchange.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -33,14 +34,7 @@ namespace chorus::collective {
 // reduce_scatter over that many ranks is (CHORUS_TUNE reaches it).
 template <class X, class A, class Op>
 void reduce_scatter_between_hosts(X& ex, std::span<const int> members, std::span<A> data, std::size_t block,
-                                  const Op& op) {
-  subgroup_exchange<X> group(ex, members);
-  const choice made = choose_between_hosts(ex.comm(), "reduce_scatter", group.size(), data.size_bytes());
-  report_between_hosts(ex.comm(), "reduce_scatter", data.size_bytes(), group.size(), made);
-  if (made.chosen == algorithm::ring) return reduce_scatter_ring(group, data, block, op);
-  if (made.chosen == algorithm::recursive_halving) return reduce_scatter_halving(group, data, block, op);
-  throw error(errc::invalid_argument, "reduce_scatter between hosts cannot run " + std::string(to_string(made.chosen)));
-}
+                                  const Op& op);  // over reduce_scatter's list: reduce_scatter_algorithms.hpp
 
 template <class Communicator, class A, class Op>
 void reduce_scatter_hierarchical(exchange<Communicator>& ex, std::span<A> work, std::size_t block, const Op& op) {
@@ -60,5 +54,29 @@ void reduce_scatter_hierarchical(exchange<Communicator>& ex, std::span<A> work, 
   std::copy_n(packed.data() + static_cast<std::size_t>(layout.host) * block, block,
               work.data() + static_cast<std::size_t>(ex.rank()) * block);
 }
+
+namespace algorithms {
+struct reduce_scatter_hierarchical {
+  static constexpr algorithm id = algorithm::hierarchical;
+  static constexpr std::string_view cost =
+      "shared memory, then reduce_scatter of S/L among the h hosts' L-th ranks, (h-1)/h S/L beta";
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
+  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
+  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
+  static double seconds(const workload& w, const machine& m) {
+    const int hosts = std::max(w.hosts, 1), local = std::max(w.ranks_per_host, 1);
+    const double S = double(w.bytes);
+    return 2 * cost::memory_steps(w.bytes) * m.flag + 2 * S * m.memory_beta + (hosts - 1) * m.alpha +
+           cost::share(hosts) * S / local * (m.beta + m.gamma);
+  }
+  template <class Communicator, class A, class Op, class Steps>
+  static void run(exchange<Communicator>& ex, std::span<A> work, std::size_t block, const Op& op, const Steps&)
+    requires std::same_as<Steps, host_steps> && knows_its_hosts<Communicator>
+  {
+    collective::reduce_scatter_hierarchical(ex, work, block, op);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

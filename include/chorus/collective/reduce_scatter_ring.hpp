@@ -6,12 +6,17 @@
 // with the reduction overlapping the transfer. Chosen for large messages.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
 
+#include <algorithm>
+#include <array>
+#include <concepts>
 #include <cstddef>
 #include <span>
+#include <string_view>
 
 namespace chorus::collective {
 
@@ -38,5 +43,19 @@ void reduce_scatter_ring(X& ex, std::span<A> data, std::size_t block, const Op& 
       rank - 1, 0, hops, place, window, geometry.segment(), [](range r) { return r.count; }, reduce, false);
   ring.finish();
 }
+
+namespace algorithms {
+struct reduce_scatter_ring {
+  static constexpr algorithm id = algorithm::ring;
+  static constexpr std::string_view cost = "(n-1) alpha + (n-1)/n S beta + (n-1)/n S gamma, pipelined in segments";
+  static double seconds(const workload& w, const machine& m) {
+    return (w.ranks - 1) * m.alpha + cost::share(w.ranks) * double(w.bytes) * (m.beta + m.gamma);
+  }
+  template <class X, class A, class Op, class Steps>
+  static void run(X& ex, std::span<A> work, std::size_t block, const Op& op, const Steps& steps) {
+    collective::reduce_scatter_ring(ex, work, block, op, {}, steps);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

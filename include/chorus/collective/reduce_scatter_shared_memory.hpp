@@ -14,13 +14,18 @@
 // input.
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
 
 #include <algorithm>
+#include <array>
+#include <concepts>
 #include <cstddef>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -77,5 +82,29 @@ void reduce_scatter_shared_memory(exchange<Communicator>& ex, std::span<A> work,
   shared_memory_call call(ex, every_rank(ex.size()), steps_for(block, part), work.size_bytes());
   reduce_scatter_in_host(call, work, block, owned, op);
 }
+
+namespace algorithms {
+struct reduce_scatter_shared_memory {
+  static constexpr algorithm id = algorithm::shared_memory;
+  static constexpr std::array<std::string_view, 1> aliases{"shm"};
+  static constexpr std::string_view cost =
+      "(n-1)/n S + S of memory traffic per rank + S/n gamma, 2 flag round trips per step";
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "every rank on one host";
+  static bool feasible(const workload& w) { return w.hosts == 1 && !w.between_hosts; }
+  static bool suits(const workload& w) { return feasible(w) && w.ranks >= 2; }
+  static double seconds(const workload& w, const machine& m) {
+    const double S = double(w.bytes);
+    return 2 * cost::memory_steps(w.bytes) * m.flag + (1 + cost::share(w.ranks)) * S * m.memory_beta +
+           S / w.ranks * m.gamma;
+  }
+  template <class Communicator, class A, class Op, class Steps>
+  static void run(exchange<Communicator>& ex, std::span<A> work, std::size_t block, const Op& op, const Steps&)
+    requires std::same_as<Steps, host_steps> && knows_its_hosts<Communicator>
+  {
+    collective::reduce_scatter_shared_memory(ex, work, block, op);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

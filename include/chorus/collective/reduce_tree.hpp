@@ -7,10 +7,15 @@
 // the host, or the device on the direct path).
 #pragma once
 
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 
+#include <algorithm>
+#include <array>
+#include <concepts>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace chorus::collective {
@@ -39,5 +44,20 @@ void reduce_tree(X& ex, std::span<A> data, int root, const Op& op, const Steps& 
     }
   }
 }
+
+namespace algorithms {
+struct reduce_tree {
+  static constexpr algorithm id = algorithm::tree;
+  static constexpr std::string_view cost = "ceil(log2 n) (alpha + S beta + S gamma), binomial";
+  static double seconds(const workload& w, const machine& m) {
+    const double S = double(w.bytes);
+    return cost::log2_ceil(w.ranks) * (m.alpha + S * (m.beta + m.gamma));
+  }
+  template <class X, class A, class Op, class Steps>
+  static void run(X& ex, std::span<A> data, int root, const Op& op, const Steps& steps) {
+    collective::reduce_tree(ex, data, root, op, steps);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::collective

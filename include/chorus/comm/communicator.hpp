@@ -18,10 +18,10 @@
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
 #include <chorus/comm/traffic.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/log.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 #include <chorus/transport/transport.hpp>
 
 #include <algorithm>
@@ -268,7 +268,7 @@ class basic_communicator {
   }
 
   // Device memory goes to the transport as it is on the direct path (a UCX
-  // that moves CUDA memory, core/direct_path.hpp), else through pinned memory.
+  // that moves CUDA memory, route/direct_path.hpp), else through pinned memory.
   template <class U, std::size_t E>
   void send(std::span<U, E> data, int peer, int user_tag = 0) {
     move_blocking(std::span<const std::byte>(std::as_bytes(data)), buffer_use::read, "send",

@@ -20,8 +20,8 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/compressed/codec_steps.hpp>
-#include <chorus/core/direct_path.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -22,7 +22,7 @@
 // Overflow: contributions are multiplied by `prescale` before encoding and
 // the result divided by it after decoding (see options.hpp).
 //
-// Device buffers (core/memory_router.hpp): on the direct path the scheme
+// Device buffers (route/memory_router.hpp): on the direct path the scheme
 // runs on device memory as it is, encoding and decoding with the device
 // kernels (codec_steps.hpp), with the same bytes on the wire as the host;
 // error feedback keeps a device tensor's residual in device memory.
@@ -31,15 +31,13 @@
 #include <chorus/codec/codec.hpp>
 #include <chorus/codec/error_feedback.hpp>
 #include <chorus/collective/check.hpp>
-#include <chorus/compressed/allreduce_once.hpp>
-#include <chorus/compressed/allreduce_ring.hpp>
-#include <chorus/compressed/allreduce_sparse.hpp>
+#include <chorus/compressed/allreduce_algorithms.hpp>
 #include <chorus/compressed/codec_steps.hpp>
 #include <chorus/compressed/options.hpp>
-#include <chorus/core/direct_path.hpp>
 #include <chorus/core/element_type.hpp>
-#include <chorus/core/memory_router.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <span>
 #include <string>
@@ -92,15 +90,8 @@ algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps&
     collective::check_agreement(
         comm, {"allreduce", data.size(), dtype::float32, signature_op<Op, plain>(scheme), -1, call_memory(data)});
   constexpr bool average = std::is_same_v<Op, op::avg>;
-  if constexpr (codec::sparse<plain>) {
-    allreduce_sparse_with(comm, data, steps, average);
-  } else {
-    const float scale = prescale_for<plain>(n, options);
-    if (scheme == compression_scheme::ring && n > 1)
-      allreduce_ring_with(comm, data, steps, average, scale);
-    else
-      allreduce_encode_once_with(comm, data, steps, average, scale, options.chunk_bytes);
-  }
+  const float scale = codec::sparse<plain> ? 1.0f : prescale_for<plain>(n, options);
+  allreduce_by(comm, data, steps, made.chosen, average, scale, options.chunk_bytes);
   return made.chosen;
 }
 

@@ -23,6 +23,8 @@
 // gathered and while the slowest of an alltoall's flows finish.
 #pragma once
 
+#include <chorus/codec/codec.hpp>
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
 #include <chorus/compressed/codec_steps.hpp>
@@ -30,8 +32,10 @@
 #include <chorus/compressed/scaling.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -261,5 +265,26 @@ void allreduce_encode_once(Communicator& comm, std::span<float> data, Coder&& co
   allreduce_encode_once_with(comm, data, host_codec_steps<std::remove_reference_t<Coder>>(coder), average, scale,
                              chunk_bytes, segment_elements);
 }
+
+namespace algorithms {
+struct allreduce_encode_once {
+  static constexpr algorithm id = algorithm::encode_once;
+  static constexpr std::array<std::string_view, 1> aliases{"once"};
+  static constexpr std::string_view cost =
+      "n alpha + 2 (n-1)/n S_enc beta + S gamma_codec, each contribution encoded once";
+  static constexpr std::string_view needs = "dense codecs";
+  static bool suits(const workload& w) { return !w.sparse; }
+  static double seconds(const workload& w, const machine& m) {
+    return w.ranks * m.alpha + 2 * cost::share(w.ranks) * double(w.bytes) * m.beta + double(w.bytes) * m.gamma;
+  }
+  template <class Communicator, class Steps>
+  static void run(Communicator& comm, std::span<float> data, const Steps& steps, bool average, float scale,
+                  std::size_t chunk_bytes)
+    requires(!codec::sparse<typename Steps::codec_type>)
+  {
+    compressed::allreduce_encode_once_with(comm, data, steps, average, scale, chunk_bytes);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::compressed

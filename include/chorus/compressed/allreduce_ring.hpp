@@ -19,14 +19,18 @@
 // with codecs that re-encode well (compressed/options.hpp).
 #pragma once
 
+#include <chorus/codec/codec.hpp>
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/ring_pipeline.hpp>
 #include <chorus/compressed/codec_steps.hpp>
 #include <chorus/compressed/partition.hpp>
 #include <chorus/compressed/scaling.hpp>
 
+#include <array>
 #include <cstddef>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -136,5 +140,25 @@ void allreduce_ring(Communicator& comm, std::span<float> data, Coder&& coder, bo
                     ring_settings settings = {}) {
   allreduce_ring_with(comm, data, host_codec_steps<std::remove_reference_t<Coder>>(coder), average, scale, settings);
 }
+
+namespace algorithms {
+struct allreduce_ring {
+  static constexpr algorithm id = algorithm::ring;
+  static constexpr std::string_view cost =
+      "2 (n-1) alpha + 2 (n-1)/n S_enc beta + S gamma_codec, partial sums re-encoded per hop";
+  static constexpr std::string_view needs = "dense codecs that re-encode well (fp16, bf16)";
+  static bool suits(const workload& w) { return !w.sparse && w.reencodes_well; }
+  static double seconds(const workload& w, const machine& m) {
+    return 2 * (w.ranks - 1) * m.alpha + 2 * cost::share(w.ranks) * double(w.bytes) * m.beta +
+           double(w.bytes) * m.gamma;
+  }
+  template <class Communicator, class Steps>
+  static void run(Communicator& comm, std::span<float> data, const Steps& steps, bool average, float scale, std::size_t)
+    requires(!codec::sparse<typename Steps::codec_type>)
+  {
+    compressed::allreduce_ring_with(comm, data, steps, average, scale);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::compressed

@@ -18,6 +18,7 @@
 
 #include <chorus/codec/codec.hpp>
 #include <chorus/codec/randomk.hpp>
+#include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/allgather.hpp>
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/compressed/scaling.hpp>
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace chorus::compressed {
 
@@ -80,5 +82,24 @@ void allreduce_sparse_with(Communicator& comm, std::span<float> data, const Step
   }
   if (average) steps.divide(data, static_cast<float>(n));
 }
+
+namespace algorithms {
+struct allreduce_sparse {
+  static constexpr algorithm id = algorithm::sparse;
+  static constexpr std::string_view cost =
+      "top-k: allgather of 8k B per rank, (n-1) alpha + (n-1) 8k beta; random-k: allreduce of 4k B + 16 B";
+  static constexpr std::string_view needs = "sparse codecs (topk, randomk)";
+  static bool suits(const workload& w) { return w.sparse; }
+  static double seconds(const workload& w, const machine& m) {
+    return (w.ranks - 1) * (m.alpha + double(w.bytes) * m.beta);
+  }
+  template <class Communicator, class Steps>
+  static void run(Communicator& comm, std::span<float> data, const Steps& steps, bool average, float, std::size_t)
+    requires codec::sparse<typename Steps::codec_type>
+  {
+    compressed::allreduce_sparse_with(comm, data, steps, average);
+  }
+};
+}  // namespace algorithms
 
 }  // namespace chorus::compressed

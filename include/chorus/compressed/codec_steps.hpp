@@ -3,7 +3,7 @@
 // CPU codec (or its error feedback); routed_codec_steps runs them through a
 // router's local_arithmetic, where the memory lives (the direct path: device
 // kernels with the CPU codec's bits, error feedback's residual in device
-// memory, core/memory_router.hpp), and hands the transport the addresses
+// memory, route/memory_router.hpp), and hands the transport the addresses
 // it moves. The compressed allreduce's schemes
 // (allreduce_ring.hpp, allreduce_once.hpp) are the same code over either,
 // so ranks on different paths send the same bytes and meet in one call;
@@ -19,8 +19,8 @@
 #include <chorus/codec/spec.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/compressed/scaling.hpp>
-#include <chorus/core/direct_path.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/direct_path.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <chorus/codec/codec.hpp>
+#include <chorus/compressed/allreduce_algorithms.hpp>
 #include <chorus/compressed/options.hpp>
 
 #include <algorithm>

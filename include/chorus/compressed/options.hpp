@@ -1,10 +1,10 @@
 // What a compressed allreduce may be told: a prescale against overflow and
-// which scheme moves the bytes; when not told, the selection registry
-// (collective/selection.hpp, "compressed_allreduce") picks it.
+// which scheme moves the bytes; when not told, compressed_allreduce's list
+// chooses (compressed/allreduce_algorithms.hpp).
 #pragma once
 
 #include <chorus/codec/codec.hpp>
-#include <chorus/collective/selection.hpp>
+#include <chorus/core/algorithm.hpp>
 #include <chorus/core/error.hpp>
 
 #include <bit>
@@ -47,8 +47,6 @@ inline constexpr std::string_view scheme_name(compression_scheme scheme) {
   }
 }
 
-using tables::ring_min_encoded_bytes;
-
 constexpr algorithm as_algorithm(compression_scheme scheme) noexcept {
   switch (scheme) {
     case compression_scheme::ring: return algorithm::ring;
@@ -60,27 +58,6 @@ constexpr algorithm as_algorithm(compression_scheme scheme) noexcept {
 constexpr compression_scheme as_scheme(algorithm chosen) noexcept {
   if (chosen == algorithm::sparse) return compression_scheme::sparse;
   return chosen == algorithm::ring ? compression_scheme::ring : compression_scheme::encode_once;
-}
-
-// What the registry's compressed_allreduce table decides on: the encoded
-// size, and whether the codec survives re-encoding.
-template <codec::codec Codec>
-workload workload_for(const Codec& c, int ranks, std::size_t count) {
-  return {ranks, c.encoded_bytes(count), codec::reencodes_well<Codec>, codec::sparse<Codec>};
-}
-
-// The scheme a communicator runs (its CHORUS_TUNE), with the reason.
-template <class Communicator, codec::codec Codec>
-choice choose_scheme(const Communicator& comm, const Codec& c, std::size_t count, const compression_options& options) {
-  if (comm.size() < 2 && !codec::sparse<Codec>) return {algorithm::encode_once, "one rank"};  // the two are the same
-  return choose(comm, "compressed_allreduce", workload_for(c, comm.size(), count), as_algorithm(options.scheme));
-}
-
-// The same prediction from the environment as it is now.
-template <codec::codec Codec>
-compression_scheme scheme_for(const Codec& c, int ranks, std::size_t count, const compression_options& options) {
-  if (ranks < 2 && !codec::sparse<Codec>) return compression_scheme::encode_once;
-  return as_scheme(choose("compressed_allreduce", workload_for(c, ranks, count), as_algorithm(options.scheme)).chosen);
 }
 
 template <class Codec>

@@ -14,13 +14,19 @@
 // Sizes are what the collective moves: allreduce and broadcast the buffer,
 // allgather and reduce_scatter all n blocks, compressed_allreduce the
 // encoded tensor. The first rule that matches wins; where none matches the
-// table decides. bench/sweep prints a tuning string it measured.
+// collective's defaults decide, which are rules in this same grammar
+// (collective/selection.hpp). bench/sweep prints a tuning string it
+// measured. Parsing checks the form and the collective's name; whether the
+// collective offers the algorithm a rule names is checked against its list
+// when it chooses (collective/selection.hpp), on every rank alike.
 #pragma once
 
 #include <chorus/core/algorithm.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
 
+#include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -31,8 +37,13 @@
 
 namespace chorus {
 
+// The collectives that choose among algorithms (each has a list,
+// collective/algorithm_list.hpp): a rule must name one of them.
+inline constexpr std::array<std::string_view, 7> selecting_collectives{
+    "allreduce", "allgather", "reduce_scatter", "broadcast", "compressed_allreduce", "reduce", "alltoall"};
+
 struct tuning_rule {
-  std::string_view collective;  // names an entry of `collectives` (static storage)
+  std::string_view collective;  // one of selecting_collectives (static storage)
   int min_ranks = 1, max_ranks = INT_MAX;
   std::size_t min_bytes = 0, max_bytes = SIZE_MAX;
   algorithm chosen = algorithm::automatic;
@@ -46,10 +57,15 @@ struct tuning_rule {
 struct tuning {
   std::vector<tuning_rule> rules;
 
-  const tuning_rule* match(std::string_view collective, int ranks, std::size_t bytes) const noexcept {
+  // The first rule for this call whose algorithm `usable` accepts.
+  template <class Usable>
+  const tuning_rule* match(std::string_view collective, int ranks, std::size_t bytes, const Usable& usable) const {
     for (std::size_t i = 0; i < rules.size(); ++i)  // indices: no iterator instantiations (compile time)
-      if (rules[i].matches(collective, ranks, bytes)) return &rules[i];
+      if (rules[i].matches(collective, ranks, bytes) && usable(rules[i].chosen)) return &rules[i];
     return nullptr;
+  }
+  const tuning_rule* match(std::string_view collective, int ranks, std::size_t bytes) const {
+    return match(collective, ranks, bytes, [](const algorithm&) { return true; });
   }
 };
 
@@ -93,19 +109,18 @@ class tuning_parser {
       parse_ranks(head.substr(at + 1), entry, min_ranks, max_ranks);
       head = head.substr(0, at);
     }
-    const collective_algorithms* known = find_collective(head);
-    if (known == nullptr) {
+    const auto known = std::find(selecting_collectives.begin(), selecting_collectives.end(), head);
+    if (known == selecting_collectives.end()) {
       std::string names;
-      for (const collective_algorithms& c : collectives)
-        names += (names.empty() ? "" : ", ") + std::string(c.collective);
+      for (std::string_view name : selecting_collectives) names += (names.empty() ? "" : ", ") + std::string(name);
       fail(entry, "'" + std::string(head) + "' is not a collective (" + names + ")");
     }
     for (std::string_view rule : split(entry.substr(colon + 1), ',')) {
       tuning_rule parsed;
-      parsed.collective = known->collective;
+      parsed.collective = *known;
       parsed.min_ranks = min_ranks;
       parsed.max_ranks = max_ranks;
-      parse_rule(rule, entry, *known, parsed);
+      parse_rule(rule, entry, parsed);
       parsed.text = std::string(source_) + " " + std::string(entry.substr(0, colon)) + ":" + std::string(rule);
       result.rules.push_back(std::move(parsed));
     }
@@ -128,8 +143,7 @@ class tuning_parser {
     high = static_cast<int>(*high_value);
   }
 
-  void parse_rule(std::string_view rule, std::string_view entry, const collective_algorithms& known,
-                  tuning_rule& parsed) const {
+  void parse_rule(std::string_view rule, std::string_view entry, tuning_rule& parsed) const {
     const std::size_t colon = rule.find(':'), dash = rule.find('-');
     if (colon == std::string_view::npos || dash == std::string_view::npos || dash > colon)
       fail(entry, "rule '" + std::string(rule) + "' is not low-high:algorithm");
@@ -143,15 +157,12 @@ class tuning_parser {
       parsed.max_bytes = *high;
     }
     const std::string_view name = rule.substr(colon + 1);
-    std::optional<algorithm> named;
-    for (const auto& [value, spelling] : algorithm_names)
-      if (spelling == name) named = value;
-    if (!named) fail(entry, "'" + std::string(name) + "' is not an algorithm");
-    const algorithm chosen = *named;
-    if (chosen == algorithm::automatic || !known.offers(chosen))
-      fail(entry, std::string(to_string(chosen)) + " is not an algorithm of " + std::string(known.collective) +
-                      " (it has " + known.list() + ")");
-    parsed.chosen = chosen;
+    try {
+      parsed.chosen = parse_algorithm(name, "algorithm");
+    } catch (const error&) {
+      fail(entry, "'" + std::string(name) + "' is not an algorithm's name");
+    }
+    if (parsed.chosen.is_automatic()) fail(entry, "a rule names an algorithm, not auto");
   }
 
   std::string_view text_, source_;

@@ -14,7 +14,7 @@
 
 #include <chorus/core/error.hpp>
 #include <chorus/core/memory_kind.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <array>

@@ -51,7 +51,7 @@ class device_compute {
   virtual void finalize(void* values, std::size_t n, dtype type, std::string_view op, std::size_t contributions,
                         stream_handle stream) = 0;
 
-  // The compressed collectives' steps (core/memory_router.hpp: local_arithmetic), enqueued on `stream`.
+  // The compressed collectives' steps (route/memory_router.hpp: local_arithmetic), enqueued on `stream`.
   // Whether encode and decode take this codec; by default what codec::visit_spec names.
   virtual bool encodes(const codec_spec& codec) const {
     return codec::visit_spec(codec, [](const auto&) {});

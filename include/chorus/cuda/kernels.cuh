@@ -540,7 +540,7 @@ class compute final : public device_compute {
   static void with_codec(const codec_spec& spec, Visit&& visit) {
     if (!codec::visit_spec(spec, visit))
       throw error(errc::invalid_argument,
-                  "device kernels: no codec '" + std::string(spec.name) + "' (fp16, bf16, int8, onebit)");
+                  "device kernels: no codec '" + std::string(spec.name) + "' (" + codec::codec_names(true) + ")");
   }
   template <class Visit>
   static void with_reduction(dtype type, std::string_view op, Visit&& visit) {

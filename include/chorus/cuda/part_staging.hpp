@@ -11,9 +11,9 @@
 // two copies.
 #pragma once
 
-#include <chorus/core/memory_router.hpp>
 #include <chorus/cuda/device.hpp>
 #include <chorus/cuda/staging.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <chrono>
 #include <cstddef>

@@ -16,8 +16,8 @@
 
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
-#include <chorus/core/memory_router.hpp>
 #include <chorus/core/variables.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <optional>
 #include <string>

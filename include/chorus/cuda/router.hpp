@@ -28,11 +28,11 @@
 // must not read a piece before the step that wrote it has landed).
 #pragma once
 
-#include <chorus/core/memory_router.hpp>
 #include <chorus/cuda/device_compute.hpp>
 #include <chorus/cuda/part_staging.hpp>
 #include <chorus/cuda/path.hpp>
 #include <chorus/cuda/staging.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -33,8 +33,8 @@
 #include <chorus/collective/selection.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/env.hpp>
-#include <chorus/core/memory_router.hpp>
 #include <chorus/nccl/adapter.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <chrono>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// How a front door takes the direct path (core/memory_router.hpp) for
+// How a front door takes the direct path (route/memory_router.hpp) for
 // buffers that are not host memory, and says which path it took.
 //
 //   if (run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
@@ -17,7 +17,7 @@
 
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/log.hpp>
-#include <chorus/core/memory_router.hpp>
+#include <chorus/route/memory_router.hpp>
 
 #include <initializer_list>
 #include <span>

@@ -1,0 +1,72 @@
+// Allreduce's algorithms: its list, its defaults and its dispatch.
+//
+// Defaults, measured by bench/sweep on the development machine (2 cores,
+// UCX shared memory; docs/decision_table.md has the sweeps for 2, 3, 4 and
+// 8 ranks): inside one host shared memory from 16 KiB, across hosts that
+// hold several ranks each the hierarchical form from the same size (below
+// it the network algorithms' few small messages are as fast). Over the
+// network latency dominates up to 8 KiB (4 KiB at 2 ranks), where
+// recursive doubling's log2(n) rounds win at every rank count (2x the ring
+// at 4); 2 ranks: the ring above that (pipelined segments beat one big
+// swap); 3+ ranks: Rabenseifner to 2 MiB (bandwidth-optimal with log(n)
+// latency where the ring pays 2(n-1)), the ring from 2 MiB, whose
+// pipelining keeps both directions busy (15-50% ahead of Rabenseifner at 4
+// and 8 ranks).
+//
+// Adding an algorithm: its header (its type, as algorithm_list.hpp says)
+// and a line in the list below; a default rule if the sweep says it wins
+// somewhere (else the cost model weighs it where no rule matches).
+#pragma once
+
+#include <chorus/collective/allreduce_hierarchical.hpp>
+#include <chorus/collective/allreduce_rabenseifner.hpp>
+#include <chorus/collective/allreduce_recursive_doubling.hpp>
+#include <chorus/collective/allreduce_ring.hpp>
+#include <chorus/collective/allreduce_shared_memory.hpp>
+#include <chorus/collective/allreduce_tree.hpp>
+#include <chorus/collective/local_steps.hpp>
+#include <chorus/collective/selection.hpp>
+#include <chorus/collective/subgroup_exchange.hpp>
+#include <chorus/core/element_type.hpp>
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+
+namespace chorus::collective {
+
+struct allreduce_algorithms
+    : algorithm_list<algorithms::allreduce_recursive_doubling, algorithms::allreduce_rabenseifner,
+                     algorithms::allreduce_ring, algorithms::allreduce_tree, algorithms::allreduce_shared_memory,
+                     algorithms::allreduce_hierarchical> {
+  static constexpr std::string_view collective = "allreduce";
+  static constexpr std::string_view defaults =
+      "allreduce@2-:16K-:shared_memory,16K-:hierarchical;allreduce@1:0-:recursive_doubling;"
+      "allreduce@2:0-4K:recursive_doubling,4K-:ring;"
+      "allreduce@3-:0-8K:recursive_doubling,8K-2M:rabenseifner,2M-:ring";
+};
+
+// Runs the algorithm `chosen` over `ex` (an exchange, a network_exchange
+// on the direct path, or a group inside a hierarchical allreduce), its
+// reductions where `steps` says.
+template <class X, class A, class Op, class Steps = host_steps>
+void allreduce_by(X& ex, std::span<A> work, const Op& op, algorithm chosen, staging_hooks* hooks,
+                  const Steps& steps = {}) {
+  allreduce_algorithms::run("allreduce", chosen, [&]<class Algorithm>() {
+    if constexpr (requires { Algorithm::run(ex, work, op, hooks, steps); })
+      Algorithm::run(ex, work, op, hooks, steps);
+    else
+      cannot_run_here<Algorithm>("allreduce");
+  });
+}
+
+template <class X, class A, class Op>
+void allreduce_between_hosts(X& ex, std::span<const int> members, std::span<A> data, const Op& op) {
+  subgroup_exchange<X> group(ex, members);
+  const choice made =
+      choose_between_hosts(ex.comm(), entry_of<allreduce_algorithms>(), group.size(), data.size_bytes());
+  report(ex.comm(), "allreduce", data.size_bytes(), dtype_of<A>, made, group.size());
+  allreduce_by(group, data, op, made.chosen, nullptr);
+}
+
+}  // namespace chorus::collective

@@ -873,7 +873,7 @@ TEST_CASE("invalid arguments are invalid_argument errors") {
 TEST_CASE("selection: the defaults, CHORUS_ALLREDUCE_ALGO and the caller, in that order of precedence") {
   CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::recursive_doubling);
   CHECK(chorus::choose_allreduce(4, 64u << 20).chosen != chorus::algo::recursive_doubling);
-  CHECK(chorus::choose_allreduce(4, 8).reason == "default allreduce@3-:0-8K:recursive_doubling");
+  CHECK(chorus::choose_allreduce(4, 8).reason == "default allreduce@3-:0-16K:recursive_doubling");
   ::setenv("CHORUS_ALLREDUCE_ALGO", "tree", 1);
   CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::tree);
   CHECK(std::string(chorus::choose_allreduce(4, 8).reason) == "CHORUS_ALLREDUCE_ALGO");
@@ -992,9 +992,11 @@ TEST_CASE("wire-tag phases: every algorithm at 37 ranks, and a call that needs m
 
 namespace {
 
-// The measured table as the defaults' rules must state it, written out
-// independently: [low, high) sizes, shared memory on one host and the
-// hierarchical forms on hosts of several ranks, both from 16 KiB.
+// The measured table as it was written before the defaults were rules,
+// independently: sizes up to a bound inclusive, shared memory on one host
+// and the hierarchical forms on hosts of several ranks, both from 16 KiB.
+// The defaults' rules start at the first measured size (a power of two)
+// the next algorithm won, so the two agree at every measured size.
 chorus::algorithm measured_table(std::string_view collective, const chorus::workload& w) {
   using chorus::algorithm;
   const bool has_host_forms = collective == "allreduce" || collective == "allgather" ||
@@ -1004,13 +1006,13 @@ chorus::algorithm measured_table(std::string_view collective, const chorus::work
     if (w.ranks_per_host > 1) return algorithm::hierarchical;
   }
   if (collective == "allreduce") {
-    if (w.ranks <= 1 || w.bytes < (w.ranks == 2 ? 4u << 10 : 8u << 10)) return algorithm::recursive_doubling;
+    if (w.ranks <= 1 || w.bytes <= (w.ranks == 2 ? 4u << 10 : 8u << 10)) return algorithm::recursive_doubling;
     if (w.ranks == 2) return algorithm::ring;
     return w.bytes < (2u << 20) ? algorithm::rabenseifner : algorithm::ring;
   }
-  if (collective == "allgather") return w.bytes < (64u << 10) ? algorithm::recursive_doubling : algorithm::ring;
-  if (collective == "reduce_scatter") return w.bytes < (64u << 10) ? algorithm::recursive_halving : algorithm::ring;
-  if (collective == "broadcast") return w.ranks <= 2 || w.bytes < (256u << 10) ? algorithm::tree : algorithm::chain;
+  if (collective == "allgather") return w.bytes <= (64u << 10) ? algorithm::recursive_doubling : algorithm::ring;
+  if (collective == "reduce_scatter") return w.bytes <= (64u << 10) ? algorithm::recursive_halving : algorithm::ring;
+  if (collective == "broadcast") return w.ranks <= 2 || w.bytes <= (256u << 10) ? algorithm::tree : algorithm::chain;
   if (collective == "compressed_allreduce") {
     if (w.sparse) return algorithm::sparse;
     return w.ranks >= 2 && w.reencodes_well && w.bytes >= (1u << 20) ? algorithm::ring : algorithm::encode_once;
@@ -1109,7 +1111,7 @@ TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, 
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::rabenseifner).reason == "CHORUS_ALLREDUCE_ALGO");
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).chosen == algorithm::recursive_doubling);
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).reason ==
-        "default allreduce@3-:0-8K:recursive_doubling");
+        "default allreduce@3-:0-16K:recursive_doubling");
   CHECK(pick("allgather", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::ring);
   CHECK(pick("reduce_scatter", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen ==
         algorithm::recursive_halving);

@@ -8,7 +8,7 @@
 //
 //   doc_tables --check FILE...   exit 1, naming the table, where a file's table differs
 //   doc_tables --write FILE...   rewrite the tables in place
-//   doc_tables TABLE             print one table (algorithms, allreduce)
+//   doc_tables TABLE             print one table (algorithms, allreduce, variables)
 //
 // ctest's doc_tables checks README.md and docs/*.md.
 #include <chorus/registry.hpp>
@@ -73,11 +73,21 @@ std::string allreduce_table() {
   return text;
 }
 
+// Every CHORUS_* variable, from core/variables.hpp's catalogue.
+std::string variables_table() {
+  std::string text = row({"variable", "meaning", "default"}) + "|---|---|---|\n";
+  for (const chorus::variables::variable& known : chorus::variables::catalogue)
+    text += row({"`" + std::string(known.name) + "`", known.meaning, known.default_value});
+  return text;
+}
+
 bool table_named(std::string_view name, std::string& text) {
   if (name == "algorithms")
     text = algorithms_table();
   else if (name == "allreduce")
     text = allreduce_table();
+  else if (name == "variables")
+    text = variables_table();
   else
     return false;
   return true;
@@ -122,7 +132,8 @@ outcome regenerate(const std::string& content) {
 int usage(int status) {
   std::fprintf(status == 0 ? stdout : stderr,
                "usage: doc_tables --check FILE... | --write FILE... | TABLE\n"
-               "The docs' tables generated from the selection registry; TABLE is algorithms or allreduce.\n");
+               "The docs' tables generated from the collectives' lists and the variables' catalogue;\nTABLE is "
+               "algorithms, allreduce or variables.\n");
   return status;
 }
 

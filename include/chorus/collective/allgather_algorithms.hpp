@@ -2,8 +2,8 @@
 //
 // Defaults (bytes: all n blocks): shared memory inside one host and the
 // hierarchical form across hosts of several ranks from 16 KiB; over the
-// network the log-round algorithm (Bruck) up to 64 KiB, the pipelined ring
-// above.
+// network the log-round algorithm (Bruck) through 64 KiB, the pipelined
+// ring from 128 KiB (the next measured size).
 //
 // Adding an algorithm: its header (its type, as algorithm_list.hpp says)
 // and a line in the list below; a default rule if the sweep says it wins
@@ -29,7 +29,7 @@ struct allgather_algorithms : algorithm_list<algorithms::allgather_recursive_dou
                                              algorithms::allgather_shared_memory, algorithms::allgather_hierarchical> {
   static constexpr std::string_view collective = "allgather";
   static constexpr std::string_view defaults =
-      "allgather@2-:16K-:shared_memory,16K-:hierarchical;allgather:0-64K:recursive_doubling,64K-:ring";
+      "allgather@2-:16K-:shared_memory,16K-:hierarchical;allgather:0-128K:recursive_doubling,128K-:ring";
 };
 
 // Runs the algorithm `chosen` over `ex` (an exchange, a network_exchange

@@ -5,13 +5,15 @@
 // 8 ranks): inside one host shared memory from 16 KiB, across hosts that
 // hold several ranks each the hierarchical form from the same size (below
 // it the network algorithms' few small messages are as fast). Over the
-// network latency dominates up to 8 KiB (4 KiB at 2 ranks), where
+// network latency dominates through 8 KiB (4 KiB at 2 ranks), where
 // recursive doubling's log2(n) rounds win at every rank count (2x the ring
 // at 4); 2 ranks: the ring above that (pipelined segments beat one big
 // swap); 3+ ranks: Rabenseifner to 2 MiB (bandwidth-optimal with log(n)
 // latency where the ring pays 2(n-1)), the ring from 2 MiB, whose
 // pipelining keeps both directions busy (15-50% ahead of Rabenseifner at 4
-// and 8 ranks).
+// and 8 ranks). The sweeps measure powers of two, so a rule starts at the
+// first measured size its algorithm won (8K at 2 ranks, 16K at 3+), as
+// bench/sweep writes them.
 //
 // Adding an algorithm: its header (its type, as algorithm_list.hpp says)
 // and a line in the list below; a default rule if the sweep says it wins
@@ -42,8 +44,8 @@ struct allreduce_algorithms
   static constexpr std::string_view collective = "allreduce";
   static constexpr std::string_view defaults =
       "allreduce@2-:16K-:shared_memory,16K-:hierarchical;allreduce@1:0-:recursive_doubling;"
-      "allreduce@2:0-4K:recursive_doubling,4K-:ring;"
-      "allreduce@3-:0-8K:recursive_doubling,8K-2M:rabenseifner,2M-:ring";
+      "allreduce@2:0-8K:recursive_doubling,8K-:ring;"
+      "allreduce@3-:0-16K:recursive_doubling,16K-2M:rabenseifner,2M-:ring";
 };
 
 // Runs the algorithm `chosen` over `ex` (an exchange, a network_exchange

@@ -2,8 +2,8 @@
 //
 // Defaults: shared memory inside one host and the hierarchical form across
 // hosts of several ranks from 16 KiB; over the network the binomial tree
-// up to 256 KiB (and always at 2 ranks, where it is one message), the
-// pipelined chain above.
+// through 256 KiB (and always at 2 ranks, where it is one message), the
+// pipelined chain from 512 KiB (the next measured size).
 //
 // Adding an algorithm: its header (its type, as algorithm_list.hpp says)
 // and a line in the list below; a default rule if the sweep says it wins
@@ -29,7 +29,7 @@ struct broadcast_algorithms : algorithm_list<algorithms::broadcast_tree, algorit
                                              algorithms::broadcast_shared_memory, algorithms::broadcast_hierarchical> {
   static constexpr std::string_view collective = "broadcast";
   static constexpr std::string_view defaults =
-      "broadcast@2-:16K-:shared_memory,16K-:hierarchical;broadcast@1-2:0-:tree;broadcast@3-:0-256K:tree,256K-:chain";
+      "broadcast@2-:16K-:shared_memory,16K-:hierarchical;broadcast@1-2:0-:tree;broadcast@3-:0-512K:tree,512K-:chain";
 };
 
 // Runs the algorithm `chosen` over `ex` (an exchange, a network_exchange

@@ -2,8 +2,8 @@
 //
 // Defaults (bytes: all n blocks of input): shared memory inside one host
 // and the hierarchical form across hosts of several ranks from 16 KiB;
-// over the network recursive halving up to 64 KiB, the pipelined ring
-// above.
+// over the network recursive halving through 64 KiB, the pipelined ring
+// from 128 KiB (the next measured size).
 //
 // Adding an algorithm: its header (its type, as algorithm_list.hpp says)
 // and a line in the list below; a default rule if the sweep says it wins
@@ -30,7 +30,7 @@ struct reduce_scatter_algorithms
                      algorithms::reduce_scatter_shared_memory, algorithms::reduce_scatter_hierarchical> {
   static constexpr std::string_view collective = "reduce_scatter";
   static constexpr std::string_view defaults =
-      "reduce_scatter@2-:16K-:shared_memory,16K-:hierarchical;reduce_scatter:0-64K:recursive_halving,64K-:ring";
+      "reduce_scatter@2-:16K-:shared_memory,16K-:hierarchical;reduce_scatter:0-128K:recursive_halving,128K-:ring";
 };
 
 // Runs the algorithm `chosen` over `ex` (an exchange, a network_exchange

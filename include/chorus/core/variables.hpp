@@ -37,6 +37,8 @@ inline algorithm allreduce_algorithm() {
 struct variable {
   std::string_view name;
   void (*check)();  // throws invalid_argument for a value that does not parse
+  std::string_view meaning;
+  std::string_view default_value;  // the docs' table (tools/doc_tables: variables) is made from these
 };
 
 inline void any_value() {}
@@ -44,22 +46,43 @@ inline void any_value() {}
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
 inline constexpr std::array<variable, 16> catalogue{{
-    {"CHORUS_RANK", any_value},
-    {"CHORUS_SIZE", any_value},
-    {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); }},
-    {"CHORUS_LOCAL_SIZE", any_value},
-    {"CHORUS_ADDR", any_value},
-    {"CHORUS_TOKEN", any_value},
-    {"CHORUS_LAUNCHER", any_value},
-    {"CHORUS_TIMEOUT", [] { env::get_duration("CHORUS_TIMEOUT"); }},
-    {"CHORUS_PROGRESS", [] { env::get_choice("CHORUS_PROGRESS", progress_choices); }},
-    {"CHORUS_DEBUG", [] { env::get_integer("CHORUS_DEBUG", 0, 1); }},
-    {"CHORUS_CHECK", [] { env::get_integer("CHORUS_CHECK", 0, 1); }},
-    {"CHORUS_ALLREDUCE_ALGO", [] { allreduce_algorithm(); }},
-    {"CHORUS_TUNE", [] { tuning_from_environment(); }},
-    {"CHORUS_CODEC_SIMD", [] { env::get_choice("CHORUS_CODEC_SIMD", codec_simd_choices); }},
-    {"CHORUS_FUSION_BUCKET", [] { env::get_size("CHORUS_FUSION_BUCKET"); }},
-    {"CHORUS_CUDA_PATH", [] { env::get_choice("CHORUS_CUDA_PATH", cuda_path_choices); }},
+    {"CHORUS_RANK", any_value, "this rank", "from MPI/PMI/Slurm, else 0"},
+    {"CHORUS_SIZE", any_value, "the job size", "from MPI/PMI/Slurm, else 1"},
+    {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); },
+     "this rank's index on its node (set by chorus-run; informational)", "unset"},
+    {"CHORUS_LOCAL_SIZE", any_value,
+     "ranks on this node (also `OMPI_COMM_WORLD_LOCAL_SIZE`, `MPI_LOCALNRANKS`, `SLURM_NTASKS_PER_NODE`); the ranks "
+     "that share a machine (same kernel and network namespace) form hosts of this many, in rank order, for the "
+     "shared-memory and hierarchical collectives (`options::local_size` in code)",
+     "job size"},
+    {"CHORUS_ADDR", any_value, "rendezvous store `host:port` (`[v6]:port` works)", "required when size > 1"},
+    {"CHORUS_TOKEN", any_value, "shared secret a store client must present", "empty"},
+    {"CHORUS_LAUNCHER", any_value, "set by chorus-run: the launcher hosts the store, not rank 0", "unset"},
+    {"CHORUS_TIMEOUT", [] { env::get_duration("CHORUS_TIMEOUT"); }, "bound on every wait: `30`, `30s`, `500ms`, `2m`",
+     "`180s`"},
+    {"CHORUS_PROGRESS", [] { env::get_choice("CHORUS_PROGRESS", progress_choices); },
+     "how waits progress: `spin`, `yield`, `block` (yield for 200 us, then sleep on the UCX worker's event fd), `auto`",
+     "`auto`: `block` when local ranks outnumber usable cores, else `spin`"},
+    {"CHORUS_DEBUG", [] { env::get_integer("CHORUS_DEBUG", 0, 1); },
+     "`1`: log choices (progress mode, store host, each collective's algorithm and the rule or cost that chose it) on "
+     "stderr",
+     "`0`"},
+    {"CHORUS_CHECK", [] { env::get_integer("CHORUS_CHECK", 0, 1); },
+     "`1`: check that all ranks agree on each collective's arguments", "`0` (`1` without `NDEBUG`)"},
+    {"CHORUS_ALLREDUCE_ALGO", [] { allreduce_algorithm(); },
+     "force the allreduce algorithm: `ring`, `rd`, `rabenseifner`, `tree`, `shm`, `hierarchical`, `auto` (a caller's "
+     "explicit choice and `CHORUS_TUNE` still win; a name allreduce lacks fails its first call)",
+     "`auto`"},
+    {"CHORUS_TUNE", [] { tuning_from_environment(); },
+     "rules that override the defaults: `collective[@ranks]:low-high:algorithm,...;...` (collectives.md)", "none"},
+    {"CHORUS_CODEC_SIMD", [] { env::get_choice("CHORUS_CODEC_SIMD", codec_simd_choices); },
+     "`portable`: codecs use their portable loops even where AVX2/F16C exist (same bits)", "`auto`"},
+    {"CHORUS_FUSION_BUCKET", [] { env::get_size("CHORUS_FUSION_BUCKET"); },
+     "bucket size of `fused_allreduce`: bytes, or with `K`/`M`/`G`", "`25M`"},
+    {"CHORUS_CUDA_PATH", [] { env::get_choice("CHORUS_CUDA_PATH", cuda_path_choices); },
+     "how device buffers move: `staged` (through pinned host memory), `direct` (device pointers to UCX, reductions and "
+     "codecs on the device; an error where UCX cannot move CUDA memory or no device kernels were given), `auto`",
+     "`auto`: direct where both hold, else staged"},
 }};
 
 // Levenshtein distance, for "did you mean".

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <string_view>
 
 using namespace std::chrono_literals;
 
@@ -237,6 +238,32 @@ TEST_CASE("CHORUS_TUNE: rules by collective, rank count and size; every mistake 
   scoped_variable set("CHORUS_TUNE", "allgather:0-:Tree");
   CHECK_THROWS_WITH_AS(chorus::variables::check_variables(), doctest::Contains("CHORUS_TUNE: 'allgather:0-:Tree'"),
                        chorus::error);
+}
+
+namespace {
+constexpr std::string_view compile_time_rules = "allreduce@3-:0-16K:rd,16K-:ring;broadcast:0-:tree";
+}
+
+// The collectives' defaults parse at compile time through the same parser
+// (a malformed default would not compile); the rules match as parsed at run time.
+TEST_CASE("CHORUS_TUNE rules parse at compile time as at run time") {
+  constexpr auto specs = chorus::parse_tuning_at_compile_time<compile_time_rules>();
+  static_assert(specs.size() == 3);
+  static_assert(specs[0].min_ranks == 3 && specs[0].max_bytes == 16384 && specs[0].chosen == chorus::algorithm("rd"));
+  static_assert(specs[1].min_bytes == 16384 && specs[1].body == "16K-:ring" && specs[1].head == "allreduce@3-");
+  static_assert(specs[2].collective == "broadcast" && specs[2].matches("broadcast", 1, 1u << 30));
+  const chorus::tuning at_run_time = chorus::parse_tuning(compile_time_rules, "default");
+  const chorus::tuning from_specs = chorus::tuning_of(specs, "default");
+  REQUIRE(at_run_time.rules.size() == from_specs.rules.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    CHECK(at_run_time.rules[i].text == from_specs.rules[i].text);
+    CHECK(at_run_time.rules[i].chosen == from_specs.rules[i].chosen);
+    CHECK(at_run_time.rules[i].min_bytes == from_specs.rules[i].min_bytes);
+  }
+  CHECK(from_specs.rules[1].text == "default allreduce@3-:16K-:ring");
+  static_assert(chorus::env::parse_integer("-42") == -42 && !chorus::env::parse_integer("+1") &&
+                !chorus::env::parse_integer("") && !chorus::env::parse_integer("-") &&
+                !chorus::env::parse_integer("99999999999999999999") && chorus::env::parse_size("64K") == 65536u);
 }
 
 TEST_CASE("integer sums and products wrap on overflow (two's complement), never undefined") {

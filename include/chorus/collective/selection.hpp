@@ -63,8 +63,9 @@ struct collective_entry {
 // the collective and its defaults: built (and the defaults parsed) once.
 template <class Algorithms>
 const collective_entry& entry_of() {
+  static constexpr auto defaults = parse_tuning_at_compile_time<Algorithms::defaults>();
   static const collective_entry entry{Algorithms::collective, Algorithms::facts, Algorithms::defaults,
-                                      parse_tuning(Algorithms::defaults, "default")};
+                                      tuning_of(defaults, "default")};
   return entry;
 }
 

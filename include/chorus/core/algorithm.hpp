@@ -79,12 +79,14 @@ constexpr std::string_view to_string(const algorithm& choice) noexcept { return 
 // A name as a user spells it ("auto", "rd", "ring"): lower-case letters,
 // digits and '_'. Whether a collective offers it (under that name or as an
 // alias) is its list's to say, when it chooses.
+constexpr bool is_algorithm_name(std::string_view text) noexcept {
+  return !text.empty() && text.size() <= algorithm::max_name && std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
 inline algorithm parse_algorithm(std::string_view text, std::string_view source) {
-  const bool spelled_well =
-      !text.empty() && text.size() <= algorithm::max_name && std::all_of(text.begin(), text.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-      });
-  if (!spelled_well)
+  if (!is_algorithm_name(text))
     throw error(errc::invalid_argument, std::string(source) + "='" + std::string(text) +
                                             "' is not an algorithm's name (lower-case letters, digits and '_', "
                                             "at most 23: ring, rd, rabenseifner, auto, ...)");

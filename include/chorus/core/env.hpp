@@ -27,11 +27,21 @@ inline std::optional<std::string> get(const char* name) {
   return std::string(value);
 }
 
-inline std::optional<long long> parse_integer(std::string_view text) {
+// A decimal integer with an optional '-', nothing else; constexpr, so that
+// the collectives' default rules parse at compile time (core/tuning.hpp).
+constexpr std::optional<long long> parse_integer(std::string_view text) {
+  const bool negative = !text.empty() && text.front() == '-';
+  if (negative) text.remove_prefix(1);
+  if (text.empty()) return std::nullopt;
+  constexpr long long most = std::numeric_limits<long long>::max();
   long long value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const int digit = c - '0';
+    if (value > (most - digit) / 10) return std::nullopt;  // overflow
+    value = value * 10 + digit;
+  }
+  return negative ? -value : value;
 }
 
 inline std::optional<long long> get_integer(const char* name, long long min_value, long long max_value) {
@@ -83,7 +93,7 @@ inline std::optional<std::chrono::milliseconds> get_duration(const char* name) {
 }
 
 // "4096", "64K", "25M", "1G" (binary multiples).
-inline std::optional<std::size_t> parse_size(std::string_view text) {
+constexpr std::optional<std::size_t> parse_size(std::string_view text) {
   std::size_t scale = 1;
   if (!text.empty() && (text.back() == 'K' || text.back() == 'M' || text.back() == 'G')) {
     scale = text.back() == 'K'   ? std::size_t{1} << 10

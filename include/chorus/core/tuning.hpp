@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,15 +43,28 @@ namespace chorus {
 inline constexpr std::array<std::string_view, 7> selecting_collectives{
     "allreduce", "allgather", "reduce_scatter", "broadcast", "compressed_allreduce", "reduce", "alltoall"};
 
-struct tuning_rule {
+// A rule as parsed: where it applies and what it names, with its text as
+// views into what was parsed ("allreduce@3-" and "8K-2M:rabenseifner").
+struct rule_spec {
   std::string_view collective;  // one of selecting_collectives (static storage)
   int min_ranks = 1, max_ranks = INT_MAX;
   std::size_t min_bytes = 0, max_bytes = SIZE_MAX;
   algorithm chosen = algorithm::automatic;
-  std::string text;  // as reported: "CHORUS_TUNE allreduce@3-:8K-2M:rabenseifner"
+  std::string_view head, body;
 
-  bool matches(std::string_view name, int ranks, std::size_t bytes) const noexcept {
+  constexpr bool matches(std::string_view name, int ranks, std::size_t bytes) const noexcept {
     return name == collective && ranks >= min_ranks && ranks <= max_ranks && bytes >= min_bytes && bytes < max_bytes;
+  }
+};
+
+// A rule as a communicator keeps it, its text owned, as reported:
+// "CHORUS_TUNE allreduce@3-:8K-2M:rabenseifner" (the views are dropped).
+struct tuning_rule : rule_spec {
+  std::string text;
+
+  tuning_rule(const rule_spec& spec, std::string_view source)
+      : rule_spec(spec), text(std::string(source) + " " + std::string(spec.head) + ":" + std::string(spec.body)) {
+    head = body = {};
   }
 };
 
@@ -71,7 +85,7 @@ struct tuning {
 
 namespace detail {
 
-inline std::vector<std::string_view> split(std::string_view text, char separator) {
+constexpr std::vector<std::string_view> split(std::string_view text, char separator) {
   std::vector<std::string_view> parts;
   for (std::size_t start = 0;;) {
     const std::size_t end = text.find(separator, start);
@@ -81,12 +95,15 @@ inline std::vector<std::string_view> split(std::string_view text, char separator
   }
 }
 
+// constexpr: the collectives' defaults parse at compile time (a bad one
+// does not compile, and no file that calls a collective compiles the
+// parser); CHORUS_TUNE and options.tune parse at run time.
 class tuning_parser {
  public:
-  tuning_parser(std::string_view text, std::string_view source) : text_(text), source_(source) {}
+  constexpr tuning_parser(std::string_view text, std::string_view source) : text_(text), source_(source) {}
 
-  tuning parse() {
-    tuning result;
+  constexpr std::vector<rule_spec> parse() const {
+    std::vector<rule_spec> result;
     for (std::string_view entry : split(text_, ';')) {
       if (entry.empty()) continue;  // "a;b;" and an empty string are fine
       parse_entry(entry, result);
@@ -100,33 +117,34 @@ class tuning_parser {
                                             " (form: allreduce:0-8K:rd,8K-:ring;allgather@2-4:64K-:ring)");
   }
 
-  void parse_entry(std::string_view entry, tuning& result) {
+  constexpr void parse_entry(std::string_view entry, std::vector<rule_spec>& result) const {
     const std::size_t colon = entry.find(':');
     if (colon == std::string_view::npos) fail(entry, "no ':' after the collective");
-    std::string_view head = entry.substr(0, colon);
+    std::string_view name = entry.substr(0, colon);
     int min_ranks = 1, max_ranks = INT_MAX;
-    if (const std::size_t at = head.find('@'); at != std::string_view::npos) {
-      parse_ranks(head.substr(at + 1), entry, min_ranks, max_ranks);
-      head = head.substr(0, at);
+    if (const std::size_t at = name.find('@'); at != std::string_view::npos) {
+      parse_ranks(name.substr(at + 1), entry, min_ranks, max_ranks);
+      name = name.substr(0, at);
     }
-    const auto known = std::find(selecting_collectives.begin(), selecting_collectives.end(), head);
+    const auto known = std::find(selecting_collectives.begin(), selecting_collectives.end(), name);
     if (known == selecting_collectives.end()) {
       std::string names;
-      for (std::string_view name : selecting_collectives) names += (names.empty() ? "" : ", ") + std::string(name);
-      fail(entry, "'" + std::string(head) + "' is not a collective (" + names + ")");
+      for (std::string_view each : selecting_collectives) names += (names.empty() ? "" : ", ") + std::string(each);
+      fail(entry, "'" + std::string(name) + "' is not a collective (" + names + ")");
     }
     for (std::string_view rule : split(entry.substr(colon + 1), ',')) {
-      tuning_rule parsed;
+      rule_spec parsed;
       parsed.collective = *known;
       parsed.min_ranks = min_ranks;
       parsed.max_ranks = max_ranks;
+      parsed.head = entry.substr(0, colon);
+      parsed.body = rule;
       parse_rule(rule, entry, parsed);
-      parsed.text = std::string(source_) + " " + std::string(entry.substr(0, colon)) + ":" + std::string(rule);
-      result.rules.push_back(std::move(parsed));
+      result.push_back(parsed);
     }
   }
 
-  void parse_ranks(std::string_view text, std::string_view entry, int& low, int& high) const {
+  constexpr void parse_ranks(std::string_view text, std::string_view entry, int& low, int& high) const {
     const std::size_t dash = text.find('-');
     const auto low_value = env::parse_integer(text.substr(0, dash));
     if (!low_value || *low_value < 1 || *low_value > INT_MAX) fail(entry, "ranks must be N, N-M or N- with N >= 1");
@@ -143,7 +161,7 @@ class tuning_parser {
     high = static_cast<int>(*high_value);
   }
 
-  void parse_rule(std::string_view rule, std::string_view entry, tuning_rule& parsed) const {
+  constexpr void parse_rule(std::string_view rule, std::string_view entry, rule_spec& parsed) const {
     const std::size_t colon = rule.find(':'), dash = rule.find('-');
     if (colon == std::string_view::npos || dash == std::string_view::npos || dash > colon)
       fail(entry, "rule '" + std::string(rule) + "' is not low-high:algorithm");
@@ -157,11 +175,8 @@ class tuning_parser {
       parsed.max_bytes = *high;
     }
     const std::string_view name = rule.substr(colon + 1);
-    try {
-      parsed.chosen = parse_algorithm(name, "algorithm");
-    } catch (const error&) {
-      fail(entry, "'" + std::string(name) + "' is not an algorithm's name");
-    }
+    if (!is_algorithm_name(name)) fail(entry, "'" + std::string(name) + "' is not an algorithm's name");
+    parsed.chosen = algorithm(name);
     if (parsed.chosen.is_automatic()) fail(entry, "a rule names an algorithm, not auto");
   }
 
@@ -170,8 +185,27 @@ class tuning_parser {
 
 }  // namespace detail
 
+// Rules parsed at compile time: `Text` (a static constexpr string_view, as
+// a collective's defaults are) as an array of rule_spec.
+template <const std::string_view& Text>
+consteval auto parse_tuning_at_compile_time() {
+  constexpr std::size_t count = detail::tuning_parser(Text, "default").parse().size();
+  std::array<rule_spec, count> rules{};
+  const std::vector<rule_spec> parsed = detail::tuning_parser(Text, "default").parse();
+  for (std::size_t i = 0; i < count; ++i) rules[i] = parsed[i];
+  return rules;
+}
+
+// Rules from parsed specs, owning their text; `source` begins each.
+inline tuning tuning_of(std::span<const rule_spec> specs, std::string_view source) {
+  tuning result;
+  result.rules.reserve(specs.size());
+  for (const rule_spec& spec : specs) result.rules.emplace_back(spec, source);
+  return result;
+}
+
 inline tuning parse_tuning(std::string_view text, std::string_view source = "CHORUS_TUNE") {
-  return detail::tuning_parser(text, source).parse();
+  return tuning_of(detail::tuning_parser(text, source).parse(), source);
 }
 
 // CHORUS_TUNE from the environment; no rules when unset.

@@ -205,8 +205,9 @@ TEST_CASE("direct path: forced where the transport cannot reach device memory is
   // auto: staged, same bits.
   CHECK(differing<float>(fake, automatic, 2, 5000, chorus::op::sum{}, chorus::algorithm::ring) == 0);
   CHECK(fake.copies() > 0);
+  // Two ranks: one alone moves nothing (its allreduce leaves the buffer as it is).
   chorus::run_threads(
-      1,
+      2,
       [&](chorus::communicator& comm) {
         auto* device = static_cast<float*>(fake.allocate_device(64 * sizeof(float)));
         chorus_test::expect_error(

@@ -32,7 +32,7 @@ namespace detail {
 // until they are done, at most CHORUS_TIMEOUT (default 180 s).
 struct local_wait {
   template <class Done>
-  void progress_until(Done&& done, std::string_view operation) const {
+  void poll_until(Done&& done, std::string_view operation) const {
     const auto limit = env::get_duration("CHORUS_TIMEOUT").value_or(std::chrono::seconds(180));
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (!done()) {

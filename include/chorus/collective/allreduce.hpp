@@ -45,6 +45,16 @@ namespace collective {
 // the others whole. The path is reported (CHORUS_DEBUG=1).
 template <class Communicator, element T, class Op>
 algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
+  if (comm.size() == 1) {
+    // op over one contribution is that contribution (avg divides by 1): the
+    // buffer stays where it is, no copy through the host and back.
+    const choice made =
+        choose(comm, entry_of<collective::allreduce_algorithms>(), {comm.size(), data.size_bytes()}, forced);
+    check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
+    report_path(comm, "allreduce", data.size_bytes(), "not moved (one rank: the result is the input)");
+    report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
+    return made.chosen;
+  }
   const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
   if constexpr (!std::is_same_v<accumulator_t<T>, T>) {
     report_path(comm, "allreduce", data.size_bytes(),
@@ -93,21 +103,18 @@ algorithm allreduce(Communicator& comm, std::span<T> data, algorithm forced) {
   return allreduce(comm, data, op::sum{}, forced);
 }
 
-// Out of place: `output` receives the result; `input` is not modified.
+// Out of place: `output` receives the result; `input` is not modified. A
+// copy, then the allreduce in place: device buffers are copied on the
+// device and take the in-place path (direct, or staged once).
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
                     algorithm forced = algorithm::automatic) {
-  if (memory_router* router = routed(input, output))
-    return through_host(
-        *router, comm, [&](std::span<const T> in, std::span<T> out) { return allreduce(comm, in, out, op, forced); },
-        staged(input, buffer_use::read),
-        staged(output.first(std::min(input.size(), output.size())), buffer_use::write));
   collective::check_output(input, output, input.size(), comm.transport().rank(), "allreduce");
   // min() is input.size() once check_output has passed; spelt out, it lets
   // GCC 12 at -O3 see the copy fits (else -Warray-bounds, on the path where
   // check_output threw for a too-small output).
   const std::size_t count = std::min(input.size(), output.size());
-  if (input.data() != output.data()) std::copy_n(input.data(), count, output.data());
+  if (input.data() != output.data()) copy_elements(comm, input.data(), count, output.data());
   return allreduce(comm, output.first(count), op, forced);
 }
 

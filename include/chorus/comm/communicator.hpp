@@ -308,9 +308,17 @@ class basic_communicator {
   template <class Predicate>
   void progress_until(Predicate&& done, std::string_view operation, int peer = -1) {
     if (transport().progress_until(done, deadline())) return;
-    transport().abandon();
-    throw error(errc::timeout, "waited " + std::to_string(timeout().count()) + " ms (the communicator's timeout)",
-                {transport().rank(), peer >= 0 ? world_rank(peer) : -1, std::string(operation)});
+    timed_out(operation, peer);
+  }
+
+  // The same for a condition the network does not signal (a device's copy
+  // or kernel finishing): where progress_until would sleep on the network's
+  // event descriptor (CHORUS_PROGRESS=block), this yields, so the condition
+  // is seen within a time slice rather than at the next message.
+  template <class Predicate>
+  void poll_until(Predicate&& done, std::string_view operation, int peer = -1) {
+    if (transport().poll_until(done, deadline())) return;
+    timed_out(operation, peer);
   }
 
   void expect_bytes(const request& handle, std::size_t expected, std::string_view operation) const {
@@ -380,6 +388,12 @@ class basic_communicator {
   }
 
  private:
+  [[noreturn]] void timed_out(std::string_view operation, int peer) {
+    transport().abandon();
+    throw error(errc::timeout, "waited " + std::to_string(timeout().count()) + " ms (the communicator's timeout)",
+                {transport().rank(), peer >= 0 ? world_rank(peer) : -1, std::string(operation)});
+  }
+
   // Runs move(bytes) on `data` where it is (host memory, or device memory on
   // the direct path, at the address the transport moves), else on a pinned
   // copy (staged).

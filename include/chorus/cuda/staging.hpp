@@ -18,8 +18,8 @@ namespace chorus::cuda {
 
 // The copies a staged call makes, and what it waits with: `wait(done,
 // operation)` returns once done() holds or throws (the communicator's
-// progress_until: bounded by its timeout, honouring its progress mode, and
-// progressing the network meanwhile).
+// poll_until: bounded by its timeout, progressing the network meanwhile,
+// yielding rather than sleeping on it: a device's event wakes no socket).
 class stager {
  public:
   stager(device& on, const staging_options& options, stream_handle caller)

@@ -72,7 +72,7 @@ struct path_report {
 class memory_router {
  public:
   // The front door's way to wait: `wait(done, operation)` returns once
-  // done() holds or throws (a communicator's progress_until).
+  // done() holds or throws (a communicator's poll_until).
   using waiter = function_ref<void(function_ref<bool()> done, std::string_view operation)>;
 
   virtual ~memory_router() = default;
@@ -154,11 +154,12 @@ class scoped_value {
   T previous_;
 };
 
-// A front door's wait, through its communicator (progress_until: bounded
-// by the communicator's timeout).
+// A front door's wait for its device work, through its communicator
+// (poll_until: bounded by the communicator's timeout, never asleep on the
+// network while a copy or kernel finishes).
 template <class Communicator>
 auto waiting_on(Communicator& comm) noexcept {
-  return [&comm](function_ref<bool()> done, std::string_view operation) { comm.progress_until(done, operation); };
+  return [&comm](function_ref<bool()> done, std::string_view operation) { comm.poll_until(done, operation); };
 }
 }  // namespace detail
 
@@ -223,7 +224,7 @@ memory_kind call_memory(std::span<T>... spans) noexcept {
 }
 
 // Runs body(host spans...) through `router` and returns what it returns;
-// `comm` waits (its progress_until: bounded by its timeout).
+// `comm` waits (its poll_until: bounded by its timeout).
 template <class Communicator, class Body, class... T>
 auto through_host(memory_router& router, Communicator& comm, Body&& body, staged_buffer<T>... buffers) {
   using result = std::invoke_result_t<Body&, std::span<T>...>;

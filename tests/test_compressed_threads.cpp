@@ -273,7 +273,7 @@ TEST_CASE("compressed allreduce, avg: the bound of the sum divided by n") {
 TEST_CASE("the automatic scheme: the ring for fp16 and bf16 from 1 MiB encoded, encode-once otherwise") {
   using chorus::compression_scheme;
   const chorus::compression_options automatic;
-  const std::size_t ring_floats = chorus::compressed::ring_min_encoded_bytes / 2;
+  const std::size_t ring_floats = (std::size_t{1} << 20) / 2;  // 1 MiB of fp16 or bf16: the defaults' boundary
   CHECK(chorus::compressed::scheme_for(codec::fp16{}, 4, ring_floats, automatic) == compression_scheme::ring);
   CHECK(chorus::compressed::scheme_for(codec::bf16{}, 4, ring_floats, automatic) == compression_scheme::ring);
   CHECK(chorus::compressed::scheme_for(codec::fp16{}, 4, ring_floats - 1, automatic) ==

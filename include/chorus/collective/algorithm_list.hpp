@@ -83,6 +83,27 @@ inline double share(int n) noexcept { return n < 1 ? 0.0 : double(n - 1) / n; }
 template <class Communicator>
 concept knows_its_hosts = requires(const Communicator& comm) { comm.layout(); };
 
+// What every collective's shared-memory form shares: it copies through this
+// host's memory, so it runs on host buffers with every rank on one host.
+struct shared_memory_form {
+  static constexpr algorithm id = algorithm::shared_memory;
+  static constexpr std::array<std::string_view, 1> aliases{"shm"};
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "every rank on one host";
+  static bool feasible(const workload& w) { return w.hosts == 1 && !w.between_hosts; }
+  static bool suits(const workload& w) { return feasible(w) && w.ranks >= 2; }
+};
+
+// And every hierarchical form's: shared memory in each host, the network
+// between one rank per host and slice; on one host it is shared memory.
+struct hierarchical_form {
+  static constexpr algorithm id = algorithm::hierarchical;
+  static constexpr bool moves_host_memory = true;
+  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
+  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
+  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
+};
+
 // What a dispatch says of an algorithm whose run() does not take this
 // call's arguments: shared memory needs a whole communicator's exchange,
 // not a group inside a hierarchical collective or the direct path's.

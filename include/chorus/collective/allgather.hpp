@@ -4,17 +4,19 @@
 //   chorus::allgather(comm, mine, all);      // all.size() >= size * mine.size()
 //   chorus::allgather(comm, all);            // in place: own block at rank * count
 //
-// Algorithms (collective/selection.hpp): shared memory when every rank is on
-// one host, hierarchical across hosts of equal rank counts (both from 16
-// KiB in all, host buffers); else recursive doubling (Bruck, any n) up to
-// 64 KiB in total, the pipelined ring above; force one with
-// chorus::algo::ring / rd / shm / hierarchical, or tune with CHORUS_TUNE.
+// Algorithms: the list in collective/allgather_algorithms.hpp, whose
+// defaults (a CHORUS_TUNE string, shown in docs/collectives.md) take shared
+// memory on one host and hierarchical across hosts for host buffers, else
+// recursive doubling (Bruck, any n) for small totals and the pipelined ring
+// for large; force one with chorus::algo::ring / rd / shm / hierarchical,
+// or tune with CHORUS_TUNE.
 #pragma once
 
 #include <chorus/collective/allgather_algorithms.hpp>
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
@@ -39,28 +41,6 @@ std::size_t allgather_block(const Communicator& comm, std::span<T> all) {
   return all.size() / n;
 }
 
-// A buffer that is not host memory: the direct path where the router takes
-// it (allgather only moves and copies bytes: no device kernels needed), else staged.
-template <class Communicator, element T>
-algorithm allgather_through(memory_router& router, Communicator& comm, std::span<T> all, algorithm forced) {
-  const choice made = choose(comm, entry_of<collective::allgather_algorithms>(),
-                             {.ranks = comm.size(), .bytes = all.size_bytes(), .host_memory = false}, forced);
-  const std::size_t block = allgather_block(comm, all);
-  const routed_buffer view{all.data(), all.size_bytes(), buffer_use::read_write};
-  if (!made.moves_host_memory &&
-      run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
-        check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1, call_memory(all)});
-        report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
-        exchange ex(comm, "allgather");
-        network_exchange on_network(ex, where);
-        allgather_by(on_network, all, block, made.chosen, routed_steps(where));
-      }))
-    return made.chosen;
-  return through_host(
-      router, comm, [&](std::span<T> host) { return allgather(comm, host, forced); },
-      staged(all, buffer_use::read_write));
-}
-
 // Whether an out-of-place allgather of `mine` into `all` would take the
 // direct path: then it copies `mine` into place on the device and gathers in place.
 template <class Communicator, element T>
@@ -74,17 +54,26 @@ bool allgather_goes_direct(memory_router& router, Communicator& comm, std::span<
 }  // namespace collective
 
 // In place: `all` holds size() blocks; this rank's block is already filled.
+// One body for every memory kind (front_door.hpp): only bytes move and
+// copy, so the direct path needs no device kernels.
 template <class Communicator, element T>
 algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = algorithm::automatic) {
-  if (memory_router* router = routed(all)) return collective::allgather_through(*router, comm, all, forced);
   const std::size_t block = collective::allgather_block(comm, all);
-  collective::check_if_enabled(comm, {"allgather", block, dtype_of<T>, "", -1, call_memory(all)});
+  memory_router* const router = routed(all);
   const choice made =
-      choose(comm, entry_of<collective::allgather_algorithms>(), {comm.size(), all.size_bytes()}, forced);
-  report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
-  collective::exchange ex(comm, "allgather");
-  collective::allgather_by(ex, all, block, made.chosen);
-  return made.chosen;
+      choose(comm, entry_of<collective::allgather_algorithms>(),
+             {.ranks = comm.size(), .bytes = all.size_bytes(), .host_memory = router == nullptr}, forced);
+  if (collective::run_where(comm, router, "allgather", {{all.data(), all.size_bytes(), buffer_use::read_write}},
+                            dtype_of<T>, "", !made.moves_host_memory, [&](auto& x, const auto& steps) {
+                              collective::check_if_enabled(comm,
+                                                           {"allgather", block, dtype_of<T>, "", -1, call_memory(all)});
+                              report(comm, "allgather", all.size_bytes(), dtype_of<T>, made);
+                              collective::allgather_by(x, all, block, made.chosen, steps);
+                            }))
+    return made.chosen;
+  return through_host(
+      *router, comm, [&](std::span<T> host) { return allgather(comm, host, forced); },
+      staged(all, buffer_use::read_write));
 }
 
 template <class Communicator, element T>

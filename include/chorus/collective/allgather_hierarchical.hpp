@@ -54,14 +54,9 @@ void allgather_hierarchical(exchange<Communicator>& ex, std::span<A> all, std::s
 }
 
 namespace algorithms {
-struct allgather_hierarchical {
-  static constexpr algorithm id = algorithm::hierarchical;
+struct allgather_hierarchical : hierarchical_form {
   static constexpr std::string_view cost =
       "allgather of S/L among the h hosts' L-th ranks, (h-1)/h S/L beta, then shared memory";
-  static constexpr bool moves_host_memory = true;
-  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
-  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
-  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
   static double seconds(const workload& w, const machine& m) {
     const int hosts = std::max(w.hosts, 1), local = std::max(w.ranks_per_host, 1);
     const double S = double(w.bytes);

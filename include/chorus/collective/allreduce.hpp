@@ -14,6 +14,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
@@ -34,68 +35,63 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 
 namespace collective {
 
-// The allreduce of a buffer that is not host memory, through `router`
-// (route/memory_router.hpp). The direct path where the router offers it
-// (element types that are their own accumulator, built-in ops): the buffer
-// goes to the transport as it is and the registry's algorithm for device
-// memory (never shared memory, which copies through the host), written
-// against local_steps.hpp, runs each reduction where the memory lives. Else
-// staged: the host copy takes the host's algorithm (shared memory on one
-// host), the ring part by part, so that the copies overlap the network,
-// the others whole. The path is reported (CHORUS_DEBUG=1).
+// The allreduce of `data` wherever it lives (front_door.hpp), `router`
+// being routed(data): one body, run on host memory with the host's
+// algorithm (shared memory on one host), on the direct path where the
+// router offers it (element types that are their own accumulator, built-in
+// ops; never shared memory, which copies through the host), else staged:
+// the ring part by part, so that the copies overlap the network, the
+// others whole. The path is reported (CHORUS_DEBUG=1).
 template <class Communicator, element T, class Op>
-algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
-  if (comm.size() == 1) {
+algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
+  const choice made =
+      choose(comm, entry_of<collective::allreduce_algorithms>(),
+             {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = router == nullptr}, forced);
+  const auto check_and_report = [&] {
+    check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
+    report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
+  };
+  if (router != nullptr && comm.size() == 1) {
     // op over one contribution is that contribution (avg divides by 1): the
     // buffer stays where it is, no copy through the host and back.
-    const choice made =
-        choose(comm, entry_of<collective::allreduce_algorithms>(), {comm.size(), data.size_bytes()}, forced);
-    check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
+    check_and_report();
     report_path(comm, "allreduce", data.size_bytes(), "not moved (one rank: the result is the input)");
-    report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
     return made.chosen;
   }
+  // Set where a staged ring runs this call over its host copy: the ring
+  // reports each part it is done with; any other algorithm takes it whole.
+  staging_hooks* const hooks = take_staging_hooks();
+  if (run_where<reduces_in_itself<T>>(
+          comm, router, "allreduce", {{data.data(), data.size_bytes(), buffer_use::read_write}}, dtype_of<T>,
+          op::name_of<Op>(), !made.moves_host_memory, [&](auto& x, const auto& steps) {
+            check_and_report();
+            const bool whole = hooks != nullptr && made.chosen != algorithm::ring;
+            if (whole) hooks->need(0, data.size_bytes());
+            with_accumulator(data, [&](auto work) { allreduce_by(x, work, op, made.chosen, hooks, steps); });
+            if (whole) hooks->done(0, data.size_bytes());
+          }))
+    return made.chosen;
   const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
-  if constexpr (!std::is_same_v<accumulator_t<T>, T>) {
-    report_path(comm, "allreduce", data.size_bytes(),
-                staged_because("reductions over " + std::string(element_traits<T>::name)));
-    return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
-  } else {
-    const choice direct = choose(comm, entry_of<collective::allreduce_algorithms>(),
-                                 {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = false}, forced);
-    const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
-    if (!direct.moves_host_memory &&
-        run_direct(router, comm, "allreduce", {view}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
-          check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
-          report(comm, "allreduce", data.size_bytes(), dtype_of<T>, direct);
-          exchange ex(comm, "allreduce");
-          network_exchange on_network(ex, where);
-          allreduce_by(on_network, data, op, direct.chosen, nullptr, routed_steps(where));
-        }))
-      return direct.chosen;
-    // Part by part only where the ring reduces the buffer itself.
-    if (choose(comm, entry_of<collective::allreduce_algorithms>(), {comm.size(), data.size_bytes()}, forced).chosen ==
-        algorithm::ring)
-      return through_host_in_parts(router, comm, on_host, data);
-    return through_host(router, comm, on_host, staged(data, buffer_use::read_write));
-  }
+  // Part by part only where the ring reduces the buffer itself (half and
+  // bfloat16 reduce a float copy, whose parts are not the buffer's).
+  if (reduces_in_itself<T> &&
+      choose(comm, entry_of<collective::allreduce_algorithms>(), {comm.size(), data.size_bytes()}, forced).chosen ==
+          algorithm::ring)
+    return through_host_in_parts(*router, comm, on_host, data);
+  return through_host(*router, comm, on_host, staged(data, buffer_use::read_write));
+}
+
+// The same through a given router (chorus::cuda::allreduce's staging).
+template <class Communicator, element T, class Op>
+algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
+  return allreduce_on(&router, comm, data, op, forced);
 }
 
 }  // namespace collective
 
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm forced = algorithm::automatic) {
-  if (memory_router* router = routed(data)) return collective::allreduce_through(*router, comm, data, op, forced);
-  staging_hooks* const hooks = take_staging_hooks();
-  collective::check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
-  const choice made =
-      choose(comm, entry_of<collective::allreduce_algorithms>(), {comm.size(), data.size_bytes()}, forced);
-  report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
-  collective::exchange ex(comm, "allreduce");
-  if (hooks != nullptr && made.chosen != algorithm::ring) hooks->need(0, data.size_bytes());
-  collective::with_accumulator(data, [&](auto work) { collective::allreduce_by(ex, work, op, made.chosen, hooks); });
-  if (hooks != nullptr && made.chosen != algorithm::ring) hooks->done(0, data.size_bytes());
-  return made.chosen;
+  return collective::allreduce_on(routed(data), comm, data, op, forced);
 }
 
 template <class Communicator, element T>

@@ -94,14 +94,9 @@ void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const
 }
 
 namespace algorithms {
-struct allreduce_hierarchical {
-  static constexpr algorithm id = algorithm::hierarchical;
+struct allreduce_hierarchical : hierarchical_form {
   static constexpr std::string_view cost =
       "shared memory in each host + allreduce of S/L among the h hosts' L-th ranks: 2 (h-1)/h S/L beta per rank";
-  static constexpr bool moves_host_memory = true;
-  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
-  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
-  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
   static double seconds(const workload& w, const machine& m) {
     const int hosts = std::max(w.hosts, 1), local = std::max(w.ranks_per_host, 1);
     const double S = double(w.bytes), slice = S / local;

@@ -135,15 +135,9 @@ void allreduce_shared_memory(exchange<Communicator>& ex, std::span<A> data, cons
 }
 
 namespace algorithms {
-struct allreduce_shared_memory {
-  static constexpr algorithm id = algorithm::shared_memory;
-  static constexpr std::array<std::string_view, 1> aliases{"shm"};
+struct allreduce_shared_memory : shared_memory_form {
   static constexpr std::string_view cost =
       "3 flag round trips per 512 KiB step + 3 S of memory traffic per rank + S/n gamma";
-  static constexpr bool moves_host_memory = true;
-  static constexpr std::string_view needs = "every rank on one host";
-  static bool feasible(const workload& w) { return w.hosts == 1 && !w.between_hosts; }
-  static bool suits(const workload& w) { return feasible(w) && w.ranks >= 2; }
   static double seconds(const workload& w, const machine& m) {
     const double S = double(w.bytes);
     return 3 * cost::memory_steps(w.bytes) * m.flag + 3 * S * m.memory_beta + S / w.ranks * m.gamma;

@@ -10,6 +10,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
@@ -74,31 +75,25 @@ struct alltoall_algorithms : algorithm_list<algorithms::alltoall_pairwise> {
 
 }  // namespace collective
 
+// One body for every memory kind (front_door.hpp): only bytes move, so the
+// direct path needs no device kernels.
 template <class Communicator, element T>
 algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> output) {
-  memory_router* router = routed(input, output);
   const std::size_t block = collective::alltoall_block(comm, input, output);
-  const auto check_and_report = [&] {
-    collective::check_if_enabled(comm, {"alltoall", block, dtype_of<T>, "", -1, call_memory(input, output)});
-    const choice made = choose(comm, entry_of<collective::alltoall_algorithms>(), {comm.size(), input.size_bytes()},
-                               algorithm::automatic);
-    report(comm, "alltoall", input.size_bytes(), dtype_of<T>, made);
-  };
-  if (router == nullptr) {
-    check_and_report();
-    collective::exchange ex(comm, "alltoall");
-    collective::alltoall_by(ex, input, output, block, collective::host_steps{});
-    return algorithm::automatic;
-  }
-  const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
-  const routed_buffer out{output.data(), input.size_bytes(), buffer_use::write};
-  if (run_direct(*router, comm, "alltoall", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
-        check_and_report();
-        collective::exchange ex(comm, "alltoall");
-        collective::network_exchange on_network(ex, where);
-        collective::alltoall_by(on_network, input, output, block, collective::routed_steps(where));
-      }))
-    return algorithm::automatic;
+  memory_router* const router = routed(input, output);
+  const choice made = choose(comm, entry_of<collective::alltoall_algorithms>(),
+                             {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = router == nullptr},
+                             algorithm::automatic);
+  if (collective::run_where(comm, router, "alltoall",
+                            {{input.data(), input.size_bytes(), buffer_use::read},
+                             {output.data(), input.size_bytes(), buffer_use::write}},
+                            dtype_of<T>, "", true, [&](auto& x, const auto& steps) {
+                              collective::check_if_enabled(
+                                  comm, {"alltoall", block, dtype_of<T>, "", -1, call_memory(input, output)});
+                              report(comm, "alltoall", input.size_bytes(), dtype_of<T>, made);
+                              collective::alltoall_by(x, input, output, block, steps);
+                            }))
+    return made.chosen;
   return through_host(
       *router, comm,
       [&](std::span<const T> host_in, std::span<T> host_out) { return alltoall(comm, host_in, host_out); },

@@ -52,14 +52,9 @@ void broadcast_hierarchical(exchange<Communicator>& ex, std::span<A> data, int r
 }
 
 namespace algorithms {
-struct broadcast_hierarchical {
-  static constexpr algorithm id = algorithm::hierarchical;
+struct broadcast_hierarchical : hierarchical_form {
   static constexpr std::string_view cost =
       "tree or chain among the root's local peers on each host (S into each host once), then shared memory";
-  static constexpr bool moves_host_memory = true;
-  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
-  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
-  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
   static double seconds(const workload& w, const machine& m) {
     const double S = double(w.bytes);
     return cost::log2_ceil(std::max(w.hosts, 1)) * (m.alpha + S * m.beta) + cost::memory_steps(w.bytes) * m.flag +

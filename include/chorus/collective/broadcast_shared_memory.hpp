@@ -50,14 +50,8 @@ void broadcast_shared_memory(exchange<Communicator>& ex, std::span<A> data, int 
 }
 
 namespace algorithms {
-struct broadcast_shared_memory {
-  static constexpr algorithm id = algorithm::shared_memory;
-  static constexpr std::array<std::string_view, 1> aliases{"shm"};
+struct broadcast_shared_memory : shared_memory_form {
   static constexpr std::string_view cost = "S of memory traffic per rank, a flag round trip per 512 KiB";
-  static constexpr bool moves_host_memory = true;
-  static constexpr std::string_view needs = "every rank on one host";
-  static bool feasible(const workload& w) { return w.hosts == 1 && !w.between_hosts; }
-  static bool suits(const workload& w) { return feasible(w) && w.ranks >= 2; }
   static double seconds(const workload& w, const machine& m) {
     return cost::memory_steps(w.bytes) * m.flag + double(w.bytes) * m.memory_beta;
   }

@@ -8,6 +8,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/route/direct_path.hpp>
@@ -51,35 +52,27 @@ void gather_by(X& ex, Communicator& comm, std::span<const T> mine, std::span<T> 
   steps.settle();
 }
 
-// Buffers that are not host memory: direct where the router takes them
-// (only bytes move: no device kernels needed), else staged.
-template <class Communicator, element T>
-void gather_through(memory_router& router, Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
-  check_gather(comm, mine, all, root);
-  const std::size_t filled = comm.rank() == root ? mine.size() * static_cast<std::size_t>(comm.size()) : 0;
-  const routed_buffer in{mine.data(), mine.size_bytes(), buffer_use::read};
-  const routed_buffer out{all.data(), filled * sizeof(T), buffer_use::write};
-  if (run_direct(router, comm, "gather", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
-        check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root, call_memory(mine, all)});
-        exchange ex(comm, "gather");
-        network_exchange on_network(ex, where);
-        gather_by(on_network, comm, mine, all, root, routed_steps(where));
-      }))
-    return;
-  through_host(
-      router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { gather(comm, host_in, host_out, root); },
-      staged(mine, buffer_use::read), staged(all.first(filled), buffer_use::write));
-}
-
 }  // namespace collective
 
+// One body for every memory kind (front_door.hpp): only bytes move, so the
+// direct path needs no device kernels; staged, this rank's block is read
+// and the root's output written.
 template <class Communicator, element T>
 void gather(Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
-  if (memory_router* router = routed(mine, all)) return collective::gather_through(*router, comm, mine, all, root);
   collective::check_gather(comm, mine, all, root);
-  collective::check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root, call_memory(mine, all)});
-  collective::exchange ex(comm, "gather");
-  collective::gather_by(ex, comm, mine, all, root, collective::host_steps{});
+  const std::size_t filled = comm.rank() == root ? mine.size() * static_cast<std::size_t>(comm.size()) : 0;
+  memory_router* const router = routed(mine, all);
+  if (collective::run_where(
+          comm, router, "gather",
+          {{mine.data(), mine.size_bytes(), buffer_use::read}, {all.data(), filled * sizeof(T), buffer_use::write}},
+          dtype_of<T>, "", true, [&](auto& x, const auto& steps) {
+            collective::check_if_enabled(comm, {"gather", mine.size(), dtype_of<T>, "", root, call_memory(mine, all)});
+            collective::gather_by(x, comm, mine, all, root, steps);
+          }))
+    return;
+  through_host(
+      *router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { gather(comm, host_in, host_out, root); },
+      staged(mine, buffer_use::read), staged(all.first(filled), buffer_use::write));
 }
 
 }  // namespace chorus

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
 namespace chorus::collective {
 
@@ -32,9 +33,14 @@ struct host_steps {
   std::span<A> work(std::size_t count) const {
     return scratch<A>(count, 1);
   }
-  template <class A>
-  void copy(std::span<const A> from, std::span<A> to) const {
-    std::copy(from.begin(), from.end(), to.begin());
+  // Converts where the types differ: an element type into its accumulator
+  // (half and bfloat16 widen to float) and back, rounded once.
+  template <class From, class To>
+  void copy(std::span<const From> from, std::span<To> to) const {
+    if constexpr (std::is_same_v<From, To>)
+      std::copy(from.begin(), from.end(), to.begin());
+    else
+      std::transform(from.begin(), from.end(), to.begin(), [](From value) { return static_cast<To>(value); });
   }
   template <class A, class Op>
   void reduce(std::span<A> target, std::span<const A> arrived, const Op& op, bool incoming_is_lower) const {

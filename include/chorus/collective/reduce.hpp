@@ -8,6 +8,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_tree.hpp>
 #include <chorus/collective/selection.hpp>
@@ -32,73 +33,43 @@ struct reduce_algorithms : algorithm_list<algorithms::reduce_tree> {
   static constexpr std::string_view defaults = "reduce:0-:tree";
 };
 
-// The argument checks, the agreement check and the report, the same on
-// every path.
-template <class Communicator, element T, class Op>
-void begin_reduce(Communicator& comm, std::span<const T> input, std::span<T> output, int root) {
-  const int rank = comm.transport().rank();
-  check_root(root, comm.size(), rank, "reduce");
-  if (comm.rank() == root) check_output(input, output, input.size(), rank, "reduce");
-  check_if_enabled(comm, {"reduce", input.size(), dtype_of<T>, op::name_of<Op>(), root, call_memory(input, output)});
-  const choice made =
-      choose(comm, entry_of<reduce_algorithms>(), {comm.size(), input.size_bytes()}, algorithm::automatic);
-  report(comm, "reduce", input.size_bytes(), dtype_of<T>, made);
-}
-
-// Buffers that are not host memory: the direct path where the router takes
-// them (element types that are their own accumulator, built-in ops: the
-// tree reduces where the memory lives), else staged (the input read, the
-// root's output written).
-template <class Communicator, element T, class Op>
-algorithm reduce_through(memory_router& router, Communicator& comm, std::span<const T> input, std::span<T> output,
-                         int root, Op op) {
-  const bool at_root = comm.rank() == root;
-  const std::size_t filled = at_root ? std::min(input.size(), output.size()) : 0;
-  const auto staged_call = [&] {
-    return through_host(
-        router, comm, [&](std::span<const T> in, std::span<T> out) { return reduce(comm, in, out, root, op); },
-        staged(input, buffer_use::read), staged(output.first(filled), buffer_use::write));
-  };
-  if constexpr (!std::is_same_v<accumulator_t<T>, T>) {
-    report_path(comm, "reduce", input.size_bytes(),
-                staged_because("reductions over " + std::string(element_traits<T>::name)));
-    return staged_call();
-  } else {
-    const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
-    const routed_buffer out{output.data(), filled * sizeof(T), buffer_use::write};
-    if (run_direct(router, comm, "reduce", {in, out}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
-          begin_reduce<Communicator, T, Op>(comm, input, output, root);
-          exchange ex(comm, "reduce");
-          network_exchange on_network(ex, where);
-          const routed_steps steps(where);
-          const std::span<T> work = steps.template work<T>(input.size());
-          steps.copy(input, work);
-          reduce_tree(on_network, work, root, op, steps);
-          if (!at_root) return;
-          steps.finalize(work, op, static_cast<std::size_t>(comm.size()));
-          steps.copy(std::span<const T>(work), output.first(work.size()));
-        }))
-      return algorithm::tree;
-    return staged_call();
-  }
-}
-
 }  // namespace collective
 
+// One body for every memory kind (front_door.hpp): a work copy of the input
+// in the accumulator type (float for half and bfloat16) reduced up the
+// tree where it lives; the root finalizes it and copies it out, rounded
+// once. Staged: the input read, the root's output written.
 template <class Communicator, element T, class Op = op::sum>
 algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> output, int root, Op op = {}) {
-  if (memory_router* router = routed(input, output))
-    return collective::reduce_through(*router, comm, input, output, root, op);
-  collective::begin_reduce<Communicator, T, Op>(comm, input, output, root);
-  collective::exchange ex(comm, "reduce");
-  using A = accumulator_t<T>;
-  const std::span<A> work = collective::widened_copy(input);
-  collective::reduce_tree(ex, work, root, op);
-  if (comm.rank() == root) {
-    collective::finalize_all(work, op, static_cast<std::size_t>(comm.size()));
-    collective::narrow_into(std::span<const A>(work), output);
-  }
-  return algorithm::tree;
+  const int rank = comm.transport().rank();
+  collective::check_root(root, comm.size(), rank, "reduce");
+  const bool at_root = comm.rank() == root;
+  if (at_root) collective::check_output(input, output, input.size(), rank, "reduce");
+  const std::size_t filled = at_root ? input.size() : 0;
+  memory_router* const router = routed(input, output);
+  const choice made = choose(comm, entry_of<collective::reduce_algorithms>(),
+                             {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = router == nullptr},
+                             algorithm::automatic);
+  const auto body = [&](auto& x, const auto& steps) {
+    collective::check_if_enabled(
+        comm, {"reduce", input.size(), dtype_of<T>, op::name_of<Op>(), root, call_memory(input, output)});
+    report(comm, "reduce", input.size_bytes(), dtype_of<T>, made);
+    using A = accumulator_t<T>;
+    const std::span<A> work = steps.template work<A>(input.size());
+    steps.copy(input, work);
+    collective::reduce_tree(x, work, root, op, steps);
+    if (!at_root) return;
+    steps.finalize(work, op, static_cast<std::size_t>(comm.size()));
+    steps.copy(std::span<const A>(work), output.first(work.size()));
+  };
+  if (collective::run_where<collective::reduces_in_itself<T>>(comm, router, "reduce",
+                                                              {{input.data(), input.size_bytes(), buffer_use::read},
+                                                               {output.data(), filled * sizeof(T), buffer_use::write}},
+                                                              dtype_of<T>, op::name_of<Op>(), true, body))
+    return made.chosen;
+  return through_host(
+      *router, comm, [&](std::span<const T> in, std::span<T> out) { return reduce(comm, in, out, root, op); },
+      staged(input, buffer_use::read), staged(output.first(filled), buffer_use::write));
 }
 
 template <class Communicator, element T, class Op = op::sum>

@@ -3,12 +3,12 @@
 //
 //   chorus::reduce_scatter(comm, input, output);   // output.size() >= input.size() / size
 //
-// Algorithms (collective/selection.hpp): shared memory when every rank is on
-// one host, hierarchical across hosts of equal rank counts (both from 16
-// KiB of input, host buffers); else recursive halving (any n, by folding)
-// up to 64 KiB of input, the pipelined ring above; force one with
-// chorus::algo::recursive_halving / ring / shm / hierarchical, or tune with
-// CHORUS_TUNE.
+// Algorithms: the list in collective/reduce_scatter_algorithms.hpp, whose
+// defaults (a CHORUS_TUNE string, shown in docs/collectives.md) take shared
+// memory on one host and hierarchical across hosts for host buffers, else
+// recursive halving (any n, by folding) for small inputs and the pipelined
+// ring for large; force one with chorus::algo::recursive_halving / ring /
+// shm / hierarchical, or tune with CHORUS_TUNE.
 #pragma once
 
 #include <chorus/collective/arguments.hpp>
@@ -45,71 +45,43 @@ std::size_t reduce_scatter_block(const Communicator& comm, std::span<const T> in
   return block;
 }
 
-// Buffers that are not host memory: the direct path where the router takes
-// them (a device work copy of the input, reduced where it lives by the
-// registry's algorithm), else staged.
-template <class Communicator, element T, class Op>
-algorithm reduce_scatter_through(memory_router& router, Communicator& comm, std::span<const T> input,
-                                 std::span<T> output, const Op& op, algorithm forced) {
-  const auto n = static_cast<std::size_t>(comm.size());
-  const choice made = choose(comm, entry_of<collective::reduce_scatter_algorithms>(),
-                             {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = false}, forced);
-  if constexpr (std::is_same_v<accumulator_t<T>, T>) {
-    const std::size_t block = reduce_scatter_block(comm, input, output);
-    const routed_buffer in{input.data(), input.size_bytes(), buffer_use::read};
-    const routed_buffer out{output.data(), block * sizeof(T), buffer_use::write};
-    const bool direct =
-        !made.moves_host_memory &&
-        run_direct(
-            router, comm, "reduce_scatter", {in, out}, dtype_of<T>, op::name_of<Op>(), [&](local_arithmetic& where) {
-              check_if_enabled(
-                  comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
-              report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
-              exchange ex(comm, "reduce_scatter");
-              network_exchange on_network(ex, where);
-              const routed_steps steps(where);
-              const std::span<T> work = steps.template work<T>(input.size());
-              steps.copy(input, work);
-              steps.settle();
-              reduce_scatter_by(on_network, work, block, op, made.chosen, steps);
-              const std::span<T> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
-              steps.finalize(mine, op, n);
-              steps.copy(std::span<const T>(mine), output.first(block));
-            });
-    if (direct) return made.chosen;
-  } else {
-    report_path(comm, "reduce_scatter", input.size_bytes(),
-                staged_because("reductions over " + std::string(element_traits<T>::name)));
-  }
-  return through_host(
-      router, comm, [&](std::span<const T> in, std::span<T> out) { return reduce_scatter(comm, in, out, op, forced); },
-      staged(input, buffer_use::read),
-      staged(output.first(std::min(output.size(), input.size() / n)), buffer_use::write));
-}
-
 }  // namespace collective
 
+// One body for every memory kind (front_door.hpp): a work copy of the input
+// in the accumulator type (float for half and bfloat16), reduced by the
+// chosen algorithm where it lives, this rank's block finalized and copied
+// out, rounded once.
 template <class Communicator, element T, class Op = op::sum>
   requires(!std::same_as<Op, algorithm>)
 algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
                          algorithm forced = algorithm::automatic) {
   const auto n = static_cast<std::size_t>(comm.size());
-  if (memory_router* router = routed(input, output))
-    return collective::reduce_scatter_through(*router, comm, input, output, op, forced);
   const std::size_t block = collective::reduce_scatter_block(comm, input, output);
-  collective::check_if_enabled(
-      comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
+  memory_router* const router = routed(input, output);
   const choice made =
-      choose(comm, entry_of<collective::reduce_scatter_algorithms>(), {comm.size(), input.size_bytes()}, forced);
-  report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
-  collective::exchange ex(comm, "reduce_scatter");
-  using A = accumulator_t<T>;
-  const std::span<A> work = collective::widened_copy(input);
-  collective::reduce_scatter_by(ex, work, block, op, made.chosen);
-  const std::span<A> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
-  collective::finalize_all(mine, op, n);
-  collective::narrow_into(std::span<const A>(mine), output);
-  return made.chosen;
+      choose(comm, entry_of<collective::reduce_scatter_algorithms>(),
+             {.ranks = comm.size(), .bytes = input.size_bytes(), .host_memory = router == nullptr}, forced);
+  const auto body = [&](auto& x, const auto& steps) {
+    collective::check_if_enabled(
+        comm, {"reduce_scatter", block, dtype_of<T>, op::name_of<Op>(), -1, call_memory(input, output)});
+    report(comm, "reduce_scatter", input.size_bytes(), dtype_of<T>, made);
+    using A = accumulator_t<T>;
+    const std::span<A> work = steps.template work<A>(input.size());
+    steps.copy(input, work);
+    steps.settle();
+    collective::reduce_scatter_by(x, work, block, op, made.chosen, steps);
+    const std::span<A> mine = work.subspan(static_cast<std::size_t>(comm.rank()) * block, block);
+    steps.finalize(mine, op, n);
+    steps.copy(std::span<const A>(mine), output.first(block));
+  };
+  if (collective::run_where<collective::reduces_in_itself<T>>(
+          comm, router, "reduce_scatter",
+          {{input.data(), input.size_bytes(), buffer_use::read}, {output.data(), block * sizeof(T), buffer_use::write}},
+          dtype_of<T>, op::name_of<Op>(), !made.moves_host_memory, body))
+    return made.chosen;
+  return through_host(
+      *router, comm, [&](std::span<const T> in, std::span<T> out) { return reduce_scatter(comm, in, out, op, forced); },
+      staged(input, buffer_use::read), staged(output.first(block), buffer_use::write));
 }
 
 template <class Communicator, element T>

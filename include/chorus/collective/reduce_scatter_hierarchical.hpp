@@ -56,14 +56,9 @@ void reduce_scatter_hierarchical(exchange<Communicator>& ex, std::span<A> work, 
 }
 
 namespace algorithms {
-struct reduce_scatter_hierarchical {
-  static constexpr algorithm id = algorithm::hierarchical;
+struct reduce_scatter_hierarchical : hierarchical_form {
   static constexpr std::string_view cost =
       "shared memory, then reduce_scatter of S/L among the h hosts' L-th ranks, (h-1)/h S/L beta";
-  static constexpr bool moves_host_memory = true;
-  static constexpr std::string_view needs = "several hosts holding equal numbers (> 1) of ranks";
-  static bool feasible(const workload& w) { return (w.hosts == 1 || w.ranks_per_host > 0) && !w.between_hosts; }
-  static bool suits(const workload& w) { return w.hosts > 1 && w.ranks_per_host > 1 && !w.between_hosts; }
   static double seconds(const workload& w, const machine& m) {
     const int hosts = std::max(w.hosts, 1), local = std::max(w.ranks_per_host, 1);
     const double S = double(w.bytes);

@@ -84,15 +84,9 @@ void reduce_scatter_shared_memory(exchange<Communicator>& ex, std::span<A> work,
 }
 
 namespace algorithms {
-struct reduce_scatter_shared_memory {
-  static constexpr algorithm id = algorithm::shared_memory;
-  static constexpr std::array<std::string_view, 1> aliases{"shm"};
+struct reduce_scatter_shared_memory : shared_memory_form {
   static constexpr std::string_view cost =
       "(n-1)/n S + S of memory traffic per rank + S/n gamma, 2 flag round trips per step";
-  static constexpr bool moves_host_memory = true;
-  static constexpr std::string_view needs = "every rank on one host";
-  static bool feasible(const workload& w) { return w.hosts == 1 && !w.between_hosts; }
-  static bool suits(const workload& w) { return feasible(w) && w.ranks >= 2; }
   static double seconds(const workload& w, const machine& m) {
     const double S = double(w.bytes);
     return 2 * cost::memory_steps(w.bytes) * m.flag + (1 + cost::share(w.ranks)) * S * m.memory_beta +

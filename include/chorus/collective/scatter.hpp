@@ -8,6 +8,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
+#include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/route/direct_path.hpp>
@@ -56,36 +57,27 @@ void scatter_by(X& ex, Communicator& comm, std::span<const T> all, std::span<T> 
   steps.settle();
 }
 
-// Buffers that are not host memory: direct where the router takes them
-// (only bytes move: no device kernels needed), else staged.
-template <class Communicator, element T>
-void scatter_through(memory_router& router, Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
-  check_scatter(comm, all, mine, root);
-  const std::size_t used = comm.rank() == root ? mine.size() * static_cast<std::size_t>(comm.size()) : 0;
-  const routed_buffer in{all.data(), used * sizeof(T), buffer_use::read};
-  const routed_buffer out{mine.data(), mine.size_bytes(), buffer_use::write};
-  if (run_direct(router, comm, "scatter", {in, out}, dtype_of<T>, "", [&](local_arithmetic& where) {
-        check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root, call_memory(all, mine)});
-        exchange ex(comm, "scatter");
-        network_exchange on_network(ex, where);
-        scatter_by(on_network, comm, all, mine, root, routed_steps(where));
-      }))
-    return;
-  const std::size_t staged_in = comm.rank() == root ? all.size() : 0;
-  through_host(
-      router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { scatter(comm, host_in, host_out, root); },
-      staged(all.first(staged_in), buffer_use::read), staged(mine, buffer_use::write));
-}
-
 }  // namespace collective
 
+// One body for every memory kind (front_door.hpp): only bytes move, so the
+// direct path needs no device kernels; staged, the root's blocks are read
+// and this rank's block written.
 template <class Communicator, element T>
 void scatter(Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
-  if (memory_router* router = routed(all, mine)) return collective::scatter_through(*router, comm, all, mine, root);
   collective::check_scatter(comm, all, mine, root);
-  collective::check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root, call_memory(all, mine)});
-  collective::exchange ex(comm, "scatter");
-  collective::scatter_by(ex, comm, all, mine, root, collective::host_steps{});
+  const std::size_t used = comm.rank() == root ? mine.size() * static_cast<std::size_t>(comm.size()) : 0;
+  memory_router* const router = routed(all, mine);
+  if (collective::run_where(
+          comm, router, "scatter",
+          {{all.data(), used * sizeof(T), buffer_use::read}, {mine.data(), mine.size_bytes(), buffer_use::write}},
+          dtype_of<T>, "", true, [&](auto& x, const auto& steps) {
+            collective::check_if_enabled(comm, {"scatter", mine.size(), dtype_of<T>, "", root, call_memory(all, mine)});
+            collective::scatter_by(x, comm, all, mine, root, steps);
+          }))
+    return;
+  through_host(
+      *router, comm, [&](std::span<const T> host_in, std::span<T> host_out) { scatter(comm, host_in, host_out, root); },
+      staged(all.first(used), buffer_use::read), staged(mine, buffer_use::write));
 }
 
 }  // namespace chorus

@@ -36,8 +36,7 @@ namespace chorus {
 struct collective_entry {
   std::string_view name;
   std::span<const algorithm_facts> algorithms;
-  std::string_view defaults;  // CHORUS_TUNE grammar
-  tuning default_rules;       // the same, parsed
+  tuning default_rules;  // the list's defaults (CHORUS_TUNE grammar), parsed
 
   // The algorithm `named` (by its name or an alias), or nullptr.
   const algorithm_facts* find(const algorithm& named) const noexcept {
@@ -64,8 +63,7 @@ struct collective_entry {
 template <class Algorithms>
 const collective_entry& entry_of() {
   static constexpr auto defaults = parse_tuning_at_compile_time<Algorithms::defaults>();
-  static const collective_entry entry{Algorithms::collective, Algorithms::facts, Algorithms::defaults,
-                                      tuning_of(defaults, "default")};
+  static const collective_entry entry{Algorithms::collective, Algorithms::facts, tuning_of(defaults, "default")};
   return entry;
 }
 
@@ -73,7 +71,8 @@ const collective_entry& entry_of() {
 struct choice {
   algorithm chosen = algorithm::automatic;
   std::string reason;
-  bool moves_host_memory = false;  // the chosen algorithm's: device buffers are staged for it
+  bool moves_host_memory = false;          // the chosen algorithm's: device buffers are staged for it
+  const algorithm_facts* facts = nullptr;  // its registry row (null for a backend)
 };
 
 namespace detail {
@@ -92,7 +91,7 @@ inline choice by_cost_model(const collective_entry& entry, const workload& work)
                                             std::to_string(work.ranks) + " ranks here (it has " + entry.list() + ")");
   char modelled[32];
   std::snprintf(modelled, sizeof modelled, "%.3g", least * 1e6);
-  return {best->id, "cost model, " + std::string(modelled) + " us", best->moves_host_memory};
+  return {best->id, "cost model, " + std::string(modelled) + " us", best->moves_host_memory, best};
 }
 
 }  // namespace detail
@@ -105,23 +104,29 @@ inline choice by_cost_model(const collective_entry& entry, const workload& work)
 inline choice choose(const collective_entry& entry, const workload& work, algorithm forced, const tuning& rules,
                      algorithm configured_allreduce) {
   const auto made = [&](const algorithm_facts& row, std::string reason) {
-    return choice{row.id, std::move(reason), row.moves_host_memory};
+    return choice{row.id, std::move(reason), row.moves_host_memory, &row};
   };
   if (!forced.is_automatic()) return made(entry.offered(forced, "the caller"), "caller");
   for (const tuning_rule& rule : rules.rules)
     if (rule.collective == entry.name) (void)entry.offered(rule.chosen, rule.text);
+  // match() stops at the first rule its predicate takes, so `row` is then
+  // that rule's algorithm, looked up once.
+  const algorithm_facts* row = nullptr;
   const auto usable = [&](const algorithm& named) {
-    return !work.between_hosts || entry.offered(named, "").feasible(work);
+    row = &entry.offered(named, "CHORUS_TUNE");
+    return !work.between_hosts || row->feasible(work);
   };
-  if (const tuning_rule* rule = rules.match(entry.name, work.ranks, work.bytes, usable))
-    return made(entry.offered(rule->chosen, rule->text), rule->text);
+  if (const tuning_rule* rule = rules.match(entry.name, work.ranks, work.bytes, usable)) return made(*row, rule->text);
   if (entry.name == "allreduce" && !configured_allreduce.is_automatic()) {
-    const algorithm_facts& row = entry.offered(configured_allreduce, "CHORUS_ALLREDUCE_ALGO");
-    if (usable(row.id)) return made(row, "CHORUS_ALLREDUCE_ALGO");
+    const algorithm_facts& configured = entry.offered(configured_allreduce, "CHORUS_ALLREDUCE_ALGO");
+    if (!work.between_hosts || configured.feasible(work)) return made(configured, "CHORUS_ALLREDUCE_ALGO");
   }
-  const auto suits = [&](const algorithm& named) { return entry.offered(named, "").chosen_by_default_for(work); };
+  const auto suits = [&](const algorithm& named) {
+    row = &entry.offered(named, "the defaults");
+    return row->chosen_by_default_for(work);
+  };
   if (const tuning_rule* rule = entry.default_rules.match(entry.name, work.ranks, work.bytes, suits))
-    return made(entry.offered(rule->chosen, rule->text), rule->text);
+    return made(*row, rule->text);
   return detail::by_cost_model(entry, work);
 }
 
@@ -137,7 +142,7 @@ choice choose(const Communicator& comm, const collective_entry& entry, workload 
     work.ranks_per_host = comm.layout().ranks_per_host;
   }
   choice made = choose(entry, work, forced, comm.config().tune, comm.config().allreduce_algorithm);
-  if (!entry.offered(made.chosen, "").feasible(work))
+  if (!made.facts->feasible(work))
     throw error(errc::invalid_argument,
                 std::string(entry.name) + " with " + std::string(to_string(made.chosen)) + " (" + made.reason + "): " +
                     (work.hosts > 1 && made.chosen == algorithm::shared_memory

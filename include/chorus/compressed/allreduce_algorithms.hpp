@@ -29,9 +29,6 @@ struct allreduce_algorithms
       "compressed_allreduce:0-:sparse;compressed_allreduce@2-:1M-:ring;compressed_allreduce:0-:encode_once";
 };
 
-// The encoded size from which the defaults take the ring (the 1M above).
-inline constexpr std::size_t ring_min_encoded_bytes = 1u << 20;
-
 // What compressed_allreduce's choice depends on: the encoded
 // size, and whether the codec survives re-encoding.
 template <codec::codec Codec>

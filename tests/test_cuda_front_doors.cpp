@@ -8,6 +8,7 @@
 // memory that the transport cannot move.
 #include <chorus/chorus.hpp>
 #include <chorus/cuda/router.hpp>
+#include <chorus/window.hpp>
 
 #include "expect_error.hpp"
 #include "fake_device.hpp"
@@ -500,4 +501,34 @@ TEST_CASE("CHORUS_CHECK=1: device memory on one rank and host memory on the othe
     }
   }
   ::unsetenv("CHORUS_CHECK");
+}
+
+TEST_CASE("a tensor window stages device tensors: put, accumulate, publish, get and update give the host's bits") {
+  for (const std::size_t count : counts) {
+    CAPTURE(count);
+    const int differ = differing_ranks([&](communicator& comm, fake_device& fake, std::atomic<int>& wrong) {
+      const std::vector<float> input = input_of(comm.rank(), count);
+      std::vector<float> host = input;
+      on_device device(fake, input);
+      chorus::window on_host(comm, host), on_gpu(comm, device.in());
+      std::vector<chorus::neighbour_weight> half;
+      for (int source : on_host.sources()) half.push_back({source, 0.5 / comm.size()});
+      for (auto* win : {&on_host, &on_gpu}) {
+        const bool gpu = win == &on_gpu;
+        win->put(gpu ? device.in() : std::span<const float>(host));
+        win->accumulate(gpu ? device.in() : std::span<const float>(host));
+        win->quiesce();
+        win->update(gpu ? device.span() : std::span<float>(host), 0.5, half);
+        win->publish(gpu ? device.in() : std::span<const float>(host));
+        comm.barrier();
+        win->get();
+        win->update(gpu ? device.span() : std::span<float>(host), 0.25, half, true);
+      }
+      if (!same_bits(device.read(), host)) ++wrong;
+      comm.barrier();
+      on_host.free();
+      on_gpu.free();
+    });
+    CHECK(differ == 0);
+  }
 }

@@ -39,8 +39,7 @@ namespace avg = chorus::averaging;
 namespace {
 
 struct settings {
-  std::string scheme =
-      "allreduce";  // allreduce | local | dpsgd | easgd | easgd-sync | gosgd | ps-bsp | ssp | downpour | tree-easgd
+  std::string scheme = "allreduce";  // one of scheme_names below
   std::string codec = "none";
   std::string directory = fashion_mnist::default_directory;
   std::string csv;
@@ -61,7 +60,8 @@ struct settings {
   std::uint64_t kill_at_step = 0;  // ... at this step (counted over the run)
 };
 
-const char* const scheme_names = "allreduce|local|dpsgd|easgd|easgd-sync|gosgd|ps-bsp|ssp|downpour|tree-easgd";
+const char* const scheme_names =
+    "allreduce|local|dpsgd|dpsgd-window|easgd|easgd-sync|gosgd|one-sided-gossip|ps-bsp|ssp|downpour|tree-easgd";
 
 // An empty problem is --help: the usage on stdout, exit status 0.
 [[noreturn]] void usage(const std::string& problem) {
@@ -76,7 +76,7 @@ const char* const scheme_names = "allreduce|local|dpsgd|easgd|easgd-sync|gosgd|p
          "Trains an MLP on Fashion-MNIST with one averaging scheme, e.g.\n"
          "  chorus-run -n 4 fashion_mnist --scheme gosgd --epochs 12 --csv gosgd.csv\n"
          "With --kill-rank R (not 0: it reports) rank R kills itself at step S, to show training that survives\n"
-         "a lost worker (gosgd, easgd, ssp, downpour; run under chorus-run --keep-going).\n";
+         "a lost worker (gosgd, one-sided-gossip, easgd, ssp, downpour; run under chorus-run --keep-going).\n";
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -264,19 +264,22 @@ void train(chorus::communicator& comm, const settings& config) {
   const auto local_model = [&] { return copy_of(job.model.values()); };
   const avg::peer_failure_policy on_failure =
       config.on_peer_failure == "continue" ? avg::peer_failure_policy::continue_ : avg::peer_failure_policy::raise;
-  const bool tolerant =
-      config.scheme == "gosgd" || config.scheme == "easgd" || config.scheme == "ssp" || config.scheme == "downpour";
+  const bool tolerant = config.scheme == "gosgd" || config.scheme == "easgd" || config.scheme == "ssp" ||
+                        config.scheme == "downpour" || config.scheme == "one-sided-gossip";
   if (on_failure == avg::peer_failure_policy::continue_ && !tolerant)
     usage("--on-peer-failure continue: " + config.scheme +
-          " raises on a lost rank (gosgd, easgd, ssp, downpour go on)");
+          " raises on a lost rank (gosgd, one-sided-gossip, easgd, ssp, downpour go on)");
   if (config.scheme == "allreduce") {
     avg::allreduce_sgd scheme(comm, model, avg::parameters(job.model.gradient_tensors()), {.codec = wire});
     job.run(scheme, local_model);
   } else if (config.scheme == "local") {
     avg::local_sgd scheme(comm, model, {.period = config.period, .codec = wire});
     job.run(scheme, local_model);
-  } else if (config.scheme == "dpsgd") {
-    avg::dpsgd scheme(comm, model, {.codec = wire});
+  } else if (config.scheme == "dpsgd" || config.scheme == "dpsgd-window") {
+    avg::dpsgd scheme(comm, model, {.codec = wire, .one_sided = config.scheme == "dpsgd-window"});
+    job.run(scheme, local_model);
+  } else if (config.scheme == "one-sided-gossip") {
+    avg::one_sided_gossip scheme(comm, model, {.codec = wire, .on_peer_failure = on_failure});
     job.run(scheme, local_model);
   } else if (config.scheme == "easgd-sync") {
     avg::easgd scheme(comm, model, {.alpha = config.alpha, .tau = config.tau, .codec = wire});

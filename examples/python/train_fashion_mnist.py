@@ -6,7 +6,7 @@
 --backend chorus|gloo   the torch.distributed backend (process group)
 --scheme ddp            DistributedDataParallel on that backend (with --hook fp16|bf16|int8|onebit:
                         chorus's compression hook)
---scheme allreduce|local|dpsgd|easgd-sync|easgd|gosgd
+--scheme allreduce|local|dpsgd|dpsgd-window|easgd-sync|easgd|gosgd|one-sided-gossip
                         a chorus averaging scheme (chorus.averaging) around the optimiser, on the
                         chorus backend's communicator (or, with gloo, one opened through torch's store)
 
@@ -114,8 +114,10 @@ class Trainer:
             return averaging.AllreduceSGD(self.comm, params, codec=o.codec)
         if o.scheme == "local":
             return averaging.LocalSGD(self.comm, params, period=o.period, codec=o.codec)
-        if o.scheme == "dpsgd":
-            return averaging.DPSGD(self.comm, params, codec=o.codec)
+        if o.scheme in ("dpsgd", "dpsgd-window"):
+            return averaging.DPSGD(self.comm, params, codec=o.codec, one_sided=o.scheme == "dpsgd-window")
+        if o.scheme == "one-sided-gossip":
+            return averaging.OneSidedGossip(self.comm, params, codec=o.codec)
         if o.scheme == "easgd-sync":
             return averaging.EASGD(self.comm, params, alpha=0.1, tau=1, codec=o.codec)
         if o.scheme == "easgd":

@@ -11,6 +11,7 @@
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/local_sgd.hpp>
 #include <chorus/averaging/neighbour_exchange.hpp>
+#include <chorus/averaging/one_sided_gossip.hpp>
 #include <chorus/averaging/parameter_server.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/scheme.hpp>

@@ -7,7 +7,8 @@
 
 PyTorch: ``import chorus.torch`` registers the torch.distributed backend
 "chorus" (torchrun, DDP) and brings the DDP communication hooks; the
-averaging schemes are in ``chorus.averaging``.
+averaging schemes are in ``chorus.averaging``; one-sided tensor windows
+are ``chorus.Window``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from . import averaging, errors
 from ._chorus import Codec, ErrorFeedback, Topology, allreduce_error_bound
 from .communicator import Communicator, Op, Request, connect, init
 from .errors import Error, InvalidArgument, Mismatch, PeerFailure, TimeoutError, TransportError, Unavailable
+from .window import Window
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Codec", "Communicator", "Error", "ErrorFeedback", "InvalidArgument", "Mismatch", "Op", "PeerFailure",
     "Request", "TimeoutError", "Topology", "TransportError", "Unavailable", "allreduce_error_bound", "averaging",
-    "connect", "errors", "init",
+    "Window", "connect", "errors", "init",
 ]

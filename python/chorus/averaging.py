@@ -117,12 +117,45 @@ class LocalSGD(Scheme):
 
 
 class DPSGD(Scheme):
-    """Decentralised SGD: mixes with the neighbours of `topology` (default: a ring) every step."""
+    """Decentralised SGD: mixes with the neighbours of `topology` (default: a ring) every step; with
+    `one_sided` its rounds go through a tensor window (puts into the neighbours' slots), bit for bit the same."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], *, topology: Optional[_chorus.Topology] = None,
+                 codec: CodecLike = None, one_sided: bool = False) -> None:
+        arrays = _arrays(params)
+        super().__init__(_chorus.DPSGD(comm._impl, arrays, topology, codec, one_sided), arrays)
+
+
+class DPSGDWindow(DPSGD):
+    """D-PSGD whose rounds go through a tensor window (``DPSGD(..., one_sided=True)``)."""
 
     def __init__(self, comm: Communicator, params: Iterable[Any], *, topology: Optional[_chorus.Topology] = None,
                  codec: CodecLike = None) -> None:
+        super().__init__(comm, params, topology=topology, codec=codec, one_sided=True)
+
+
+class OneSidedGossip(Scheme):
+    """Push-sum gossip over a tensor window: after each step a rank merges what landed in its slots and
+    accumulates its weighted model into its out-neighbours' (a column-stochastic `topology`, default the
+    one-peer exponential graph), never waiting for them. finish(): the consensus sum(p x) / sum(p)."""
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], *, topology: Optional[_chorus.Topology] = None,
+                 codec: CodecLike = None, on_peer_failure: str = "raise") -> None:
         arrays = _arrays(params)
-        super().__init__(_chorus.DPSGD(comm._impl, arrays, topology, codec), arrays)
+        super().__init__(_chorus.OneSidedGossip(comm._impl, arrays, topology, codec, on_peer_failure), arrays)
+
+    def lost_peers(self) -> List[dict]:
+        """The neighbours this rank went on without (on_peer_failure="continue"): rank, step, seconds."""
+        return self._impl.lost_peers()
+
+    def quiesce(self) -> None:
+        """Collective: every push made before any rank's quiesce() is merged; the weights sum to the ranks."""
+        self._impl.quiesce()
+
+    @property
+    def weight(self) -> float:
+        """This rank's push-sum weight p."""
+        return self._impl.weight
 
 
 class EASGD(Scheme):
@@ -223,9 +256,11 @@ SCHEMES = {
     "allreduce": AllreduceSGD,
     "local": LocalSGD,
     "dpsgd": DPSGD,
+    "dpsgd-window": DPSGDWindow,
     "easgd-sync": EASGD,
     "easgd": EASGDAsync,
     "gosgd": GoSGD,
+    "one-sided-gossip": OneSidedGossip,
     "tree-easgd": TreeEASGD,
 }
 

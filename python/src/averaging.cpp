@@ -10,6 +10,7 @@
 #include <chorus/averaging/easgd_async.hpp>
 #include <chorus/averaging/gosgd.hpp>
 #include <chorus/averaging/local_sgd.hpp>
+#include <chorus/averaging/one_sided_gossip.hpp>
 #include <chorus/averaging/parameter_server.hpp>
 #include <chorus/averaging/topology.hpp>
 #include <chorus/averaging/tree_easgd.hpp>
@@ -181,12 +182,37 @@ void bind_averaging(nb::module_& m) {
       .def(
           "__init__",
           [](py_scheme<avg::dpsgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             std::optional<avg::topology> topology, nb::handle codec) {
+             std::optional<avg::topology> topology, nb::handle codec, bool one_sided) {
             avg::parameters model = parameters_of(params, "params");
-            construct(self, comm, params, std::move(model), avg::dpsgd_options{std::move(topology), wire_of(codec)});
+            construct(self, comm, params, std::move(model),
+                      avg::dpsgd_options{std::move(topology), wire_of(codec), one_sided});
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("topology").none() = nb::none(),
-          nb::arg("codec").none() = nb::none());
+          nb::arg("codec").none() = nb::none(), nb::arg("one_sided") = false);
+
+  using gossip = avg::one_sided_gossip<chorus::communicator>;
+  scheme_class<gossip>(m, "OneSidedGossip",
+                       "Push-sum gossip over a tensor window: accumulate into the out-neighbours' slots, never wait.")
+      .def(
+          "__init__",
+          [](py_scheme<gossip>* self, py_communicator& comm, model_list params, std::optional<avg::topology> topology,
+             nb::handle codec, const std::string& on_peer_failure) {
+            avg::parameters model = parameters_of(params, "params");
+            construct(
+                self, comm, params, std::move(model),
+                avg::one_sided_gossip_options{std::move(topology), wire_of(codec), policy_named(on_peer_failure)});
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("topology").none() = nb::none(),
+          nb::arg("codec").none() = nb::none(), nb::arg("on_peer_failure") = "raise")
+      .def(
+          "lost_peers", [](py_scheme<gossip>& self) { return lost_of(self.get().lost_peers()); },
+          "The neighbours this rank went on without (on_peer_failure='continue').")
+      .def(
+          "quiesce", [](py_scheme<gossip>& self) { without_gil([&] { self.get().quiesce(); }); },
+          "Collective: every push made before any rank's quiesce() is merged; the weights sum to the ranks.")
+      .def_prop_ro(
+          "weight", [](py_scheme<gossip>& self) { return self.get().weight(); },
+          "This rank's push-sum weight p: sum(p * model) / sum(p) over the ranks is the consensus.");
 
   scheme_class<avg::easgd<chorus::communicator>>(m, "EASGD", "Synchronous elastic averaging around a centre.")
       .def(

@@ -151,5 +151,6 @@ void bind_movements(nb::class_<py_communicator>& communicator);
 void bind_point_to_point(nb::class_<py_communicator>& communicator);
 void bind_codecs(nb::module_& m);
 void bind_averaging(nb::module_& m);
+void bind_windows(nb::module_& m);
 
 }  // namespace chorus::python

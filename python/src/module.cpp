@@ -16,4 +16,5 @@ NB_MODULE(_chorus, m) {
   bind_point_to_point(communicator);
   bind_codecs(m);
   bind_averaging(m);
+  bind_windows(m);
 }

@@ -16,7 +16,8 @@
 // A model in device memory on an NCCL communicator (with a cuda::router
 // given the device kernels) mixes on the device and its rounds go by NCCL
 // (device_mixing.hpp); elsewhere the round is neighbour_exchange's, on host
-// snapshots.
+// snapshots, or with one_sided window_exchange's: puts into the neighbours'
+// window slots, the same arithmetic bit for bit.
 #pragma once
 
 #include <chorus/averaging/consensus.hpp>
@@ -25,12 +26,15 @@
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/topology.hpp>
+#include <chorus/averaging/window_exchange.hpp>
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/core/error.hpp>
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace chorus::averaging {
@@ -38,6 +42,7 @@ namespace chorus::averaging {
 struct dpsgd_options {
   std::optional<averaging::topology> topology{};  // default: ring over the communicator
   codec::any_codec codec{};                       // none: full-precision models
+  bool one_sided = false;                         // rounds through a tensor window (window_exchange.hpp)
 };
 
 template <class Communicator>
@@ -47,14 +52,14 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
       : comm_(comm.split(0, comm.rank())),
         model_(std::move(model)),
         topology_(options.topology.value_or(averaging::topology::ring(comm.size()))),
-        exchange_(comm_, model_.size(), std::move(options.codec)) {
+        exchange_(exchange_for(options, comm_, topology_, model_.size())) {
     if (topology_.size() != comm.size())
       throw error(errc::invalid_argument, "dpsgd: topology " + topology_.name() + " has " +
                                               std::to_string(topology_.size()) + " ranks, the communicator " +
                                               std::to_string(comm.size()));
     topology_.require(stochastic::doubly);
     if (memory_router* router = device_mixing<Communicator>::router_for(comm_, model_))
-      on_device_.emplace(comm_, model_, exchange_.wire(), *router);
+      on_device_.emplace(comm_, model_, wire(), *router);
   }
 
   const averaging::topology& topology() const noexcept { return topology_; }
@@ -64,15 +69,20 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
     if (on_device_) return this->metered([&] { on_device_->start(topology_.at(round_)); });
     snapshot_.resize(model_.size());
     model_.copy_to(snapshot_);
-    this->metered([&] { exchange_.start(topology_.at(round_), snapshot_); });
-    if (exchange_.wire()) exchange_.decoded_self(snapshot_);
+    with_exchange([&](auto& exchange) {
+      this->metered([&] { exchange.start(topology_.at(round_), snapshot_); });
+      if (exchange.wire()) exchange.decoded_self(snapshot_);
+    });
   }
 
   void end_step() {
     this->metered([&] {
       if (on_device_) return on_device_->finish();
-      exchange_.finish(
-          [&](int, double weight, std::span<const float> neighbour) { mix_in(static_cast<float>(weight), neighbour); });
+      with_exchange([&](auto& exchange) {
+        exchange.finish([&](int, double weight, std::span<const float> neighbour) {
+          mix_in(static_cast<float>(weight), neighbour);
+        });
+      });
     });
     ++round_;
     ++this->stats_.exchanges;
@@ -85,6 +95,29 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
   }
 
  private:
+  using exchanges = std::variant<std::monostate, neighbour_exchange<Communicator>, window_exchange<Communicator>>;
+
+  // The round's mechanism is made in place: neither kind moves.
+  static std::unique_ptr<exchanges> exchange_for(dpsgd_options& options, Communicator& comm,
+                                                 const averaging::topology& graph, std::size_t elements) {
+    auto made = std::make_unique<exchanges>();
+    if (options.one_sided)
+      made->template emplace<window_exchange<Communicator>>(comm, graph, elements, std::move(options.codec));
+    else
+      made->template emplace<neighbour_exchange<Communicator>>(comm, elements, std::move(options.codec));
+    return made;
+  }
+  template <class F>
+  void with_exchange(F&& f) {
+    if (auto* two_sided = std::get_if<neighbour_exchange<Communicator>>(exchange_.get())) return f(*two_sided);
+    f(std::get<window_exchange<Communicator>>(*exchange_));
+  }
+  const codec::any_codec& wire() {
+    const codec::any_codec* held = nullptr;
+    with_exchange([&](auto& exchange) { held = &exchange.wire(); });
+    return *held;
+  }
+
   // x += w (neighbour - snapshot), tensor by tensor.
   void mix_in(float weight, std::span<const float> neighbour) {
     model_.for_each_part(neighbour, [&](std::span<float> tensor, std::span<const float> theirs) {
@@ -97,7 +130,7 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
   Communicator comm_;  // its own: the exchange's tags meet no one else's
   parameters model_;
   averaging::topology topology_;
-  neighbour_exchange<Communicator> exchange_;
+  std::unique_ptr<exchanges> exchange_;
   std::optional<device_mixing<Communicator>> on_device_;  // device models on NCCL
   std::vector<float> snapshot_;
   std::size_t round_ = 0;

@@ -83,7 +83,8 @@ class peer_losses {
     return lost_.size();
   }
 
- private:
+  // Records a peer (transport rank) as lost, once; for schemes whose
+  // building blocks drop dead peers themselves (a window's drop_dead_peers).
   void record(int world_rank, std::uint64_t step) {
     std::lock_guard lock(mutex_);
     if (std::any_of(lost_.begin(), lost_.end(), [&](const lost_peer& peer) { return peer.rank == world_rank; })) return;
@@ -91,6 +92,7 @@ class peer_losses {
         {world_rank, step, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()});
   }
 
+ private:
   peer_failure_policy policy_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   mutable std::mutex mutex_;

@@ -219,6 +219,18 @@ class topology {
   std::size_t period() const noexcept { return phases_.size(); }
   const mixing_matrix& at(std::size_t round) const noexcept { return phases_[round % phases_.size()]; }
 
+  // The ranks `rank` hears from in any phase, itself aside, ascending: the
+  // sources of a window that serves every round.
+  std::vector<int> in_neighbours(int rank) const {
+    std::vector<int> peers;
+    for (const mixing_matrix& phase : phases_)
+      for (const weighted_peer& entry : phase.row(rank))
+        if (entry.peer != rank) peers.push_back(entry.peer);
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    return peers;
+  }
+
   bool is_row_stochastic() const { return first_bad_sum(true).empty(); }
   bool is_column_stochastic() const { return first_bad_sum(false).empty(); }
   bool is_doubly_stochastic() const { return is_row_stochastic() && is_column_stochastic(); }

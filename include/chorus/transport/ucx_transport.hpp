@@ -20,7 +20,8 @@
 // The pieces: ucx/defaults.hpp (UCX settings chorus changes),
 // ucx/request.hpp (operation state inside UCX's requests), ucx/waiting.hpp
 // (spin, yield, block), ucx/errors.hpp (status to chorus::error),
-// ucx/context.hpp (context and worker), ucx/peers.hpp (failure detection).
+// ucx/context.hpp (context and worker), ucx/peers.hpp (failure detection),
+// ucx/remote_memory.hpp (regions peers reach one-sided: tensor windows).
 #pragma once
 
 #include <chorus/core/error.hpp>
@@ -31,6 +32,7 @@
 #include <chorus/transport/ucx/defaults.hpp>
 #include <chorus/transport/ucx/errors.hpp>
 #include <chorus/transport/ucx/peers.hpp>
+#include <chorus/transport/ucx/remote_memory.hpp>
 #include <chorus/transport/ucx/request.hpp>
 #include <chorus/transport/ucx/waiting.hpp>
 
@@ -117,6 +119,15 @@ class ucx_transport {
   // answer (a flush to a stopped peer held teardown 2 s).
   void abandon() noexcept { note_failure(); }
 
+  // Whether a peer has failed, asking the kernel now when its process is
+  // watched: for callers that reach the peer without the network (a window
+  // mapped into this process), where no operation would notice its death.
+  bool peer_gone_now(int peer) {
+    check_peer(peer, "watch");
+    std::lock_guard lock(mutex_);
+    return peers_.gone(peer);
+  }
+
   // The failure UCX reported for a peer's endpoint, if any (none for -1,
   // the peer of a receive from any source that has not matched).
   std::optional<ucs_status_t> peer_failure(int peer) const noexcept {
@@ -131,11 +142,7 @@ class ucx_transport {
     ucp_request_param_t params = operation_params(peers_[peer].in_flight);
     params.cb.send = &detail::on_send_done;
     std::lock_guard lock(mutex_);
-    ucp_ep_h endpoint = peers_[peer].endpoint;
-    if (endpoint == nullptr) {
-      if (peer_failure(peer)) raise_gone(peer, "send");  // closed by a failure noticed since the check above
-      throw error(errc::invalid_argument, "no endpoint: connect() was not called", {rank_, peer, "send"});
-    }
+    ucp_ep_h endpoint = endpoint_of(peer, "send");
     request handle = start(peer, tag, false, false);
     track(handle, ucp_tag_send_nbx(endpoint, data.empty() ? static_cast<const void*>(&empty_) : data.data(),
                                    data.size(), wire_tag(rank_, tag), &params));
@@ -177,6 +184,65 @@ class ucx_transport {
     track(handle, ucp_tag_recv_nbx(context_.worker(), data.empty() ? static_cast<void*>(&empty_) : data.data(),
                                    data.size(), tag, transport::user_tag_mask, &params));
     return handle;
+  }
+
+  // One-sided access (ucx/remote_memory.hpp): a region this rank exposes,
+  // a peer's region reached through its card, and the operations on it.
+  // Puts, gets and atomics complete locally (their buffers are free again);
+  // fence() orders this worker's earlier operations before its later ones
+  // at every target; flush(peer) completes once they all landed there.
+  exposed_memory expose(std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    return exposed_memory::allocate(context_.handle(), bytes, rank_);
+  }
+  remote_memory reach(int peer, std::span<const std::byte> card) {
+    check_peer(peer, "window");
+    if (peer_failure(peer)) raise_gone(peer, "window");
+    std::lock_guard lock(mutex_);
+    return remote_memory(endpoint_of(peer, "window"), card, rank_, peer);
+  }
+  // After a failure a peer may still write into a region: it is unmapped
+  // when the worker is gone instead.
+  void retire(exposed_memory&& region) {
+    std::lock_guard lock(mutex_);
+    context_.retire(std::move(region));
+  }
+
+  request put(int peer, const remote_memory& to, std::size_t offset, std::span<const std::byte> data) {
+    return one_sided(peer, "window put", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+      return ucp_put_nbx(endpoint, data.data(), data.size(), to.address(offset), to.key(), &params);
+    });
+  }
+  request get(int peer, const remote_memory& from, std::size_t offset, std::span<std::byte> out) {
+    return one_sided(peer, "window get", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+      return ucp_get_nbx(endpoint, out.data(), out.size(), from.address(offset), from.key(), &params);
+    });
+  }
+  // Adds `value` to the 8-byte word at `offset` atomically; with `fetched`,
+  // returns the word's previous value there once the request completes.
+  request atomic_add(int peer, const remote_memory& to, std::size_t offset, const std::uint64_t& value,
+                     std::uint64_t* fetched = nullptr) {
+    return one_sided(peer, "window atomic", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+      params.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+      params.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
+      if (fetched != nullptr) {
+        params.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        params.reply_buffer = fetched;
+      }
+      return ucp_atomic_op_nbx(endpoint, UCP_ATOMIC_OP_ADD, &value, 1, to.address(offset), to.key(), &params);
+    });
+  }
+  void fence() {
+    std::lock_guard lock(mutex_);
+    const ucs_status_t status = ucp_worker_fence(context_.worker());
+    if (status != UCS_OK)
+      throw error(errc::transport, std::string("ucp_worker_fence: ") + ucs_status_string(status),
+                  {rank_, -1, "window fence"});
+  }
+  request flush(int peer) {
+    return one_sided(peer, "window flush", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+      return ucp_ep_flush_nbx(endpoint, &params);
+    });
   }
 
   // One round of network progress; true if anything happened. Every
@@ -258,6 +324,27 @@ class ucx_transport {
       sleep_until_event(context_.worker(), context_.event_fd(), mutex_, remaining);
     };
     return wait_until(mode, done, deadline, [&] { return progress(); }, watch, sleep);
+  }
+
+  ucp_ep_h endpoint_of(int peer, const char* operation) {
+    ucp_ep_h endpoint = peers_[peer].endpoint;
+    if (endpoint != nullptr) return endpoint;
+    if (peer_failure(peer)) raise_gone(peer, operation);  // closed by a failure noticed since the caller's check
+    throw error(errc::invalid_argument, "no endpoint: connect() was not called", {rank_, peer, operation});
+  }
+
+  // A one-sided operation with `peer`, tracked like a send.
+  template <class Call>
+  request one_sided(int peer, const char* operation, Call&& call) {
+    check_peer(peer, operation);
+    if (peer_failure(peer)) raise_gone(peer, operation);
+    ucp_request_param_t params = operation_params(peers_[peer].in_flight);
+    params.cb.send = &detail::on_send_done;
+    std::lock_guard lock(mutex_);
+    ucp_ep_h endpoint = endpoint_of(peer, operation);
+    request handle = start(peer, 0, false, false);
+    track(handle, call(endpoint, params));
+    return handle;
   }
 
   static constexpr auto abandon_budget = std::chrono::milliseconds(500);

@@ -204,6 +204,54 @@ def test_middle() -> None:
             raise AssertionError(f"ParameterServer took {options}")
 
 
+def test_windows() -> None:
+    """chorus.Window against serial references, and the schemes built on it."""
+    global checks
+    model = start(rank)
+    sources = sorted({(rank - 1) % size, (rank + 1) % size} - {rank})
+    win = chorus.Window(comm, model, sources=sources)
+    assert win.size == sum(SHAPES)
+    win.put(weights={t: 0.5 for t in win.targets})
+    win.wait_versions(1)
+    win.update(0.5, {s: 0.25 for s in sources}, reset=True)  # the slots start the accumulates from 0
+    want = [0.5 * start(rank)[k] + sum(0.25 * np.float32(0.5) * start(s)[k] for s in sources) for k in range(3)]
+    close("Window put + update", model, want)
+    p_want = 0.5 + 0.25 * 0.5 * len(sources)
+    close("Window p", [np.array([win.p])], [np.array([p_want])], 1e-12)
+    comm.barrier()  # nobody accumulates into a slot its reader has not updated from yet
+    for rounds in range(3):
+        win.accumulate(flat(step_of(rank, rounds)).astype(np.float32))
+    win.quiesce()
+    got = win.collect(reset=True)
+    for s in sources:
+        value, p = got[s]
+        close("Window accumulate", [value], [sum(flat(step_of(s, t)) for t in range(3))])
+        assert p == 3 * p_want
+    win.get()
+    for s, (value, p) in win.collect().items():
+        close("Window get", [value], [flat(start(s))], tolerance=0)
+    comm.barrier()
+    win.free()
+    checks += 1
+
+    model = start(rank)
+    scheme = averaging.OneSidedGossip(comm, model)
+    run(scheme, model, 6 + rank, update=False)
+    scheme.quiesce()
+    close("one-sided gossip's weights after quiesce()", [comm.allreduce(np.array([scheme.weight]))],
+          [np.array([float(size)])], 1e-12)
+    scheme.finish()
+    close("one-sided gossip's finish()", [flat(model)], [np.mean([flat(start(r)) for r in range(size)], axis=0)])
+
+    results = []
+    for one_sided in (False, True):
+        model = start(rank)
+        scheme = averaging.DPSGD(comm, model, codec="fp16", one_sided=one_sided)
+        run(scheme, model, 4)
+        results.append(flat(model))
+    close("D-PSGD on a window, bit for bit", [results[1]], [results[0]], tolerance=0)
+
+
 def test_bad_input() -> None:
     global checks
     for bad, why in (([np.zeros(3, np.float64)], "float32"), ([np.zeros(6, np.float32)[::2]], "contiguous"), ([], "no")):
@@ -222,6 +270,7 @@ test_dpsgd()
 test_easgd()
 test_asynchronous()
 test_middle()
+test_windows()
 test_bad_input()
 comm.barrier()
 print(f"rank {rank}: passed {checks} checks", flush=True)

@@ -1,5 +1,6 @@
-// One rank's UCP context and worker: created with the tag feature (and
-// wakeup, for the block progress mode, which alone needs it: asking for it
+// One rank's UCP context and worker: created with the tag feature, RMA
+// and 64-bit atomics (tensor windows: remote_memory.hpp), and
+// wakeup for the block progress mode, which alone needs it: asking for it
 // otherwise would rule out transports without wakeup support), with room
 // for chorus's operation state in every request (request.hpp), and the
 // memory kinds the context can move.
@@ -9,6 +10,7 @@
 #include <chorus/core/memory_kind.hpp>
 #include <chorus/transport/transport.hpp>
 #include <chorus/transport/ucx/defaults.hpp>
+#include <chorus/transport/ucx/remote_memory.hpp>
 #include <chorus/transport/ucx/request.hpp>
 #include <chorus/transport/ucx_shm_orphans.hpp>
 
@@ -17,6 +19,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace chorus::ucx {
 
@@ -33,6 +36,7 @@ class context {
   context& operator=(const context&) = delete;
   ~context() { release(); }
 
+  ucp_context_h handle() const noexcept { return context_; }
   ucp_worker_h worker() const noexcept { return worker_; }
   // The worker's event descriptor (block mode), or -1.
   int event_fd() const noexcept { return event_fd_; }
@@ -40,6 +44,10 @@ class context {
   std::span<const std::byte> address() const noexcept {
     return {reinterpret_cast<const std::byte*>(address_), address_length_};
   }
+
+  // A region a failing job cannot free safely (a peer may still write into
+  // it): unmapped after the worker is gone, when nothing can reach it.
+  void retire(exposed_memory&& region) { retired_.push_back(std::move(region)); }
 
  private:
   void create_context(int ranks, bool wakeup) {
@@ -49,7 +57,7 @@ class context {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                         UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_REQUEST_SIZE | UCP_PARAM_FIELD_REQUEST_INIT;
-    params.features = UCP_FEATURE_TAG | (wakeup ? UCP_FEATURE_WAKEUP : 0);
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | (wakeup ? UCP_FEATURE_WAKEUP : 0);
     params.estimated_num_eps = static_cast<std::size_t>(ranks);
     params.mt_workers_shared = 0;
     params.request_size = sizeof(detail::operation_state);
@@ -86,6 +94,7 @@ class context {
   void release() noexcept {
     if (address_ != nullptr) ucp_worker_release_address(worker_, address_);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    retired_.clear();
     if (context_ != nullptr) ucp_cleanup(context_);
     address_ = nullptr;
     worker_ = nullptr;
@@ -104,6 +113,7 @@ class context {
   std::size_t address_length_ = 0;
   int event_fd_ = -1;
   chorus::memory_kinds memory_kinds_;
+  std::vector<exposed_memory> retired_;
 };
 
 }  // namespace chorus::ucx

@@ -1,0 +1,857 @@
+// window: one-sided tensor windows. Each rank exposes one slot per
+// in-neighbour (a source: a rank that writes to it) and a published copy of
+// its own tensor; a rank writes into its out-neighbours' (targets') slots
+// and reads its sources' published tensors without their help.
+//
+//   chorus::window win(comm, model, {.sources = {left, right}});  // collective
+//   win.put(model);                          // model into each target's slot
+//   win.accumulate(delta, {{target, 0.5}});  // adds 0.5 * delta into one
+//   win.update(model, 1.0 / 3, {});          // model = model/3 + slots/3 each
+//   win.get();                               // the sources' published tensors
+//   win.wait_versions(1);                    // a new entry from every source
+//   win.free();                              // collective
+//
+// Semantics (docs/windows.md): slot (t, s) on rank t is written by s alone;
+// a put replaces its value, an accumulate adds to it, and each carries the
+// window's associated weight p times the target's weight (push-sum). Reads
+// happen at update(), collect() and get() on the reader's thread, and never
+// see a torn tensor (slot.hpp: double buffer with counters). version(s)
+// counts the entries landed in s's slot since the last update. A put never
+// waits for its target; an accumulate whose target has not yet applied the
+// one two before it is kept (summed) here and written at the next window
+// call that finds room, or at quiesce().
+//
+// Elements are float, a flat vector (a model's tensors concatenated: the
+// averaging schemes flatten). The window's own communicator is split off
+// the one it is given; its memory is registered with UCX once, and the
+// keys are exchanged at creation. Peers on this host are reached by loads
+// and stores into the mapped memory, others by UCX RMA (TCP: emulated by
+// the target's worker, which the communicator's progress thread runs while
+// the window lives). Costs: a put writes one entry (header + encoded
+// tensor) per target; a read copies at most two entries per source; memory
+// per rank: 2 entries per source and 2 for the published tensor, plus a
+// decoded view per source and a pending tensor per target.
+//
+// Failure: an operation on a dead peer raises peer_failure; drop(rank)
+// forgets it (the schemes' continue policy). Every wait is bounded by the
+// communicator's timeout.
+#pragma once
+
+#include <chorus/codec/any_codec.hpp>
+#include <chorus/codec/any_error_feedback.hpp>
+#include <chorus/collective/allgather.hpp>
+#include <chorus/comm/progress_thread.hpp>
+#include <chorus/comm/traffic.hpp>
+#include <chorus/core/error.hpp>
+#include <chorus/route/memory_router.hpp>
+#include <chorus/window/peer_region.hpp>
+#include <chorus/window/slot.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace chorus {
+
+// A neighbour and the weight an operation gives it.
+struct neighbour_weight {
+  int rank = -1;
+  double weight = 1.0;
+};
+
+struct window_options {
+  // In-neighbours: the ranks that write into this rank's slots (and whose
+  // published tensors get() reads). Default: every other rank. Out-neighbours
+  // follow: the ranks that list this one.
+  std::optional<std::vector<int>> sources{};
+  codec::any_codec codec{};    // on puts and accumulates; none: float
+  bool error_feedback = true;  // with a lossy codec: a residual per target
+  // A neighbour found dead is dropped and the operation goes on with the
+  // others (dropped() lists them), instead of a peer_failure error.
+  bool drop_dead_peers = false;
+  // Every entry is read, in order: a writer writes entry k only once its
+  // target has applied entry k - 1, keeping later ones queued here (rounds
+  // of a synchronous scheme on a window: D-PSGD). Unordered, a put
+  // supersedes what the target has not read.
+  bool ordered = false;
+};
+
+template <class Communicator>
+class window {
+  using transport_type = typename Communicator::transport_type;
+  using region = windows::peer_region<transport_type>;
+
+ public:
+  // Collective: every rank of `comm` passes `initial` of the same size (it
+  // is published at once) and options that agree (sources and targets).
+  window(Communicator& comm, std::span<const float> initial, window_options options = {})
+      : comm_(comm.split(0, comm.rank())),
+        elements_(initial.size()),
+        codec_(std::move(options.codec)),
+        slot_{codec_.encoded_bytes(elements_)},
+        published_{elements_ * sizeof(float)},
+        drop_dead_(options.drop_dead_peers),
+        ordered_(options.ordered) {
+    agree_on_graph(options.sources, options.error_feedback);
+    expose(initial);
+  }
+
+  window(const window&) = delete;
+  window& operator=(const window&) = delete;
+  ~window() {
+    if (!freed_) retire();
+  }
+
+  std::size_t size() const noexcept { return elements_; }
+  const Communicator& communicator() const noexcept { return comm_; }
+  std::vector<int> sources() const { return ranks_of(sources_); }
+  std::vector<int> targets() const { return ranks_of(targets_); }
+
+  // The weight that travels with puts and accumulates (push-sum's p); 1 at
+  // creation.
+  double p() const noexcept { return p_; }
+  void set_p(double p) noexcept { p_ = p; }
+
+  // Writes weight * values into each target's slot (replacing what it
+  // holds), every target with weight 1 when `to` is empty.
+  void put(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    write_to_targets(windows::entry_kind::put, values, to);
+    wait_written();
+  }
+  // Adds weight * values to each target's slot.
+  void accumulate(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    write_to_targets(windows::entry_kind::accumulate, values, to);
+    wait_written();
+  }
+  // The same, returning before the bytes on their way over the network are
+  // sent: values may change at once, but the next call that writes waits.
+  void put_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    write_to_targets(windows::entry_kind::put, values, to);
+  }
+  void accumulate_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    write_to_targets(windows::entry_kind::accumulate, values, to);
+  }
+  // Whether everything written so far has been sent (and pending sums written).
+  bool test() {
+    write_pending();
+    bool sent = true;
+    each_live(targets_, [&](target_state& target) { sent &= link(target.rank).test() && !target.has_pending(); });
+    return sent;
+  }
+
+  // Replaces this rank's published tensor (what the ranks it is a source of
+  // read with get()), with p.
+  void publish(std::span<const float> given) {
+    require_size(given.size(), "publish");
+    on_host(given, buffer_use::read, [&](std::span<const float> values) { publish_host(values); });
+  }
+
+  // Reads each source's published tensor into its slot's value, times its
+  // weight (every source with weight 1 when `from` is empty).
+  void get(const std::vector<neighbour_weight>& from = {}) {
+    write_pending();
+    for_each_weighted(sources_, from, "get", [&](source_state& source, double weight) {
+      read_new(source);  // entries before the get are superseded by it
+      read_published(source, weight);
+    });
+  }
+
+  // out = (out + the sum of the sources' values) / (sources + 1), and p
+  // likewise: uniform weights.
+  void update(std::span<float> out, bool reset = false) {
+    const double uniform = 1.0 / static_cast<double>(live_sources() + 1);
+    std::vector<neighbour_weight> from;
+    for (const source_state& source : sources_)
+      if (!source.lost) from.push_back({source.rank, uniform});
+    update(out, uniform, from, reset);
+  }
+
+  // out = self_weight * out + sum_s weight_s * value_s over the sources in
+  // `from` (the others weigh 0), and p likewise. With reset every slot's
+  // value (and p) becomes 0 afterwards.
+  void update(std::span<float> given, double self_weight, const std::vector<neighbour_weight>& from,
+              bool reset = false) {
+    require_size(given.size(), "update");
+    on_host(given, buffer_use::read_write, [&](std::span<float> out) { update_host(out, self_weight, from, reset); });
+  }
+
+  // on_slot(source, value, p) for every live source after reading what
+  // landed; with reset the values (and p's) become 0 afterwards.
+  template <class OnSlot>
+  void collect(OnSlot&& on_slot, bool reset = false) {
+    write_pending();
+    each_live(sources_, [&](source_state& source) { read_new(source); });
+    for (source_state& source : sources_) {
+      if (source.lost) continue;
+      on_slot(source.rank, std::span<const float>(source.value), source.p);
+      settle(source, reset);
+    }
+  }
+
+  // The same for the sources named (in their order) alone: the others'
+  // slots are left unread (a synchronous round reads only its senders).
+  template <class OnSlot>
+  void collect_from(std::span<const int> from, OnSlot&& on_slot, bool reset = false) {
+    write_pending();
+    for (int rank : from) {
+      source_state& source = named(sources_, rank, "a source", "collect_from");
+      if (!source.lost) guarded([&] { read_new(source); });
+      if (source.lost) continue;
+      on_slot(source.rank, std::span<const float>(source.value), source.p);
+      settle(source, reset);
+    }
+  }
+
+  // Entries landed in `source`'s slot since the last update() or collect()
+  // (gets count one each).
+  std::uint64_t version(int source) const {
+    const source_state& state = source_named(source, "version");
+    return completed(state) - state.seen + state.gets;
+  }
+
+  // Waits until every source in `from` (all live sources when empty) has
+  // at least `count` new versions; bounded by the communicator's timeout.
+  // A source that dies meanwhile is a peer failure (or dropped).
+  void wait_versions(std::uint64_t count, std::span<const int> from = {}) {
+    std::vector<int> watched(from.begin(), from.end());
+    if (from.empty()) watched = ranks_of(sources_);
+    for (int rank : watched) (void)source_named(rank, "wait_versions");
+    const auto enough = [&] {
+      write_pending();
+      bool all = true;
+      for (int rank : watched) {
+        source_state& source = named(sources_, rank, "a source", "wait_versions");
+        if (source.lost || completed(source) - source.seen + source.gets >= count) continue;
+        guarded([&] {
+          if (neighbour_gone(rank)) gone(rank, "window wait_versions");
+        });
+        all &= source.lost;
+      }
+      return all;
+    };
+    comm_.poll_until(enough, "window wait_versions");
+  }
+
+  // Waits until every entry written so far has landed at its target (not
+  // the pending sums: they wait for their targets to read; see quiesce()).
+  void flush() {
+    each_live(targets_, [&](target_state& target) { link(target.rank).flush(comm_.deadline()); });
+  }
+
+  // Collective over the window's ranks: returns once every put and
+  // accumulate any rank made before its quiesce() has landed and been read
+  // into this rank's slot values. Each rank writes its pending sums (reading
+  // its own slots meanwhile, so that ranks writing to each other make room
+  // for each other), flushes, and tells its targets it is drained; it reads
+  // until every source has said so. A tag message may overtake RMA, hence
+  // the flush before it.
+  void quiesce() {
+    const std::uint32_t sequence = comm_.next_sequence();
+    each_live(sources_, [&](source_state& source) {
+      source.drained = comm_.irecv_bytes({}, source.rank, comm_.wire_tag(sequence, 0));
+    });
+    const auto read_all = [&] { each_live(sources_, [&](source_state& source) { read_new(source); }); };
+    const auto written = [&] {
+      write_pending();
+      read_all();
+      return std::none_of(targets_.begin(), targets_.end(), [](const target_state& t) { return t.has_pending(); });
+    };
+    comm_.poll_until(written, "window quiesce (a target is not in quiesce())");
+    flush();
+    each_live(targets_, [&](target_state& target) {
+      target.drained = comm_.isend_bytes({}, target.rank, comm_.wire_tag(sequence, 0));
+    });
+    const auto heard_all = [&] {
+      read_all();
+      bool all = true;
+      each_live(sources_, [&](source_state& source) { all &= comm_.test(source.drained); });
+      return all;
+    };
+    comm_.poll_until(heard_all, "window quiesce (a source is not in quiesce())");
+    read_all();
+    each_live(targets_, [&](target_state& target) { comm_.wait(target.drained, "window quiesce"); });
+  }
+
+  // Forgets a dead neighbour: operations skip it from here on.
+  void drop(int rank) {
+    for (auto& source : sources_)
+      if (source.rank == rank) {
+        source.lost = true;
+        source.drained = {};
+      }
+    for (auto& target : targets_)
+      if (target.rank == rank) {
+        target.lost = true;
+        target.pending.clear();
+        target.drained = {};
+      }
+    if (const auto found = links_.find(rank); found != links_.end()) found->second->abandon();
+  }
+  bool lost(int rank) const {
+    return std::any_of(sources_.begin(), sources_.end(), [&](const auto& s) { return s.rank == rank && s.lost; }) ||
+           std::any_of(targets_.begin(), targets_.end(), [&](const auto& t) { return t.rank == rank && t.lost; });
+  }
+  // The neighbours dropped so far (by drop(), or dead with drop_dead_peers).
+  std::vector<int> dropped() const {
+    std::vector<int> ranks;
+    for (int rank : ranks_of(sources_))
+      if (lost(rank)) ranks.push_back(rank);
+    for (int rank : ranks_of(targets_))
+      if (lost(rank) && std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
+    return ranks;
+  }
+
+  // Collective: every write lands, the ranks meet, and the memory is
+  // unregistered. Pending sums are not written (quiesce() first for that).
+  // After a loss the survivors meet: each must have dropped the same ranks.
+  void free() {
+    if (freed_) return;
+    freed_ = true;
+    try {
+      flush();
+      std::vector<int> lost;
+      for (int rank : dropped()) lost.push_back(comm_.world_rank(rank));
+      if (lost.empty())
+        comm_.barrier();
+      else
+        comm_.without(lost).barrier();
+    } catch (...) {
+      retire();
+      throw;
+    }
+    progress_.release();
+    links_.clear();
+    region_.release();
+  }
+
+ private:
+  struct source_state {
+    int rank = -1;
+    std::size_t offset = 0;  // its slot in this rank's region
+    std::vector<float> value;
+    std::vector<float> spare;  // a put is copied here, then swapped in (try_read_put_in_place)
+    double p = 0.0;
+    std::uint64_t consumed = 0;              // entries applied to value
+    std::uint64_t seen = 0;                  // consumed at the last update or collect
+    std::uint64_t gets = 0;                  // gets since then
+    typename Communicator::request drained;  // quiesce(): its "drained" mark
+    bool lost = false;
+  };
+  struct pending_entry {
+    windows::entry_kind kind{};
+    std::vector<float> values;
+    double p = 0.0;
+  };
+  struct target_state {
+    int rank = -1;
+    std::size_t offset = 0;  // this rank's slot in the target's region
+    std::uint64_t written = 0;
+    std::uint64_t consumed = 0;         // the target's counter, as last read
+    std::deque<pending_entry> pending;  // one at most, unless ordered
+    std::vector<std::byte> staging;     // an entry on its way over the network
+    std::unique_ptr<codec::any_error_feedback> feedback;
+    typename Communicator::request drained;  // quiesce(): this rank's "drained" mark
+    bool lost = false;
+    bool has_pending() const noexcept { return !lost && !pending.empty(); }
+  };
+
+  static std::vector<int> ranks_of(const auto& states) {
+    std::vector<int> ranks;
+    for (const auto& state : states) ranks.push_back(state.rank);
+    return ranks;
+  }
+
+  error failure(errc code, const std::string& what, int peer, const std::string& operation) const {
+    return error(code, what, {comm_.world_rank(comm_.rank()), peer < 0 ? -1 : comm_.world_rank(peer), operation});
+  }
+  [[noreturn]] void gone(int peer, const std::string& operation) const {
+    comm_.transport().abandon();
+    throw failure(errc::peer_failure, "the peer is gone", peer, operation);
+  }
+  void require_size(std::size_t given, const char* operation) const {
+    if (given != elements_)
+      throw failure(errc::invalid_argument,
+                    std::to_string(given) + " elements for a window of " + std::to_string(elements_), -1,
+                    std::string("window ") + operation);
+  }
+
+  // Every rank's sources, allgathered, so each rank knows its targets and
+  // where its slot is in each (sources in ascending order), and every rank
+  // raises the same error when the ranks disagree.
+  void agree_on_graph(const std::optional<std::vector<int>>& given, bool feedback) {
+    const int n = comm_.size(), me = comm_.rank();
+    std::vector<int> mine;
+    if (given) {
+      mine = *given;
+      std::sort(mine.begin(), mine.end());
+      for (std::size_t k = 0; k < mine.size(); ++k)
+        if (mine[k] < 0 || mine[k] >= n || mine[k] == me || (k > 0 && mine[k] == mine[k - 1]))
+          throw failure(
+              errc::invalid_argument,
+              "sources must be distinct ranks of the communicator other than this one; got " + std::to_string(mine[k]),
+              -1, "window");
+    } else {
+      for (int r = 0; r < n; ++r)
+        if (r != me) mine.push_back(r);
+    }
+    // One record per rank: elements, slot payload bytes, then a source flag per rank.
+    const std::size_t record = 16 + static_cast<std::size_t>(n);
+    std::vector<std::uint8_t> all(record * static_cast<std::size_t>(n));
+    std::uint8_t* own = all.data() + record * static_cast<std::size_t>(me);
+    const std::uint64_t sizes[2] = {elements_, slot_.payload_bytes};
+    std::memcpy(own, sizes, sizeof sizes);
+    for (int source : mine) own[16 + source] = 1;
+    allgather(comm_, std::span<std::uint8_t>(all));
+    const auto is_source = [&](int of, int rank) {
+      return all[record * static_cast<std::size_t>(of) + 16 + static_cast<std::size_t>(rank)] != 0;
+    };
+    std::uint64_t first[2];  // rank 0's, so every rank names the same culprit
+    std::memcpy(first, all.data(), sizeof first);
+    for (int r = 1; r < n; ++r) {
+      std::uint64_t theirs[2];
+      std::memcpy(theirs, all.data() + record * static_cast<std::size_t>(r), sizeof theirs);
+      if (theirs[0] != first[0] || theirs[1] != first[1])
+        throw failure(errc::mismatch,
+                      "rank " + std::to_string(r) + " made its window of " + std::to_string(theirs[0]) + " elements (" +
+                          std::to_string(theirs[1]) + " bytes a slot), rank 0 of " + std::to_string(first[0]) + " (" +
+                          std::to_string(first[1]) + ")",
+                      r, "window");
+    }
+    std::size_t offset = published_.bytes();
+    for (int source : mine) {
+      source_state state;
+      state.rank = source;
+      state.offset = offset;
+      state.value.assign(elements_, 0.0f);
+      sources_.push_back(std::move(state));
+      offset += slot_.bytes();
+    }
+    for (int target = 0; target < n; ++target) {
+      if (target == me || !is_source(target, me)) continue;
+      std::size_t position = 0;  // this rank among the target's sources, in ascending order
+      for (int r = 0; r < me; ++r) position += is_source(target, r) ? 1 : 0;
+      target_state state;
+      state.rank = target;
+      state.offset = published_.bytes() + position * slot_.bytes();
+      if (codec_ && feedback) state.feedback = std::make_unique<codec::any_error_feedback>(codec_);
+      targets_.push_back(std::move(state));
+    }
+  }
+
+  // Registers this rank's region, publishes `initial` and trades cards with
+  // every neighbour (so a neighbour that has the card finds a tensor).
+  void expose(std::span<const float> initial) {
+    transport_type& network = comm_.transport();
+    region_ = network.expose(published_.bytes() + sources_.size() * slot_.bytes());
+    publish(initial);
+    std::vector<int> neighbours = ranks_of(sources_);
+    for (const target_state& target : targets_) neighbours.push_back(target.rank);
+    std::sort(neighbours.begin(), neighbours.end());
+    neighbours.erase(std::unique(neighbours.begin(), neighbours.end()), neighbours.end());
+    const std::vector<std::byte> card = region_.card();
+    const std::uint32_t sequence = comm_.next_sequence();
+    std::vector<std::vector<std::byte>> cards(neighbours.size(), std::vector<std::byte>(max_card_bytes));
+    std::vector<typename Communicator::request> requests;
+    for (std::size_t k = 0; k < neighbours.size(); ++k) {
+      requests.push_back(comm_.irecv_bytes(cards[k], neighbours[k], comm_.wire_tag(sequence, 0)));
+      requests.push_back(comm_.isend_bytes(card, neighbours[k], comm_.wire_tag(sequence, 0)));
+    }
+    comm_.wait_all(requests, "window create");
+    bool all_mapped = true;
+    for (std::size_t k = 0; k < neighbours.size(); ++k) {
+      cards[k].resize(requests[2 * k].received_bytes());
+      auto reached = std::make_unique<region>(network, comm_.world_rank(neighbours[k]), cards[k]);
+      all_mapped &= reached->mapped();
+      links_.emplace(neighbours[k], std::move(reached));
+    }
+    // Over the network UCX emulates RMA with messages its target's worker
+    // must handle: keep the network moving while the trainer computes.
+    if (!all_mapped) progress_ = comm_.progress_thread().add([] { return false; });
+  }
+
+  region& link(int rank) { return *links_.at(rank); }
+
+  // After a failure (or a window dropped without free()), a peer may still
+  // write into this rank's memory: it is unmapped when the worker is gone.
+  void retire() noexcept {
+    progress_.release();
+    for (auto& [rank, reached] : links_) reached->abandon();
+    links_.clear();
+    try {
+      comm_.transport().retire(std::move(region_));
+    } catch (...) {  // out of memory for the list: leak the region rather than free it under a writer
+      new ucx::exposed_memory(std::move(region_));
+    }
+  }
+
+  // f(state) for each live source or target; with drop_dead_peers a
+  // neighbour whose death an operation reports is dropped and the loop
+  // goes on.
+  template <class States, class F>
+  void each_live(States& states, F&& f) {
+    for (auto& state : states)
+      if (!state.lost) guarded([&] { f(state); });
+  }
+  template <class F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (const error& failure) {
+      if (!drop_dead_ || failure.category() != errc::peer_failure) throw;
+      drop(dead_named(failure));
+    }
+  }
+  // In a catch block: the dead neighbour `failure` names, or rethrows.
+  int dead_named(const error& failure) const {
+    for (int rank = 0; rank < comm_.size(); ++rank)
+      if (rank != comm_.rank() && comm_.world_rank(rank) == failure.peer() && comm_.peer_gone(rank)) return rank;
+    throw;
+  }
+
+  // Whether a neighbour is dead. One reached through mapped memory is
+  // written and read without the network, which alone would notice: its
+  // process is asked (at most every watch_interval, for all neighbours).
+  bool neighbour_gone(int rank) {
+    if (comm_.peer_gone(rank)) return true;
+    const auto now = transport::clock::now();
+    if (now < next_watch_) return false;
+    next_watch_ = now + watch_interval;
+    return comm_.transport().peer_gone_now(comm_.world_rank(rank));
+  }
+
+  static double weight_of(const std::vector<neighbour_weight>& weights, int rank) {
+    for (const neighbour_weight& entry : weights)
+      if (entry.rank == rank) return entry.weight;
+    return 0.0;
+  }
+
+  std::size_t live_sources() const {
+    return static_cast<std::size_t>(
+        std::count_if(sources_.begin(), sources_.end(), [](const source_state& s) { return !s.lost; }));
+  }
+
+  template <class States>
+  auto& named(States& states, int rank, const char* what, const char* operation) const {
+    for (auto& state : states)
+      if (state.rank == rank) return state;
+    throw failure(errc::invalid_argument, "rank " + std::to_string(rank) + " is not " + what + " of this rank", -1,
+                  std::string("window ") + operation);
+  }
+  const source_state& source_named(int rank, const char* operation) const {
+    return named(sources_, rank, "a source", operation);
+  }
+
+  // f(state, weight) for each state named in `weights`, or every live one
+  // with weight 1 when it is empty.
+  template <class State, class F>
+  void for_each_weighted(std::vector<State>& states, const std::vector<neighbour_weight>& weights,
+                         const char* operation, F&& f) {
+    if (weights.empty()) return each_live(states, [&](State& state) { f(state, 1.0); });
+    for (const neighbour_weight& entry : weights) {
+      State& state =
+          named(states, entry.rank, std::is_same_v<State, source_state> ? "a source" : "a target", operation);
+      if (state.lost && !drop_dead_) gone(state.rank, std::string("window ") + operation);
+      if (!state.lost) guarded([&] { f(state, entry.weight); });
+    }
+  }
+
+  // Writer side ----------------------------------------------------------
+
+  void write_to_targets(windows::entry_kind kind, std::span<const float> given,
+                        const std::vector<neighbour_weight>& to) {
+    require_size(given.size(), kind == windows::entry_kind::put ? "put" : "accumulate");
+    write_pending();
+    on_host(given, buffer_use::read, [&](std::span<const float> values) {
+      for_each_weighted(targets_, to, kind == windows::entry_kind::put ? "put" : "accumulate",
+                        [&](target_state& target, double weight) {
+                          // Straight from the caller's values when nothing waits
+                          // (one pass: no scaled copy), else through the queue.
+                          if (target.pending.empty() && weight == 1.0 && write_entry(target, kind, values, p_)) return;
+                          add_pending(target, kind, values, weight);
+                          write_entry_if_room(target);
+                        });
+    });
+  }
+
+  void update_host(std::span<float> out, double self_weight, const std::vector<neighbour_weight>& from, bool reset) {
+    for (const neighbour_weight& entry : from) (void)named(sources_, entry.rank, "a source", "update");
+    std::vector<double> combined(out.size());
+    for (std::size_t k = 0; k < out.size(); ++k) combined[k] = self_weight * static_cast<double>(out[k]);
+    double p = self_weight * p_;
+    collect(
+        [&](int source, std::span<const float> value, double source_p) {
+          const double weight = weight_of(from, source);
+          if (weight == 0.0) return;
+          for (std::size_t k = 0; k < out.size(); ++k) combined[k] += weight * static_cast<double>(value[k]);
+          p += weight * source_p;
+        },
+        reset);
+    for (std::size_t k = 0; k < out.size(); ++k) out[k] = static_cast<float>(combined[k]);
+    p_ = p;
+  }
+
+  // This rank's published tensor: written in place (the slot protocol with
+  // this rank as the writer; the readers are remote).
+  void publish_host(std::span<const float> values) {
+    std::byte* slot = region_.data();
+    const std::uint64_t number = ++published_count_;
+    windows::counter_at(slot, windows::begun_at).fetch_add(1, std::memory_order_acq_rel);
+    std::byte* entry = slot + published_.entry_at(number);
+    const windows::entry_header header{windows::entry_kind::put, 0, number, p_, published_.payload_bytes};
+    windows::copy_racing(entry, &header, sizeof header);
+    windows::copy_racing(entry + sizeof header, values.data(), values.size_bytes());
+    windows::counter_at(slot, windows::completed_at).fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // Device memory (a router installed: route/memory_router.hpp) is staged:
+  // `body` runs on a host copy, copied back when it writes.
+  template <class T, class Body>
+  void on_host(std::span<T> values, buffer_use use, Body&& body) {
+    if (memory_router* router = routed(values))
+      return through_host(*router, comm_, [&](std::span<T> host) { body(host); }, staged(values, use));
+    body(values);
+  }
+
+  // Unordered, a put replaces what is pending for the target and an
+  // accumulate adds to it (to a pending put too: put then accumulate is a
+  // put of the sum). Ordered, every entry waits its turn.
+  void add_pending(target_state& target, windows::entry_kind kind, std::span<const float> values, double weight) {
+    const auto scale = static_cast<float>(weight);
+    if (ordered_ || kind == windows::entry_kind::put || target.pending.empty()) {
+      if (!ordered_) target.pending.clear();
+      pending_entry& entry = target.pending.emplace_back(pending_entry{kind, {}, weight * p_});
+      entry.values.resize(elements_);
+      for (std::size_t k = 0; k < elements_; ++k) entry.values[k] = scale * values[k];
+      return;
+    }
+    pending_entry& entry = target.pending.back();
+    for (std::size_t k = 0; k < elements_; ++k) entry.values[k] += scale * values[k];
+    entry.p += weight * p_;
+  }
+
+  void write_pending() {
+    each_live(targets_, [&](target_state& target) {
+      while (target.has_pending() && write_entry_if_room(target)) {}
+    });
+  }
+
+  // Writes the oldest pending entry if the target has room for it.
+  bool write_entry_if_room(target_state& target) {
+    const pending_entry& next = target.pending.front();
+    if (!write_entry(target, next.kind, next.values, next.p)) return false;
+    target.pending.pop_front();
+    return true;
+  }
+
+  // Writes an entry unless the target has no room for it yet: an
+  // accumulate needs consumed >= k - 2 (slot.hpp), any entry of an ordered
+  // window consumed >= k - 1. True if it wrote.
+  bool write_entry(target_state& target, windows::entry_kind kind, std::span<const float> values, double p) {
+    region& to = link(target.rank);
+    const std::uint64_t number = target.written + 1;
+    const std::uint64_t lag = ordered_ ? 1 : kind == windows::entry_kind::accumulate ? 2 : number;
+    if (target.consumed + lag < number) {
+      target.consumed = to.load(target.offset + windows::consumed_at, comm_.deadline());
+      if (target.consumed + lag < number) return false;
+    }
+    if (neighbour_gone(target.rank)) gone(target.rank, "window write");
+    to.wait(comm_.deadline());  // the staging buffer is free again
+    const std::size_t at = target.offset + slot_.entry_at(number);
+    std::byte* entry = to.mapped_at(at);
+    if (entry == nullptr) {
+      target.staging.resize(slot_.entry_bytes());
+      entry = target.staging.data();
+    }
+    to.increment(target.offset + windows::begun_at);
+    const windows::entry_header header{kind, 0, number, p, slot_.payload_bytes};
+    windows::copy_racing(entry, &header, sizeof header);
+    encode(target, values, std::span<std::byte>(entry + sizeof header, slot_.payload_bytes));
+    if (!to.mapped()) to.write(at, std::span<const std::byte>(entry, sizeof header + slot_.payload_bytes));
+    to.increment(target.offset + windows::completed_at);
+    target.written = number;
+    traffic& counters = this_thread_traffic();
+    counters.bytes_sent += sizeof header + slot_.payload_bytes;
+    ++counters.messages_sent;
+    return true;
+  }
+
+  void encode(target_state& target, std::span<const float> values, std::span<std::byte> out) {
+    if (target.feedback)
+      target.feedback->visit([&](auto& feedback) { feedback.encode(values, out); });
+    else
+      codec_.encode(values, out);
+  }
+
+  void wait_written() {
+    each_live(targets_, [&](target_state& target) { link(target.rank).wait(comm_.deadline()); });
+  }
+
+  // Reader side ----------------------------------------------------------
+
+  std::uint64_t completed(const source_state& source) const {
+    return windows::counter_at(region_.data() + source.offset, windows::completed_at).load(std::memory_order_acquire);
+  }
+
+  // Applies the entries landed in the source's slot since the last read,
+  // copying again while the writer rewrites what it copies (bounded: a
+  // writer that died mid-entry is a peer failure, a live one finishes).
+  void read_new(source_state& source) {
+    if (!try_read_new(source)) comm_.poll_until([&] { return try_read_new(source); }, "window read", source.rank);
+  }
+
+  // True once the slot's new entries are applied (or there are none);
+  // false when the copy was not whole.
+  bool try_read_new(source_state& source) {
+    std::byte* slot = region_.data() + source.offset;
+    const std::size_t entry_bytes = sizeof(windows::entry_header) + slot_.payload_bytes;
+    copies_.resize(2 * entry_bytes);
+    const std::uint64_t newest = windows::counter_at(slot, windows::completed_at).load(std::memory_order_acquire);
+    if (newest == source.consumed) return true;
+    if (!codec_ && try_read_put_in_place(source, slot, newest)) return true;
+    std::byte* first = copies_.data();
+    windows::copy_racing(first, slot + slot_.entry_at(newest), entry_bytes);
+    std::uint64_t oldest = newest;
+    windows::entry_header head;
+    std::memcpy(&head, first, sizeof head);
+    if (head.kind == windows::entry_kind::accumulate && newest - 1 > source.consumed) {
+      oldest = newest - 1;
+      windows::copy_racing(first + entry_bytes, slot + slot_.entry_at(oldest), entry_bytes);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (windows::counter_at(slot, windows::begun_at).load(std::memory_order_acquire) >= oldest + 2) {
+      if (neighbour_gone(source.rank)) gone(source.rank, "window read (its writer died mid-entry)");
+      return false;
+    }
+    apply(source, first, entry_bytes, newest, oldest);
+    source.consumed = newest;
+    windows::counter_at(slot, windows::consumed_at).store(newest, std::memory_order_release);
+    return true;
+  }
+
+  // Without a codec, a put entry is copied once, into the spare value that
+  // then becomes the value: false when the newest entry is not a put, or
+  // was rewritten meanwhile (the value is untouched; the general path reads).
+  bool try_read_put_in_place(source_state& source, std::byte* slot, std::uint64_t newest) {
+    const std::byte* entry = slot + slot_.entry_at(newest);
+    windows::entry_header head;
+    windows::copy_racing(&head, entry, sizeof head);
+    if (head.kind != windows::entry_kind::put) return false;
+    source.spare.resize(elements_);
+    windows::copy_racing(source.spare.data(), entry + sizeof head, slot_.payload_bytes);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (windows::counter_at(slot, windows::begun_at).load(std::memory_order_acquire) >= newest + 2) return false;
+    (void)windows::checked_header(reinterpret_cast<const std::byte*>(&head), newest, slot_.payload_bytes, "window read",
+                                  comm_.world_rank(comm_.rank()), comm_.world_rank(source.rank));
+    source.value.swap(source.spare);
+    source.p = head.p;
+    source.consumed = newest;
+    windows::counter_at(slot, windows::consumed_at).store(newest, std::memory_order_release);
+    return true;
+  }
+
+  // Applies whole copies of entries oldest..newest (newest first in `copies`).
+  void apply(source_state& source, const std::byte* copies, std::size_t entry_bytes, std::uint64_t newest,
+             std::uint64_t oldest) {
+    const int me = comm_.world_rank(comm_.rank()), peer = comm_.world_rank(source.rank);
+    const windows::entry_header last =
+        windows::checked_header(copies, newest, slot_.payload_bytes, "window read", me, peer);
+    if (last.kind == windows::entry_kind::accumulate && oldest == newest && newest - 1 > source.consumed)
+      throw failure(errc::mismatch, "window slot: an accumulate overwrote an entry not yet read", source.rank,
+                    "window read");
+    if (oldest != newest) {
+      const std::byte* before = copies + entry_bytes;
+      const windows::entry_header first =
+          windows::checked_header(before, oldest, slot_.payload_bytes, "window read", me, peer);
+      if (first.kind == windows::entry_kind::accumulate && oldest - 1 > source.consumed)
+        throw failure(errc::mismatch, "window slot: an accumulate overwrote an entry not yet read", source.rank,
+                      "window read");
+      apply_one(source, first, before + sizeof first);
+    }
+    apply_one(source, last, copies + sizeof last);
+  }
+
+  void apply_one(source_state& source, const windows::entry_header& header, const std::byte* payload) {
+    const std::span<const std::byte> bytes(payload, slot_.payload_bytes);
+    if (header.kind == windows::entry_kind::put) {
+      codec_.decode(bytes, source.value);
+      source.p = header.p;
+    } else {
+      codec_.decode_add(bytes, source.value);
+      source.p += header.p;
+    }
+  }
+
+  void settle(source_state& source, bool reset) {
+    source.seen = source.consumed;
+    source.gets = 0;
+    if (!reset) return;
+    std::fill(source.value.begin(), source.value.end(), 0.0f);
+    source.p = 0.0;
+  }
+
+  // A source's published tensor, copied whole (the same double buffer: it
+  // is copied again when rewritten meanwhile), times `weight`.
+  void read_published(source_state& source, double weight) {
+    if (!try_read_published(source, weight))
+      comm_.poll_until([&] { return try_read_published(source, weight); }, "window get", source.rank);
+  }
+
+  // The tensor is copied once, into the spare value that then becomes the
+  // value; a copy that was not whole is copied again.
+  bool try_read_published(source_state& source, double weight) {
+    region& from = link(source.rank);
+    if (neighbour_gone(source.rank)) gone(source.rank, "window get");
+    const std::uint64_t newest = from.load(windows::completed_at, comm_.deadline());
+    std::byte head[sizeof(windows::entry_header)];
+    source.spare.resize(elements_);
+    from.read(published_.entry_at(newest), head, comm_.deadline());
+    from.read(published_.entry_at(newest) + sizeof head, std::as_writable_bytes(std::span(source.spare)),
+              comm_.deadline());
+    if (from.load(windows::begun_at, comm_.deadline()) >= newest + 2) return false;
+    const windows::entry_header header = windows::checked_header(head, newest, published_.payload_bytes, "window get",
+                                                                 comm_.world_rank(comm_.rank()), from.world_rank());
+    if (weight != 1.0)
+      for (float& value : source.spare) value = static_cast<float>(weight * value);
+    source.value.swap(source.spare);
+    source.p = weight * header.p;
+    ++source.gets;
+    return true;
+  }
+
+  static constexpr std::size_t max_card_bytes = 4096;
+  static constexpr auto watch_interval = std::chrono::milliseconds(50);
+
+  Communicator comm_;  // its own: the card exchange and barrier meet no one else's tags
+  std::size_t elements_;
+  codec::any_codec codec_;
+  windows::slot_layout slot_;       // source slots: encoded tensors
+  windows::slot_layout published_;  // the published tensor: floats
+  ucx::exposed_memory region_;      // [published][slot of each source, ascending]
+  std::vector<source_state> sources_;
+  std::vector<target_state> targets_;
+  std::map<int, std::unique_ptr<region>> links_;  // neighbours' regions, by rank
+  progress_thread::registration progress_;
+  std::vector<std::byte> copies_;  // entries copied out of a slot, checked before use
+  bool drop_dead_;
+  bool ordered_;
+  double p_ = 1.0;
+  std::uint64_t published_count_ = 0;
+  transport::clock::time_point next_watch_{};
+  bool freed_ = false;
+};
+
+template <class C>
+window(C&, std::span<const float>, window_options = {}) -> window<C>;
+
+}  // namespace chorus

@@ -1,0 +1,473 @@
+// Tensor windows over the real UCX transport, ranks as threads: every
+// operation against a serial reference (odd rank counts, 0 and 1 elements,
+// sizes that do not divide), concurrent writers into one target, a stress
+// test that would catch a torn read, codecs with error feedback, bounded
+// waits and bad input. ctest runs it twice: as is (same-host peers are
+// reached through mapped memory) and with UCX_TLS=tcp (UCX RMA).
+#include <chorus/chorus.hpp>
+#include <chorus/window/window.hpp>
+
+#include "expect_error.hpp"
+#include "support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using chorus::communicator;
+using chorus::neighbour_weight;
+using chorus_test::expect_error;
+using chorus_test::quick;
+
+namespace {
+
+const std::vector<std::size_t> sizes = {0, 1, 7, 4099};
+
+float value_of(int rank, int round, std::size_t k) {
+  return std::sin(0.37f * static_cast<float>(rank + 1) + 0.011f * static_cast<float>(k)) *
+             static_cast<float>(1 + rank) +
+         0.25f * static_cast<float>(round);
+}
+
+std::vector<float> values_of(int rank, int round, std::size_t n) {
+  std::vector<float> values(n);
+  for (std::size_t k = 0; k < n; ++k) values[k] = value_of(rank, round, k);
+  return values;
+}
+
+// Sources of a ring with both neighbours (distinct ranks).
+std::vector<int> ring_sources(int rank, int n) {
+  std::vector<int> sources;
+  for (int peer : {(rank + n - 1) % n, (rank + 1) % n})
+    if (peer != rank && std::find(sources.begin(), sources.end(), peer) == sources.end()) sources.push_back(peer);
+  return sources;
+}
+
+std::atomic<int> wrong{0};
+
+void expect_close(float got, double expected, double tolerance = 1e-5) {
+  if (std::fabs(static_cast<double>(got) - expected) > tolerance * (1.0 + std::fabs(expected))) ++wrong;
+}
+
+}  // namespace
+
+TEST_CASE("put, then update, equals self_weight x + the sum of the weighted neighbours' tensors") {
+  for (int n : {1, 2, 5})
+    for (std::size_t size : sizes) {
+      CAPTURE(n);
+      CAPTURE(size);
+      wrong = 0;
+      chorus::run_threads(
+          n,
+          [&](communicator& comm) {
+            const int me = comm.rank();
+            std::vector<float> x = values_of(me, 0, size);
+            chorus::window win(comm, x, {.sources = ring_sources(me, n)});
+            std::vector<neighbour_weight> to;  // a weight per target, known to the target too
+            for (int target : win.targets()) to.push_back({target, 0.5 + 0.125 * target});
+            win.put(x, to);
+            win.wait_versions(1);
+            for (int source : win.sources()) CHECK(win.version(source) == 1);
+            std::vector<neighbour_weight> from;
+            for (int source : win.sources()) from.push_back({source, 0.25 + 0.0625 * source});
+            std::vector<float> out = x;
+            win.update(out, 0.5, from);
+            for (std::size_t k = 0; k < size; ++k) {
+              double expected = 0.5 * x[k];
+              for (int source : win.sources()) {
+                const double put_weight = 0.5 + 0.125 * me;  // what the source gave this rank
+                expected += (0.25 + 0.0625 * source) *
+                            static_cast<double>(static_cast<float>(put_weight) * value_of(source, 0, k));
+              }
+              expect_close(out[k], expected);
+            }
+            for (int source : win.sources()) CHECK(win.version(source) == 0);
+            CHECK(win.p() == doctest::Approx(0.5 + 0.0 + [&] {
+                    double p = 0;
+                    for (int source : win.sources()) p += (0.25 + 0.0625 * source) * (0.5 + 0.125 * me);
+                    return p;
+                  }()));
+            win.free();
+          },
+          quick());
+      CHECK(wrong == 0);
+    }
+}
+
+TEST_CASE("accumulates sum exactly once each, including those kept pending while the target had not read") {
+  const int n = 5;
+  for (std::size_t size : sizes) {
+    CAPTURE(size);
+    wrong = 0;
+    chorus::run_threads(
+        n,
+        [&](communicator& comm) {
+          const int me = comm.rank();
+          std::vector<float> x(size);
+          chorus::window win(comm, x);             // every rank a source of every other
+          for (int round = 0; round < 4; ++round)  // rounds 2 and 3 wait as pending sums
+            win.accumulate(values_of(me, round, size), {});
+          win.quiesce();
+          win.collect(
+              [&](int source, std::span<const float> value, double p) {
+                if (std::fabs(p - 4.0) > 1e-12) ++wrong;
+                for (std::size_t k = 0; k < size; ++k) {
+                  double expected = 0;
+                  for (int round = 0; round < 4; ++round) expected += value_of(source, round, k);
+                  expect_close(value[k], expected);
+                }
+              },
+              true);
+          win.collect([&](int, std::span<const float> value, double p) {  // reset left zeros
+            if (p != 0.0) ++wrong;
+            for (float v : value) wrong += v != 0.0f;
+          });
+          win.free();
+        },
+        quick());
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("get reads each source's published tensor, and a later put supersedes nothing it did not see") {
+  const int n = 3;
+  wrong = 0;
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        const int me = comm.rank();
+        const std::size_t size = 1001;
+        chorus::window win(comm, values_of(me, 0, size));
+        win.get();  // the values published at creation
+        win.collect([&](int source, std::span<const float> value, double p) {
+          if (p != 1.0) ++wrong;
+          for (std::size_t k = 0; k < size; ++k) wrong += value[k] != value_of(source, 0, k);
+        });
+        comm.barrier();
+        win.set_p(2.0);
+        win.publish(values_of(me, 7, size));
+        comm.barrier();
+        std::vector<neighbour_weight> from;
+        for (int source : win.sources()) from.push_back({source, 0.5});
+        win.get(from);
+        for (int source : win.sources()) CHECK(win.version(source) == 1);
+        win.collect([&](int source, std::span<const float> value, double p) {
+          if (p != 1.0) ++wrong;  // 0.5 * 2
+          for (std::size_t k = 0; k < size; ++k) wrong += value[k] != 0.5f * value_of(source, 7, k);
+        });
+        win.free();
+      },
+      quick());
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("a reader never sees a torn tensor while writers rewrite it as fast as they can") {
+  // Writers put tensors whose every element (and p) is the round number; a
+  // reader that mixed two rounds would see elements that differ.
+  const int n = 3;
+  const std::size_t size = 50000;
+  wrong = 0;
+  std::atomic<int> reads{0};
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        const int me = comm.rank();
+        std::vector<float> x(size, 1.0f);  // published with p = 1
+        chorus::window win(comm, x);
+        if (me != 0) {
+          for (int round = 1; round <= 400; ++round) {
+            std::fill(x.begin(), x.end(), static_cast<float>(round));
+            win.set_p(round);
+            if (round % 2 == 0)
+              win.put(x, {});
+            else
+              win.put_nonblocking(x, {});
+            win.publish(x);
+          }
+          win.flush();
+        } else {
+          std::vector<std::uint64_t> last(static_cast<std::size_t>(n), 0);
+          for (int sweep = 0; sweep < 300; ++sweep) {
+            if (sweep % 3 == 0) win.get();
+            win.collect([&](int, std::span<const float> value, double p) {
+              ++reads;
+              for (float v : value) wrong += v != static_cast<float>(p);
+            });
+          }
+        }
+        comm.barrier();
+        win.free();
+      },
+      quick());
+  CHECK(wrong == 0);
+  CHECK(reads > 0);
+}
+
+TEST_CASE("concurrent writers into one target: each source's slot holds exactly its own sum") {
+  const int n = 7;
+  const std::size_t size = 4099;
+  wrong = 0;
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        const int me = comm.rank();
+        std::vector<float> x(size);
+        const std::vector<int> sources = me == 0 ? std::vector<int>{1, 2, 3, 4, 5, 6} : std::vector<int>{};
+        chorus::window win(comm, x, {.sources = sources});
+        if (me != 0) {
+          CHECK(win.targets() == std::vector<int>{0});
+          for (int round = 0; round < 20; ++round) win.accumulate(values_of(me, round, size), {{0, 1.0}});
+          win.quiesce();
+        } else {
+          CHECK(win.targets().empty());
+          // Read while they write: every read applies whole entries only.
+          for (int sweep = 0; sweep < 200; ++sweep) win.collect([](int, std::span<const float>, double) {});
+          win.quiesce();
+        }
+        comm.barrier();
+        if (me == 0) {
+          win.collect([&](int source, std::span<const float> value, double p) {
+            if (p != 20.0) ++wrong;
+            for (std::size_t k = 0; k < size; ++k) {
+              float expected = 0.0f;  // summed in float in the order written
+              for (int round = 0; round < 20; ++round) expected += value_of(source, round, k);
+              expect_close(value[k], expected, 1e-5);
+            }
+          });
+        }
+        win.free();
+      },
+      quick());
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("codecs on accumulates: each slot holds what a serial error-feedback encoder would have sent") {
+  const int n = 3;
+  const std::size_t size = 4099;
+  const int rounds = 6;
+  for (const std::string name : {"fp16", "bf16", "int8", "onebit", "topk:0.1", "randomk:0.1:7"}) {
+    CAPTURE(name);
+    wrong = 0;
+    chorus::run_threads(
+        n,
+        [&](communicator& comm) {
+          const int me = comm.rank();
+          const chorus::codec::any_codec codec = chorus::codec::by_name(name);
+          std::vector<float> x(size);
+          chorus::window win(comm, x, {.codec = codec});
+          for (int round = 0; round < rounds; ++round) {
+            win.accumulate(values_of(me, round, size), {});
+            win.quiesce();
+          }
+          win.collect([&](int source, std::span<const float> value, double) {
+            // The reference: the source's deltas through one error-feedback
+            // encoder of the same codec, decoded and summed in order. The
+            // source encoded for its targets in ascending order on one codec
+            // (random-k counts its calls: the other target's encodes are
+            // replayed to keep the count).
+            const chorus::codec::any_codec fresh = chorus::codec::by_name(name);
+            chorus::codec::any_error_feedback feedback(fresh);
+            std::vector<std::byte> bytes(fresh.encoded_bytes(size));
+            std::vector<float> expected(size, 0.0f);
+            for (int round = 0; round < rounds; ++round) {
+              const std::vector<float> delta = values_of(source, round, size);
+              for (int target = 0; target < n; ++target) {
+                if (target == source) continue;
+                if (target != me) {
+                  fresh.encode(delta, bytes);
+                  continue;
+                }
+                feedback.visit([&](auto& f) { f.encode(std::span<const float>(delta), std::span<std::byte>(bytes)); });
+                fresh.decode_add(bytes, expected);
+              }
+            }
+            for (std::size_t k = 0; k < size; ++k) wrong += value[k] != expected[k];
+          });
+          comm.barrier();
+          win.free();
+        },
+        quick());
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("waits are bounded, and bad input is a clear error on every rank") {
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        std::vector<float> x(5, 1.0f);
+        chorus::window win(comm, x);
+        std::vector<float> wrong_size(4);
+        expect_error([&] { win.put(wrong_size); }, chorus::errc::invalid_argument, "4 elements for a window of 5");
+        expect_error([&] { (void)win.version(comm.rank()); }, chorus::errc::invalid_argument, "is not a source");
+        expect_error([&] { win.update(x, 1.0, {{comm.rank(), 0.5}}); }, chorus::errc::invalid_argument,
+                     "is not a source");
+        comm.barrier();
+        win.free();
+      },
+      quick());
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        std::vector<float> x(5, 1.0f);
+        chorus::window win(comm, x);
+        // Nobody puts: every rank's wait ends at the timeout (the window is
+        // then dropped without free(): its memory waits for the transport).
+        expect_error([&] { win.wait_versions(1); }, chorus::errc::timeout, "window wait_versions");
+      },
+      quick(1500ms));
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        std::vector<float> x(comm.rank() == 2 ? 6 : 5);
+        expect_error([&] { chorus::window win(comm, x); }, chorus::errc::mismatch, "rank 2 made its window of 6");
+      },
+      quick());
+  chorus::run_threads(
+      2,
+      [&](communicator& comm) {
+        std::vector<float> x(5);
+        expect_error([&] { chorus::window win(comm, x, {.sources = std::vector<int>{comm.rank()}}); },
+                     chorus::errc::invalid_argument, "other than this one");
+      },
+      quick());
+}
+
+namespace {
+
+namespace avg = chorus::averaging;
+
+// A model of awkward tensor sizes, different on every rank.
+struct model {
+  std::vector<std::vector<float>> tensors;
+  explicit model(int rank) {
+    for (std::size_t t = 0; t < sizes.size(); ++t) tensors.push_back(values_of(rank, static_cast<int>(t), sizes[t]));
+  }
+  avg::parameters view() {
+    std::vector<std::span<float>> spans;
+    for (auto& tensor : tensors) spans.emplace_back(tensor);
+    return avg::parameters(spans);
+  }
+  std::vector<float> flat() const {
+    std::vector<float> all;
+    for (const auto& tensor : tensors) all.insert(all.end(), tensor.begin(), tensor.end());
+    return all;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("one-sided gossip keeps sum p = n and the p-weighted mean, and finish() reaches the mean") {
+  for (int n : {3, 4, 5}) {
+    CAPTURE(n);
+    wrong = 0;
+    std::vector<double> mean(model(0).flat().size(), 0.0);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<float> x = model(r).flat();
+      for (std::size_t k = 0; k < mean.size(); ++k) mean[k] += static_cast<double>(x[k]) / n;
+    }
+    std::mutex lock;
+    double weights = 0;
+    std::vector<double> weighted(mean.size(), 0.0);
+    chorus::run_threads(
+        n,
+        [&](communicator& comm) {
+          model mine(comm.rank());
+          avg::one_sided_gossip scheme(comm, mine.view());
+          // Ranks step at different speeds: rank 0 twice as often.
+          const int steps = comm.rank() == 0 ? 40 : 20;
+          for (int step = 0; step < steps; ++step) {
+            scheme.step([] {}, [] {});
+            if (comm.rank() == 1) std::this_thread::sleep_for(1ms);
+          }
+          scheme.quiesce();
+          {
+            std::lock_guard guard(lock);
+            weights += scheme.weight();
+            const std::vector<float> x = mine.flat();
+            for (std::size_t k = 0; k < x.size(); ++k) weighted[k] += scheme.weight() * x[k];
+          }
+          comm.barrier();
+          scheme.finish();
+          const std::vector<float> x = mine.flat();
+          for (std::size_t k = 0; k < x.size(); ++k) expect_close(x[k], mean[k], 1e-5);
+          CHECK(scheme.stats().exchanges > 0);
+        },
+        quick());
+    CHECK(weights == doctest::Approx(n).epsilon(1e-12));
+    for (std::size_t k = 0; k < mean.size(); ++k) CHECK(weighted[k] / n == doctest::Approx(mean[k]).epsilon(1e-5));
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("one-sided gossip drives the models together without finish() (steps in lockstep, so they overlap)") {
+  const int n = 4;
+  wrong = 0;
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        model mine(comm.rank());
+        avg::one_sided_gossip scheme(comm, mine.view());
+        for (int step = 0; step < 30; ++step) {
+          scheme.step([] {}, [] {});
+          comm.barrier();  // a collective between steps: pushes never wait for it
+        }
+        scheme.quiesce();
+        const double distance = avg::consensus_distance(comm, mine.view());
+        CAPTURE(distance);
+        CHECK(distance < 1e-2);
+        scheme.finish();
+      },
+      quick());
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("D-PSGD on a window equals two-sided D-PSGD bit for bit, ranks running at different speeds") {
+  struct setup {
+    avg::topology graph;
+    const char* codec;
+  };
+  const std::vector<setup> setups = {{avg::topology::ring(5), "none"},
+                                     {avg::topology::one_peer_exponential(6), "none"},
+                                     {avg::topology::exponential(5), "fp16"},
+                                     {avg::topology::ring(3), "int8"}};
+  for (const setup& each : setups) {
+    CAPTURE(each.graph.name());
+    CAPTURE(std::string(each.codec));
+    const int n = each.graph.size();
+    std::vector<std::vector<float>> results[2];
+    for (const bool one_sided : {false, true}) {
+      results[one_sided].assign(static_cast<std::size_t>(n), {});
+      std::mutex lock;
+      chorus::run_threads(
+          n,
+          [&](communicator& comm) {
+            model mine(comm.rank());
+            avg::dpsgd_options options{.topology = each.graph, .one_sided = one_sided};
+            if (std::string(each.codec) != "none") options.codec = chorus::codec::by_name(each.codec);
+            avg::dpsgd scheme(comm, mine.view(), options);
+            for (int step = 0; step < 12; ++step) {
+              // A gradient step of the rank's own: x -= 0.05 (x - rank).
+              scheme.step([] {},
+                          [&] {
+                            for (auto& tensor : mine.tensors)
+                              for (float& value : tensor) value -= 0.05f * (value - static_cast<float>(comm.rank()));
+                          });
+              if (comm.rank() % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));
+            }
+            std::lock_guard guard(lock);
+            results[one_sided][static_cast<std::size_t>(comm.rank())] = mine.flat();
+          },
+          quick());
+    }
+    for (int r = 0; r < n; ++r)
+      CHECK(results[0][static_cast<std::size_t>(r)] == results[1][static_cast<std::size_t>(r)]);
+  }
+}

@@ -375,8 +375,10 @@ class window {
   error failure(errc code, const std::string& what, int peer, const std::string& operation) const {
     return error(code, what, {comm_.world_rank(comm_.rank()), peer < 0 ? -1 : comm_.world_rank(peer), operation});
   }
+  // A dead neighbour: an error that ends the job (teardown then abandons,
+  // bounded), unless the window drops dead neighbours and goes on.
   [[noreturn]] void gone(int peer, const std::string& operation) const {
-    comm_.transport().abandon();
+    if (!drop_dead_) comm_.transport().abandon();
     throw failure(errc::peer_failure, "the peer is gone", peer, operation);
   }
   void require_size(std::size_t given, const char* operation) const {
@@ -392,35 +394,41 @@ class window {
   void agree_on_graph(const std::optional<std::vector<int>>& given, bool feedback) {
     const int n = comm_.size(), me = comm_.rank();
     std::vector<int> mine;
+    bool valid = true;
     if (given) {
       mine = *given;
       std::sort(mine.begin(), mine.end());
       for (std::size_t k = 0; k < mine.size(); ++k)
-        if (mine[k] < 0 || mine[k] >= n || mine[k] == me || (k > 0 && mine[k] == mine[k - 1]))
-          throw failure(
-              errc::invalid_argument,
-              "sources must be distinct ranks of the communicator other than this one; got " + std::to_string(mine[k]),
-              -1, "window");
+        valid &= mine[k] >= 0 && mine[k] < n && mine[k] != me && (k == 0 || mine[k] != mine[k - 1]);
     } else {
       for (int r = 0; r < n; ++r)
         if (r != me) mine.push_back(r);
     }
-    // One record per rank: elements, slot payload bytes, then a source flag per rank.
-    const std::size_t record = 16 + static_cast<std::size_t>(n);
+    // One record per rank: elements, slot payload bytes, whether its sources
+    // are valid, then a source flag per rank.
+    const std::size_t record = 17 + static_cast<std::size_t>(n);
     std::vector<std::uint8_t> all(record * static_cast<std::size_t>(n));
     std::uint8_t* own = all.data() + record * static_cast<std::size_t>(me);
     const std::uint64_t sizes[2] = {elements_, slot_.payload_bytes};
     std::memcpy(own, sizes, sizeof sizes);
-    for (int source : mine) own[16 + source] = 1;
+    own[16] = valid ? 1 : 0;
+    if (valid)
+      for (int source : mine) own[17 + source] = 1;
     allgather(comm_, std::span<std::uint8_t>(all));
-    const auto is_source = [&](int of, int rank) {
-      return all[record * static_cast<std::size_t>(of) + 16 + static_cast<std::size_t>(rank)] != 0;
-    };
-    std::uint64_t first[2];  // rank 0's, so every rank names the same culprit
-    std::memcpy(first, all.data(), sizeof first);
+    const auto at = [&](int of) { return all.data() + record * static_cast<std::size_t>(of); };
+    const auto is_source = [&](int of, int rank) { return at(of)[17 + static_cast<std::size_t>(rank)] != 0; };
+    // Every rank raises the same error, naming the same rank.
+    for (int r = 0; r < n; ++r)
+      if (at(r)[16] == 0)
+        throw failure(errc::invalid_argument,
+                      "rank " + std::to_string(r) +
+                          " gave sources that are not distinct ranks of the communicator other than itself",
+                      r, "window");
+    std::uint64_t first[2];  // rank 0's
+    std::memcpy(first, at(0), sizeof first);
     for (int r = 1; r < n; ++r) {
       std::uint64_t theirs[2];
-      std::memcpy(theirs, all.data() + record * static_cast<std::size_t>(r), sizeof theirs);
+      std::memcpy(theirs, at(r), sizeof theirs);
       if (theirs[0] != first[0] || theirs[1] != first[1])
         throw failure(errc::mismatch,
                       "rank " + std::to_string(r) + " made its window of " + std::to_string(theirs[0]) + " elements (" +

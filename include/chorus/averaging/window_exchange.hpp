@@ -1,7 +1,8 @@
 // window_exchange: neighbour_exchange's rounds (start(), compute, finish())
 // through a tensor window instead of messages: start() puts the encoded
 // model into each out-neighbour's slot, finish() waits for an entry from
-// each in-neighbour of the round and reads it. The window is ordered, so a
+// each in-neighbour of the round, reads it, and waits until its own entries
+// are written. The window is ordered, so a
 // neighbour a round ahead waits (queued on its side) until this rank has
 // read the round before: rounds stay rounds, as message tags keep them
 // apart in neighbour_exchange. Same codec, no error feedback, the same
@@ -79,6 +80,11 @@ class window_exchange {
     std::size_t k = 0;
     window_.collect_from(
         ranks_, [&](int peer, std::span<const float> model, double) { on_model(peer, senders_[k++].weight, model); });
+    // This round's entries must be written before the next round (or the
+    // end): a target that lags keeps them queued here, and a rank that
+    // finished its rounds would leave it waiting for them for ever. (The
+    // two-sided exchange waits for its sends the same way.)
+    window_.wait_pending();
   }
 
  private:

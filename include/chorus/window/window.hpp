@@ -243,6 +243,17 @@ class window {
     comm_.poll_until(enough, "window wait_versions");
   }
 
+  // Waits until no entry is kept pending here: each target has read enough
+  // to make room for it (an ordered window's round before the next).
+  // Bounded by the timeout; the targets must be reading meanwhile.
+  void wait_pending() {
+    const auto written = [&] {
+      write_pending();
+      return std::none_of(targets_.begin(), targets_.end(), [](const target_state& t) { return t.has_pending(); });
+    };
+    comm_.poll_until(written, "window wait_pending (a target does not read its slot)");
+  }
+
   // Waits until every entry written so far has landed at its target (not
   // the pending sums: they wait for their targets to read; see quiesce()).
   void flush() {

@@ -3,6 +3,8 @@
 //   average_models(comm, model)           every rank's parameters become the
 //                                         exact average (one fused allreduce,
 //                                         or a compressed one through a codec)
+//   weighted_consensus(comm, model, w)    every rank's parameters become
+//                                         sum w x / sum w (gossip's finish)
 //   consensus_distance(comm, model)       sqrt((1/(n d)) sum_i ||x_i - mean||^2)
 //                                         for d parameters: the RMS distance of
 //                                         one coordinate from the mean, so it
@@ -48,6 +50,20 @@ void average_models(Communicator& comm, const parameters& model, codec::any_erro
   std::vector<float> flat = model.snapshot();
   feedback.visit([&](auto& f) { allreduce(comm, std::span<float>(flat), op::avg{}, f); });
   model.copy_from(flat);
+}
+
+// Every rank's model becomes the weighted consensus sum_i w_i x_i / sum_i w_i
+// over the group, in double (the gossip schemes' finish(): each rank's
+// weight is its share). Cost: one allreduce of the model and one double.
+template <class Communicator>
+void weighted_consensus(Communicator& comm, const parameters& model, double weight) {
+  std::vector<float> x = model.snapshot();  // the model may be device memory
+  std::vector<double> weighted(x.size() + 1);
+  for (std::size_t k = 0; k < x.size(); ++k) weighted[k] = weight * static_cast<double>(x[k]);
+  weighted.back() = weight;
+  allreduce(comm, std::span<double>(weighted), op::sum{});
+  for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(weighted[k] / weighted.back());
+  model.copy_from(x);
 }
 
 template <class Communicator>

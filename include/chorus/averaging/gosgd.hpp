@@ -39,6 +39,7 @@
 // whatever n is; chosen for many ranks and heterogeneous speeds.
 #pragma once
 
+#include <chorus/averaging/consensus.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/scheme.hpp>
@@ -140,13 +141,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void finish() {
     this->metered([&] {
       quiesce();
-      std::vector<float> model = model_.snapshot();  // the model may be device memory
-      std::vector<double> weighted(model.size() + 1);
-      for (std::size_t k = 0; k < model.size(); ++k) weighted[k] = weight_ * static_cast<double>(model[k]);
-      weighted.back() = weight_;
-      allreduce(group_, std::span<double>(weighted), op::sum{});
-      for (std::size_t k = 0; k < model.size(); ++k) model[k] = static_cast<float>(weighted[k] / weighted.back());
-      model_.copy_from(model);
+      weighted_consensus(group_, model_, weight_);
     });
     weight_ = 1.0 / group_.size();
   }

@@ -25,6 +25,7 @@
 // survivors), which leaves the consensus as the survivors hold it.
 #pragma once
 
+#include <chorus/averaging/consensus.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/scheme.hpp>
@@ -90,15 +91,7 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
   // Collective: quiesce, then every rank takes the consensus sum p x / sum p.
   void finish() {
     quiesce();
-    this->metered([&] {
-      std::vector<float> x = model_.snapshot();
-      std::vector<double> weighted(x.size() + 1);
-      for (std::size_t k = 0; k < x.size(); ++k) weighted[k] = window_.p() * static_cast<double>(x[k]);
-      weighted.back() = window_.p();
-      allreduce(group_, std::span<double>(weighted), op::sum{});
-      for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(weighted[k] / weighted.back());
-      model_.copy_from(x);
-    });
+    this->metered([&] { weighted_consensus(group_, model_, window_.p()); });
     window_.set_p(1.0);
   }
 

@@ -136,17 +136,11 @@ class ucx_transport {
   }
 
   request isend(int peer, tag_t tag, std::span<const std::byte> data) {
-    check_peer(peer, "send");
     check_tag(tag, peer, "send");
-    if (peer_failure(peer)) raise_gone(peer, "send");
-    ucp_request_param_t params = operation_params(peers_[peer].in_flight);
-    params.cb.send = &detail::on_send_done;
-    std::lock_guard lock(mutex_);
-    ucp_ep_h endpoint = endpoint_of(peer, "send");
-    request handle = start(peer, tag, false, false);
-    track(handle, ucp_tag_send_nbx(endpoint, data.empty() ? static_cast<const void*>(&empty_) : data.data(),
-                                   data.size(), wire_tag(rank_, tag), &params));
-    return handle;
+    return outgoing(peer, tag, "send", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+      return ucp_tag_send_nbx(endpoint, data.empty() ? static_cast<const void*>(&empty_) : data.data(), data.size(),
+                              wire_tag(rank_, tag), &params);
+    });
   }
 
   request irecv(int peer, tag_t tag, std::span<std::byte> data,
@@ -209,12 +203,12 @@ class ucx_transport {
   }
 
   request put(int peer, const remote_memory& to, std::size_t offset, std::span<const std::byte> data) {
-    return one_sided(peer, "window put", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+    return outgoing(peer, 0, "window put", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
       return ucp_put_nbx(endpoint, data.data(), data.size(), to.address(offset), to.key(), &params);
     });
   }
   request get(int peer, const remote_memory& from, std::size_t offset, std::span<std::byte> out) {
-    return one_sided(peer, "window get", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+    return outgoing(peer, 0, "window get", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
       return ucp_get_nbx(endpoint, out.data(), out.size(), from.address(offset), from.key(), &params);
     });
   }
@@ -222,7 +216,7 @@ class ucx_transport {
   // returns the word's previous value there once the request completes.
   request atomic_add(int peer, const remote_memory& to, std::size_t offset, const std::uint64_t& value,
                      std::uint64_t* fetched = nullptr) {
-    return one_sided(peer, "window atomic", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+    return outgoing(peer, 0, "window atomic", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
       params.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
       params.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
       if (fetched != nullptr) {
@@ -240,7 +234,7 @@ class ucx_transport {
                   {rank_, -1, "window fence"});
   }
   request flush(int peer) {
-    return one_sided(peer, "window flush", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+    return outgoing(peer, 0, "window flush", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
       return ucp_ep_flush_nbx(endpoint, &params);
     });
   }
@@ -333,16 +327,18 @@ class ucx_transport {
     throw error(errc::invalid_argument, "no endpoint: connect() was not called", {rank_, peer, operation});
   }
 
-  // A one-sided operation with `peer`, tracked like a send.
+  // An operation this rank starts towards `peer` (a send, a put, a get, an
+  // atomic, a flush): call(endpoint, params) makes the UCP call, tracked
+  // with the send callback and counted in flight with the peer.
   template <class Call>
-  request one_sided(int peer, const char* operation, Call&& call) {
+  request outgoing(int peer, tag_t tag, const char* operation, Call&& call) {
     check_peer(peer, operation);
     if (peer_failure(peer)) raise_gone(peer, operation);
     ucp_request_param_t params = operation_params(peers_[peer].in_flight);
     params.cb.send = &detail::on_send_done;
     std::lock_guard lock(mutex_);
     ucp_ep_h endpoint = endpoint_of(peer, operation);
-    request handle = start(peer, 0, false, false);
+    request handle = start(peer, tag, false, false);
     track(handle, call(endpoint, params));
     return handle;
   }

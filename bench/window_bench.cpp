@@ -41,7 +41,10 @@ result measure(chorus::communicator& comm, std::size_t bytes, int iterations) {
   chorus::window win(comm, values, {.sources = writer ? std::vector<int>{} : std::vector<int>{0}});
   result timed;
   // Check once: what rank 1's slot holds is what rank 0 put.
-  if (writer) win.put(values);
+  if (writer) {
+    win.put(values);
+    win.flush();  // landed: a barrier does not order it
+  }
   comm.barrier();
   if (!writer)
     win.collect([&](int, std::span<const float> got, double) {

@@ -2,8 +2,10 @@
 // operation against a serial reference (odd rank counts, 0 and 1 elements,
 // sizes that do not divide), concurrent writers into one target, a stress
 // test that would catch a torn read, codecs with error feedback, bounded
-// waits and bad input. ctest runs it twice: as is (same-host peers are
-// reached through mapped memory) and with UCX_TLS=tcp (UCX RMA).
+// waits and bad input; the relay that carries window operations as
+// messages. ctest runs it three times: as is (same-host peers are reached
+// through mapped memory), with UCX_TLS=tcp (relayed messages), and that
+// with CHORUS_WINDOW_NETWORK=rma (UCX RMA).
 #include <chorus/chorus.hpp>
 #include <chorus/window/window.hpp>
 
@@ -346,6 +348,72 @@ TEST_CASE("waits are bounded, and bad input is a clear error on every rank") {
         const std::vector<int> sources = comm.rank() == 1 ? std::vector<int>{1} : std::vector<int>{};
         expect_error([&] { chorus::window win(comm, x, {.sources = sources}); }, chorus::errc::invalid_argument,
                      "rank 1 gave sources that are not distinct ranks");
+      },
+      quick());
+}
+
+TEST_CASE("the relay applies each requester's operations in order, answers loads and reads, rejects a bad op") {
+  namespace win = chorus::windows;
+  chorus::run_threads(
+      3,
+      [&](communicator& comm) {
+        using transport_type = communicator::transport_type;
+        transport_type& network = comm.transport();
+        const win::relay_tags tags{comm.wire_tag(chorus::tag::point_to_point, 1),
+                                   comm.wire_tag(chorus::tag::point_to_point, 2),
+                                   comm.wire_tag(chorus::tag::point_to_point, 3)};
+        constexpr std::size_t bytes = 3 * 64 + 4099;  // [counter line of rank 1][of rank 2][unused][rank r's bytes]
+        const auto pattern = [](int rank, int round) {
+          std::vector<std::byte> data(2000 + static_cast<std::size_t>(rank));
+          for (std::size_t k = 0; k < data.size(); ++k)
+            data[k] = std::byte(static_cast<unsigned>(k * 7 + rank + round));
+          return data;
+        };
+        const std::size_t data_at = 3 * 64;
+        if (comm.rank() == 0) {
+          std::vector<std::uint64_t> words((bytes + 7) / 8);
+          const std::span<std::byte> memory(reinterpret_cast<std::byte*>(words.data()), bytes);
+          win::relay_server<transport_type> relay(network, memory, tags, {comm.world_rank(1), comm.world_rank(2)}, 0);
+          // Served until rank 1's malformed op, which comes after both flushed.
+          expect_error(
+              [&] {
+                (void)network.progress_until([&] { return relay.serve() && false; }, comm.deadline());
+                FAIL("the malformed op was not found");
+              },
+              chorus::errc::mismatch, "is not an operation on this window");
+          CHECK(words[0] == 0);
+          CHECK(words[8] == 5);   // rank 1's counter
+          CHECK(words[16] == 5);  // rank 2's
+          const std::vector<std::byte> last1 = pattern(1, 4), last2 = pattern(2, 4);
+          CHECK(std::equal(last1.begin(), last1.end(), memory.begin() + static_cast<std::ptrdiff_t>(data_at)));
+          CHECK(std::equal(last2.begin() + 1000, last2.end(),
+                           memory.begin() + static_cast<std::ptrdiff_t>(data_at + 2100)));
+        } else {
+          const int me = comm.rank();
+          win::peer_region<transport_type> owner(network, comm.world_rank(0), {}, win::reach::messages, tags);
+          const std::size_t counter = 64 * static_cast<std::size_t>(me);
+          const std::size_t at = data_at + (me == 1 ? 0 : 2100);
+          for (int round = 0; round < 5; ++round) {
+            std::vector<std::byte> data = pattern(me, round);
+            if (me == 2) data.erase(data.begin(), data.begin() + 1000);
+            owner.write(at, data);
+            owner.increment(counter);
+            CHECK(owner.load(counter, comm.deadline()) == static_cast<std::uint64_t>(round + 1));
+            std::vector<std::byte> back(data.size());
+            owner.read(at, back, comm.deadline());
+            CHECK(back == data);
+          }
+          owner.flush(comm.deadline());
+          if (me == 2) {
+            comm.send(std::span<const int>(), 1, 9);
+          } else {
+            comm.recv(std::span<int>(), 2, 9);
+            const win::relay_op beyond{win::relay_kind::write, 0, bytes - 8, 16};
+            auto sent = network.isend(comm.world_rank(0), tags.request, std::as_bytes(std::span(&beyond, 1)));
+            network.wait(sent, comm.deadline(), "test");
+          }
+        }
+        comm.barrier();
       },
       quick());
 }

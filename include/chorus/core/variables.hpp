@@ -26,6 +26,7 @@ namespace chorus::variables {
 inline constexpr std::array<std::string_view, 4> progress_choices{"spin", "yield", "block", "auto"};
 inline constexpr std::array<std::string_view, 2> codec_simd_choices{"auto", "portable"};
 inline constexpr std::array<std::string_view, 3> cuda_path_choices{"auto", "staged", "direct"};
+inline constexpr std::array<std::string_view, 2> window_network_choices{"messages", "rma"};
 
 // CHORUS_ALLREDUCE_ALGO: automatic when unset or "auto". Whether allreduce
 // offers the name is checked by allreduce's list when it chooses.
@@ -33,6 +34,10 @@ inline algorithm allreduce_algorithm() {
   const auto text = env::get("CHORUS_ALLREDUCE_ALGO");
   return text ? parse_algorithm(*text, "CHORUS_ALLREDUCE_ALGO") : algorithm::automatic;
 }
+
+// CHORUS_WINDOW_NETWORK: whether windows reach neighbours on other hosts by
+// UCX RMA rather than chorus messages (window/relay.hpp says why not).
+inline bool window_rma() { return env::get_choice("CHORUS_WINDOW_NETWORK", window_network_choices).value_or(0) == 1; }
 
 struct variable {
   std::string_view name;
@@ -45,7 +50,7 @@ inline void any_value() {}
 
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
-inline constexpr std::array<variable, 16> catalogue{{
+inline constexpr std::array<variable, 17> catalogue{{
     {"CHORUS_RANK", any_value, "this rank", "from MPI/PMI/Slurm, else 0"},
     {"CHORUS_SIZE", any_value, "the job size", "from MPI/PMI/Slurm, else 1"},
     {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); },
@@ -62,7 +67,8 @@ inline constexpr std::array<variable, 16> catalogue{{
      "`180s`"},
     {"CHORUS_PROGRESS", [] { env::get_choice("CHORUS_PROGRESS", progress_choices); },
      "how waits progress: `spin`, `yield`, `block` (yield for 200 us, then sleep on the UCX worker's event fd), `auto`",
-     "`auto`: `block` when local ranks outnumber usable cores, else `spin`"},
+     "`auto`: `block` when local ranks outnumber usable cores, else `spin` (which yields while the progress thread "
+     "waits)"},
     {"CHORUS_DEBUG", [] { env::get_integer("CHORUS_DEBUG", 0, 1); },
      "`1`: log choices (progress mode, store host, each collective's algorithm and the rule or cost that chose it) on "
      "stderr",
@@ -83,6 +89,11 @@ inline constexpr std::array<variable, 16> catalogue{{
      "how device buffers move: `staged` (through pinned host memory), `direct` (device pointers to UCX, reductions and "
      "codecs on the device; an error where UCX cannot move CUDA memory or no device kernels were given), `auto`",
      "`auto`: direct where both hold, else staged"},
+    {"CHORUS_WINDOW_NETWORK", [] { window_rma(); },
+     "how a window reaches a neighbour on another host: `messages` (chorus messages its progress thread applies; a "
+     "dead neighbour is a peer failure), `rma` (UCX RMA: for hardware RMA, InfiniBand or RoCE; over TCP UCX aborts "
+     "the process when a neighbour dies)",
+     "`messages`"},
 }};
 
 // Levenshtein distance, for "did you mean".

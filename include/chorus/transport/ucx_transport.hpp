@@ -310,6 +310,20 @@ class ucx_transport {
   template <class Predicate>
   bool wait_in(progress_mode mode, Predicate&& done, clock::time_point deadline) {
     if (mode == progress_mode::block && context_.event_fd() < 0) mode = progress_mode::yield;
+    // While another thread here waits without spinning (the progress
+    // thread, whose work a peer may be waiting for: a server's reply, a
+    // window's relayed op), a spinning thread yields when idle: spinning,
+    // it would keep that thread off the core for a time slice, milliseconds,
+    // on a machine with no core to spare.
+    if (mode == progress_mode::spin && gentle_waits_.load(std::memory_order_relaxed) > 0) mode = progress_mode::yield;
+    const bool gentle = mode != progress_mode::spin;
+    if (gentle) gentle_waits_.fetch_add(1, std::memory_order_relaxed);
+    struct leave {
+      std::atomic<int>* count;
+      ~leave() {
+        if (count != nullptr) count->fetch_sub(1, std::memory_order_relaxed);
+      }
+    } on_exit{gentle ? &gentle_waits_ : nullptr};
     const auto watch = [&](clock::time_point now) {
       std::lock_guard lock(mutex_);
       peers_.watch(now, [&] { drain(context_.worker()); }, closing_);
@@ -513,6 +527,7 @@ class ucx_transport {
   std::atomic<int> any_source_in_flight_{0};  // receives from any source not yet over (the same reason)
   context context_;
   std::byte empty_{};
+  std::atomic<int> gentle_waits_{0};       // threads in a wait that does not spin (wait_in)
   std::atomic<bool> failed_{false};        // an operation failed or timed out: teardown force-closes
   std::atomic<clock::rep> abandon_by_{0};  // after a failure: when cancels stop waiting
   std::vector<void*> closing_;             // force-close requests, freed at teardown

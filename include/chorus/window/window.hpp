@@ -25,12 +25,18 @@
 // averaging schemes flatten). The window's own communicator is split off
 // the one it is given; its memory is registered with UCX once, and the
 // keys are exchanged at creation. Peers on this host are reached by loads
-// and stores into the mapped memory, others by UCX RMA (TCP: emulated by
-// the target's worker, which the communicator's progress thread runs while
-// the window lives). Costs: a put writes one entry (header + encoded
+// and stores into the mapped memory, others by messages the owner's
+// progress thread applies to its memory (relay.hpp; UCX RMA with
+// CHORUS_WINDOW_NETWORK=rma). Costs: a put writes one entry (header + encoded
 // tensor) per target; a read copies at most two entries per source; memory
 // per rank: 2 entries per source and 2 for the published tensor, plus a
 // decoded view per source and a pending tensor per target.
+//
+// Threads: one thread uses a window, except that publish() and set_p() may
+// come from a second while the first only reads (get, collect, version,
+// wait_versions): they touch the published tensor alone (a server that
+// publishes on its progress thread while its trainer fetches:
+// parameter_server's fetch_by_get).
 //
 // Failure: an operation on a dead peer raises peer_failure; drop(rank)
 // forgets it (the schemes' continue policy). Every wait is bounded by the
@@ -41,10 +47,13 @@
 #include <chorus/codec/any_error_feedback.hpp>
 #include <chorus/collective/allgather.hpp>
 #include <chorus/comm/progress_thread.hpp>
+#include <chorus/comm/tag.hpp>
 #include <chorus/comm/traffic.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/core/variables.hpp>
 #include <chorus/route/memory_router.hpp>
 #include <chorus/window/peer_region.hpp>
+#include <chorus/window/relay.hpp>
 #include <chorus/window/slot.hpp>
 
 #include <algorithm>
@@ -342,6 +351,7 @@ class window {
       throw;
     }
     progress_.release();
+    relay_.reset();
     links_.clear();
     region_.release();
   }
@@ -487,16 +497,50 @@ class window {
       requests.push_back(comm_.isend_bytes(card, neighbours[k], comm_.wire_tag(sequence, 0)));
     }
     comm_.wait_all(requests, "window create");
-    bool all_mapped = true;
+    std::vector<ucx::remote_memory> memories;
     for (std::size_t k = 0; k < neighbours.size(); ++k) {
       cards[k].resize(requests[2 * k].received_bytes());
-      auto reached = std::make_unique<region>(network, comm_.world_rank(neighbours[k]), cards[k]);
-      all_mapped &= reached->mapped();
-      links_.emplace(neighbours[k], std::move(reached));
+      memories.push_back(network.reach(comm_.world_rank(neighbours[k]), cards[k]));
     }
-    // Over the network UCX emulates RMA with messages its target's worker
-    // must handle: keep the network moving while the trainer computes.
-    if (!all_mapped) progress_ = comm_.progress_thread().add([] { return false; });
+    const std::vector<windows::reach> ways = agree_on_reach(neighbours, memories, comm_.wire_tag(sequence, 1));
+    const windows::relay_tags tags{comm_.wire_tag(tag::point_to_point, 1), comm_.wire_tag(tag::point_to_point, 2),
+                                   comm_.wire_tag(tag::point_to_point, 3)};
+    std::vector<int> relayed;  // world ranks: the neighbours this rank's relay serves
+    for (std::size_t k = 0; k < neighbours.size(); ++k) {
+      const int peer = comm_.world_rank(neighbours[k]);
+      links_.emplace(neighbours[k], std::make_unique<region>(network, peer, std::move(memories[k]), ways[k], tags));
+      if (ways[k] == windows::reach::messages) relayed.push_back(peer);
+    }
+    // Over the network a neighbour's ops are messages this rank's progress
+    // thread applies (or UCX's emulated RMA its worker answers): keep the
+    // network moving while the trainer computes.
+    if (!relayed.empty()) {
+      relay_.emplace(network, std::span(region_.data(), region_.size()), tags, relayed, comm_.world_rank(comm_.rank()));
+      progress_ = comm_.progress_thread().add([this] { return relay_->serve(); });
+    } else if (std::find(ways.begin(), ways.end(), windows::reach::rma) != ways.end()) {
+      progress_ = comm_.progress_thread().add([] { return false; });
+    }
+  }
+
+  // How each neighbour is reached: mapped when each of the pair maps the
+  // other's memory (each tells the other), else by messages or RMA
+  // (CHORUS_WINDOW_NETWORK): a pair must agree, since a relayed neighbour
+  // needs this rank to serve it.
+  std::vector<windows::reach> agree_on_reach(const std::vector<int>& neighbours,
+                                             const std::vector<ucx::remote_memory>& memories, transport::tag_t tag) {
+    std::vector<std::uint8_t> mine(neighbours.size()), theirs(neighbours.size());
+    std::vector<typename Communicator::request> requests;
+    for (std::size_t k = 0; k < neighbours.size(); ++k) {
+      mine[k] = memories[k].direct() != nullptr ? 1 : 0;
+      requests.push_back(comm_.irecv_bytes(std::as_writable_bytes(std::span(&theirs[k], 1)), neighbours[k], tag));
+      requests.push_back(comm_.isend_bytes(std::as_bytes(std::span(&mine[k], 1)), neighbours[k], tag));
+    }
+    comm_.wait_all(requests, "window create");
+    const windows::reach remote = variables::window_rma() ? windows::reach::rma : windows::reach::messages;
+    std::vector<windows::reach> ways;
+    for (std::size_t k = 0; k < neighbours.size(); ++k)
+      ways.push_back(mine[k] != 0 && theirs[k] != 0 ? windows::reach::mapped : remote);
+    return ways;
   }
 
   region& link(int rank) { return *links_.at(rank); }
@@ -660,6 +704,7 @@ class window {
   }
 
   void write_pending() {
+    progress_.rethrow_if_failed();  // a neighbour's malformed request, found by the relay
     each_live(targets_, [&](target_state& target) {
       while (target.has_pending() && write_entry_if_room(target)) {}
     });
@@ -859,9 +904,10 @@ class window {
   ucx::exposed_memory region_;      // [published][slot of each source, ascending]
   std::vector<source_state> sources_;
   std::vector<target_state> targets_;
-  std::map<int, std::unique_ptr<region>> links_;  // neighbours' regions, by rank
-  progress_thread::registration progress_;
-  std::vector<std::byte> copies_;  // entries copied out of a slot, checked before use
+  std::map<int, std::unique_ptr<region>> links_;                // neighbours' regions, by rank
+  std::optional<windows::relay_server<transport_type>> relay_;  // serves the neighbours that reach it by messages
+  progress_thread::registration progress_;                      // released before relay_ goes
+  std::vector<std::byte> copies_;                               // entries copied out of a slot, checked before use
   bool drop_dead_;
   bool ordered_;
   double p_ = 1.0;

@@ -25,6 +25,10 @@
 //   downpour  push the gradients summed over push_every steps, fetch every
 //             fetch_every steps without waiting (the reply is taken at a
 //             later step boundary); staleness is recorded, not bounded.
+//             With fetch_by_get a fetch reads every shard from a window
+//             (window.hpp) where its server publishes it after each update:
+//             one-sided, no request, no reply, the newest shard at once
+//             (the servers' progress threads answer across hosts).
 // The trainer's own optimiser step (apply_update) runs between pulls only:
 // each pull replaces the model by the servers' (in BSP and SSP every step,
 // so pass a no-op there).
@@ -49,12 +53,14 @@
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/window/window.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +75,7 @@ struct parameter_server_options {
   int dedicated_servers = 0;      // 0: a shard on every rank; k: ranks 0..k-1 serve only
   sgd_options optimiser{.learning_rate = 0.05, .momentum = 0.9};     // the servers'
   peer_failure_policy on_peer_failure = peer_failure_policy::raise;  // for dead workers (SSP, Downpour)
+  bool fetch_by_get = false;  // Downpour: fetch with a window get of the published shards, not a pull
 };
 
 // A worker's view of the exchange, beside the servers' shard_stats.
@@ -97,6 +104,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     this->metered([&] { broadcast(comm_, std::span<float>(start), 0); });
     model_.copy_from(start);
     if (is_worker()) open_links();
+    if (options_.fetch_by_get) open_shard_window(start);
     if (comm_.rank() < servers_) start_serving(start);
   }
 
@@ -151,6 +159,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     if (!is_worker()) return;
     this->count_step();
     if (options_.mode != consistency::downpour) return pull_and_wait();
+    if (options_.fetch_by_get) {
+      if (this->stats_.steps % options_.fetch_every == 0) fetch_published();
+      return;
+    }
     if (fetching_) take_fetch_if_arrived();
     if (!fetching_ && this->stats_.steps % options_.fetch_every == 0) start_fetch();
   }
@@ -164,7 +176,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     if (is_server()) {
       serving_.stop();  // from here on this thread serves
       const auto all_gone = [&] {
-        shard_->serve();
+        serve_shard();
         return shard_->all_done();
       };
       comm_.progress_until(all_gone, "parameter_server finish, waiting for every worker's goodbye");
@@ -216,6 +228,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
                                               " ranks");
     if (options_.push_every == 0 || options_.fetch_every == 0)
       throw error(errc::invalid_argument, "parameter_server: push_every and fetch_every must be at least 1");
+    if (options_.fetch_by_get && options_.mode != consistency::downpour)
+      throw error(errc::invalid_argument, "parameter_server: fetch_by_get is Downpour's; " +
+                                              std::string(to_string(options_.mode)) +
+                                              " pulls wait for their server's rules");
     if (options_.mode != consistency::downpour && (options_.push_every != 1 || options_.fetch_every != 1))
       throw error(errc::invalid_argument, "parameter_server: push_every and fetch_every are Downpour's; " +
                                               std::string(to_string(options_.mode)) + " pushes and pulls every step");
@@ -252,7 +268,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // The server's work with its traffic counted (it runs on the progress thread).
   bool serve_counted() {
     const traffic before = this_thread_traffic();
-    const bool worked = shard_->serve();
+    const bool worked = serve_shard();
     const traffic sent = this_thread_traffic() - before;
     served_bytes_.fetch_add(sent.bytes_sent, std::memory_order_relaxed);
     served_messages_.fetch_add(sent.messages_sent, std::memory_order_relaxed);
@@ -295,6 +311,69 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     });
     fetching_ = true;
     ++waits_.pulls;
+  }
+
+  // fetch_by_get: a window whose sources, on a worker, are the servers
+  // (other than itself), each publishing its shard padded to the largest.
+  void open_shard_window(const std::vector<float>& start) {
+    std::vector<int> servers;
+    if (is_worker())
+      for (int s = 0; s < servers_; ++s)
+        if (s != comm_.rank()) servers.push_back(s);
+    published_.assign(shard_size(0) + (model_.size() % static_cast<std::size_t>(servers_) != 0 ? 1 : 0), 0.0f);
+    if (is_server()) {
+      const std::span<const float> mine =
+          std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
+      std::copy(mine.begin(), mine.end(), published_.begin());
+    }
+    this->metered([&] {
+      shard_window_ = std::make_unique<window<Communicator>>(comm_, published_, window_options{.sources = servers});
+    });
+    shard_window_->set_p(0.0);  // version 0, the start
+    shard_window_->publish(published_);
+  }
+
+  // Serves what the shard can; with fetch_by_get each new version is
+  // published (its worker reads it meanwhile: hence the lock).
+  bool serve_shard() {
+    std::lock_guard lock(own_shard_);
+    const bool worked = shard_->serve();
+    if (worked && shard_window_) publish_shard();
+    return worked;
+  }
+
+  // Under own_shard_: the shard's newest version,
+  // with its version number as the window's weight (what a get returns).
+  void publish_shard() {
+    if (shard_->version() == published_version_) return;
+    published_version_ = shard_->version();
+    const std::span<const float> values = shard_->values();
+    std::copy(values.begin(), values.end(), published_.begin());
+    shard_window_->set_p(static_cast<double>(published_version_));
+    shard_window_->publish(published_);
+  }
+
+  // Every shard as its server last published it (this rank's own from its
+  // server directly): no server is asked or waited for.
+  void fetch_published() {
+    const auto place = [&](int s, std::span<const float> part, std::uint64_t version) {
+      std::copy(part.begin(), part.begin() + static_cast<std::ptrdiff_t>(shard_size(s)),
+                flat_.begin() + static_cast<std::ptrdiff_t>(shard_offset(s)));
+      link(s).version = version;
+    };
+    this->metered([&] {
+      shard_window_->get();
+      shard_window_->collect([&](int s, std::span<const float> part, double version) {
+        place(s, part, static_cast<std::uint64_t>(version));
+      });
+    });
+    if (is_server()) {
+      std::lock_guard lock(own_shard_);
+      place(comm_.rank(), shard_->values(), shard_->version());
+    }
+    model_.copy_from(flat_);
+    ++waits_.pulls;
+    ++waits_.fetches_applied;
   }
 
   void pull_and_wait() {
@@ -376,6 +455,12 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   peer_losses losses_;
   // Server side.
   std::unique_ptr<shard> shard_;
+  // fetch_by_get: the servers' published shards; this rank's shard, between
+  // its server (progress thread) and its worker; what is published.
+  std::unique_ptr<window<Communicator>> shard_window_;
+  std::mutex own_shard_;
+  std::vector<float> published_;
+  std::uint64_t published_version_ = 0;
   std::atomic<std::uint64_t> served_bytes_{0};
   std::atomic<std::uint64_t> served_messages_{0};
   progress_thread::registration serving_;

@@ -169,14 +169,16 @@ def test_middle() -> None:
     scheme.finish()
     consensus_in_hull("TreeEASGD", model)
 
-    # BSP with plain SGD: every rank ends at start(0) - lr * sum_t mean_r g_r(t).
+    # Plain SGD applies every gradient once, scaled by 1 / workers, in every
+    # mode: every rank ends at start(0) - lr * sum_t mean_r g_r(t) (BSP: in
+    # rounds, so the same sums in the same order).
     lr = 0.5
-    for mode in ("bsp", "ssp", "downpour"):
+    for mode, by_get in (("bsp", False), ("ssp", False), ("downpour", False), ("downpour", True)):
         model = start(rank)
         grads = [np.zeros(n, np.float32) for n in SHAPES]
         policy = "raise" if mode == "bsp" else "continue"
         scheme = averaging.ParameterServer(comm, model, grads, mode=mode, staleness=1, learning_rate=lr, momentum=0.0,
-                                           on_peer_failure=policy)
+                                           on_peer_failure=policy, fetch_by_get=by_get)
         for t in range(3):
             scheme.begin_step()
             for g, d in zip(grads, step_of(rank, t)):
@@ -188,9 +190,9 @@ def test_middle() -> None:
         assert np.all(everyone == everyone[0]), f"{mode}: ranks differ after finish"
         assert scheme.lost_peers() == []
         checks += 1
+        want = flat(start(0)) - lr * sum(np.mean([flat(step_of(r, t)) for r in range(size)], axis=0) for t in range(3))
+        close(f"{mode} parameter server (fetch by get: {by_get})", [flat(model)], [want])
         if mode == "bsp":
-            want = flat(start(0)) - lr * sum(np.mean([flat(step_of(r, t)) for r in range(size)], axis=0) for t in range(3))
-            close("BSP parameter server", [flat(model)], [want])
             served = scheme.server_stats()
             assert served["staleness_max"] == 0 and served["gradients_applied"] == 3 * size, served
 

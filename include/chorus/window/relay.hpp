@@ -53,10 +53,11 @@ struct relay_tags {
 };
 
 // The owner's side: serves every requester that reaches its region by
-// messages. serve() runs on the progress thread; a requester found dead is
-// no longer served (the window's own operations report the death); a
-// malformed op is an error serve() throws (the progress thread keeps it for
-// the window).
+// messages. serve() runs on the progress thread; a requester that died or
+// left is served what it sent before (a rank that finished its rounds and
+// left has its last entries applied), then forgotten: settled(peer) says
+// so, and until then its death is not final for the window. A malformed op
+// is an error serve() throws (the progress thread keeps it for the window).
 template <class Transport>
 class relay_server {
  public:
@@ -78,18 +79,24 @@ class relay_server {
     bool worked = false;
     for (requester& from : requesters_) {
       if (from.lost) continue;
-      if (network_->peer_failure(from.peer)) {
-        forget(from);
-        continue;
-      }
       try {
         while (serve_one(from)) worked = true;
       } catch (const error& failure) {
         if (failure.category() != errc::peer_failure) throw;
         forget(from);
+        continue;
       }
+      if (network_->peer_failure(from.peer)) forget(from);  // all it sent is applied: nothing more comes
     }
     return worked;
+  }
+
+  // Whether `world_peer` is served no more (or never was): after its
+  // death, once what it sent before is applied.
+  bool settled(int world_peer) const noexcept {
+    for (const requester& from : requesters_)
+      if (from.peer == world_peer) return from.settled.load(std::memory_order_acquire);
+    return true;
   }
 
  private:
@@ -105,6 +112,7 @@ class relay_server {
     bool writing = false;  // a write's bytes are landing: the next op waits
     std::deque<reply> replies;
     bool lost = false;
+    std::atomic<bool> settled{false};  // lost, read by the window's thread
   };
 
   void post_next(requester& from) {
@@ -113,17 +121,24 @@ class relay_server {
   }
 
   bool serve_one(requester& from) {
-    while (!from.replies.empty() && network_->test(from.replies.front().sent)) from.replies.pop_front();
+    while (!from.replies.empty() && completed(from, from.replies.front().sent)) from.replies.pop_front();
     if (from.writing) {
-      if (!network_->test(from.payload)) return false;
+      if (!completed(from, from.payload)) return false;
       from.writing = false;
       from.payload = {};
     }
-    if (!network_->test(from.next)) return false;
+    if (!completed(from, from.next)) return false;
     const relay_op op = checked(from);
     post_next(from);
     apply(from, op);
     return true;
+  }
+
+  // Whether `operation` is over; one of a requester that died or left only
+  // if it was before (no error: what it sent before is still served).
+  bool completed(const requester& from, request& operation) {
+    if (!operation.done() && network_->peer_failure(from.peer)) return false;
+    return network_->test(operation);
   }
 
   void apply(requester& from, const relay_op& op) {
@@ -174,6 +189,7 @@ class relay_server {
     from.payload = {};
     from.writing = false;
     from.replies.clear();
+    from.settled.store(true, std::memory_order_release);
   }
 
   Transport* network_;

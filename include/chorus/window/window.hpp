@@ -241,9 +241,11 @@ class window {
       bool all = true;
       for (int rank : watched) {
         source_state& source = named(sources_, rank, "a source", "wait_versions");
-        if (source.lost || completed(source) - source.seen + source.gets >= count) continue;
+        if (source.lost) continue;
+        const bool dead = neighbour_gone(rank);  // first: a relay settles after applying all it had
+        if (completed(source) - source.seen + source.gets >= count) continue;
         guarded([&] {
-          if (neighbour_gone(rank)) gone(rank, "window wait_versions");
+          if (dead) gone(rank, "window wait_versions");
         });
         all &= source.lost;
       }
@@ -586,7 +588,9 @@ class window {
   // written and read without the network, which alone would notice: its
   // process is asked (at most every watch_interval, for all neighbours).
   bool neighbour_gone(int rank) {
-    if (comm_.peer_gone(rank)) return true;
+    // A relayed neighbour's death is final once the relay has applied all
+    // it sent before (its last entries may still be on their way in).
+    if (comm_.peer_gone(rank)) return !relay_ || relay_->settled(comm_.world_rank(rank));
     const auto now = transport::clock::now();
     if (now < next_watch_) return false;
     next_watch_ = now + watch_interval;

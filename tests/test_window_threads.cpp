@@ -3,9 +3,8 @@
 // sizes that do not divide), concurrent writers into one target, a stress
 // test that would catch a torn read, codecs with error feedback, bounded
 // waits and bad input; the relay that carries window operations as
-// messages. ctest runs it three times: as is (same-host peers are reached
-// through mapped memory), with UCX_TLS=tcp (relayed messages), and that
-// with CHORUS_WINDOW_NETWORK=rma (UCX RMA).
+// messages. ctest runs it twice: as is (same-host peers are reached through
+// mapped memory) and with UCX_TLS=tcp (relayed messages).
 #include <chorus/chorus.hpp>
 #include <chorus/window/window.hpp>
 

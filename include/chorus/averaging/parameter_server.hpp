@@ -316,18 +316,19 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // fetch_by_get: a window whose sources, on a worker, are the servers
   // (other than itself), each publishing its shard padded to the largest.
   void open_shard_window(const std::vector<float>& start) {
-    std::vector<int> servers;
+    std::vector<int> sources;
     if (is_worker())
       for (int s = 0; s < servers_; ++s)
-        if (s != comm_.rank()) servers.push_back(s);
-    published_.assign(shard_size(0) + (model_.size() % static_cast<std::size_t>(servers_) != 0 ? 1 : 0), 0.0f);
+        if (s != comm_.rank()) sources.push_back(s);
+    const auto servers = static_cast<std::size_t>(servers_);
+    published_.assign((model_.size() + servers - 1) / servers, 0.0f);  // shards differ by one at most
     if (is_server()) {
       const std::span<const float> mine =
           std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
       std::copy(mine.begin(), mine.end(), published_.begin());
     }
     this->metered([&] {
-      shard_window_ = std::make_unique<window<Communicator>>(comm_, published_, window_options{.sources = servers});
+      shard_window_ = std::make_unique<window<Communicator>>(comm_, published_, window_options{.sources = sources});
     });
     shard_window_->set_p(0.0);  // version 0, the start
     shard_window_->publish(published_);
@@ -356,20 +357,15 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // Every shard as its server last published it (this rank's own from its
   // server directly): no server is asked or waited for.
   void fetch_published() {
-    const auto place = [&](int s, std::span<const float> part, std::uint64_t version) {
-      std::copy(part.begin(), part.begin() + static_cast<std::ptrdiff_t>(shard_size(s)),
-                flat_.begin() + static_cast<std::ptrdiff_t>(shard_offset(s)));
-      link(s).version = version;
-    };
     this->metered([&] {
       shard_window_->get();
       shard_window_->collect([&](int s, std::span<const float> part, double version) {
-        place(s, part, static_cast<std::uint64_t>(version));
+        take_shard(s, part, static_cast<std::uint64_t>(version));
       });
     });
     if (is_server()) {
       std::lock_guard lock(own_shard_);
-      place(comm_.rank(), shard_->values(), shard_->version());
+      take_shard(comm_.rank(), shard_->values(), shard_->version());
     }
     model_.copy_from(flat_);
     ++waits_.pulls;
@@ -396,6 +392,14 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     take_fetch();
   }
 
+  // Server s's shard (its first shard_size(s) values), of `version`, into
+  // the model being fetched.
+  void take_shard(int s, std::span<const float> part, std::uint64_t version) {
+    std::copy(part.begin(), part.begin() + static_cast<std::ptrdiff_t>(shard_size(s)),
+              flat_.begin() + static_cast<std::ptrdiff_t>(shard_offset(s)));
+    link(s).version = version;
+  }
+
   // Every reply is in: check them and make them the model.
   void take_fetch() {
     for (int s = 0; s < servers_; ++s) {
@@ -404,9 +408,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
       const wire::header head =
           from.reply.read(from.reply_receive.received_bytes(), {wire::kind::reply}, shard_bytes(s), reader);
       wire::expect_sequence(head, ++from.replies, reader);
-      from.version = static_cast<std::uint64_t>(head.value);
-      const std::span<const float> part = from.reply.template payload_as<float>().first(shard_size(s));
-      std::copy(part.begin(), part.end(), flat_.begin() + static_cast<std::ptrdiff_t>(shard_offset(s)));
+      take_shard(s, from.reply.template payload_as<float>(), static_cast<std::uint64_t>(head.value));
     }
     model_.copy_from(flat_);
     fetching_ = false;

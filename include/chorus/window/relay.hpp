@@ -78,7 +78,7 @@ class relay_server {
   bool serve() {
     bool worked = false;
     for (requester& from : requesters_) {
-      if (from.lost) continue;
+      if (from.settled.load(std::memory_order_relaxed)) continue;
       try {
         while (serve_one(from)) worked = true;
       } catch (const error& failure) {
@@ -111,8 +111,7 @@ class relay_server {
     request payload;
     bool writing = false;  // a write's bytes are landing: the next op waits
     std::deque<reply> replies;
-    bool lost = false;
-    std::atomic<bool> settled{false};  // lost, read by the window's thread
+    std::atomic<bool> settled{false};  // forgotten (dead or gone); the window's thread reads it too
   };
 
   void post_next(requester& from) {
@@ -184,7 +183,6 @@ class relay_server {
 
   // A dead requester: its requests are let go of (cancelled, bounded).
   void forget(requester& from) noexcept {
-    from.lost = true;
     from.next = {};
     from.payload = {};
     from.writing = false;

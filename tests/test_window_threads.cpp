@@ -169,6 +169,93 @@ TEST_CASE("get reads each source's published tensor, and a later put supersedes 
   CHECK(wrong == 0);
 }
 
+TEST_CASE("non-blocking forms complete as their blocking twins do, in the order they were made") {
+  for (int n : {2, 5})
+    for (std::size_t size : sizes) {
+      CAPTURE(n);
+      CAPTURE(size);
+      wrong = 0;
+      chorus::run_threads(
+          n,
+          [&](communicator& comm) {
+            const int me = comm.rank();
+            std::vector<float> x = values_of(me, 0, size);
+            chorus::window win(comm, x, {.sources = ring_sources(me, n)});
+            std::vector<neighbour_weight> to;
+            for (int target : win.targets()) to.push_back({target, 0.5 + 0.125 * target});
+            chorus::window_request put = win.put_nonblocking(x, to);
+            x.assign(size, -1.0f);  // the values may change at once
+            put.wait();
+            CHECK(put.test());
+            win.wait_versions(1);
+            std::vector<neighbour_weight> from;
+            for (int source : win.sources()) from.push_back({source, 0.25 + 0.0625 * source});
+            std::vector<float> out = values_of(me, 0, size);
+            chorus::window_request update = win.update_nonblocking(out, 0.5, from);
+            while (!update.test()) std::this_thread::yield();
+            for (std::size_t k = 0; k < size; ++k) {
+              double expected = 0.5 * value_of(me, 0, k);
+              for (int source : win.sources())
+                expected += (0.25 + 0.0625 * source) *
+                            static_cast<double>(static_cast<float>(0.5 + 0.125 * me) * value_of(source, 0, k));
+              expect_close(out[k], expected);
+            }
+            for (int source : win.sources()) CHECK(win.version(source) == 0);
+
+            // get on the background thread; collect() waits for it.
+            win.publish(values_of(me, 3, size));
+            comm.barrier();
+            std::vector<neighbour_weight> halves;
+            for (int source : win.sources()) halves.push_back({source, 0.5});
+            chorus::window_request got = win.get_nonblocking(halves);
+            win.collect(
+                [&](int source, std::span<const float> value, double) {
+                  for (std::size_t k = 0; k < size; ++k) wrong += value[k] != 0.5f * value_of(source, 3, k);
+                },
+                true);  // the accumulates below start from zeros
+            CHECK(got.test());
+            comm.barrier();  // no accumulate lands before that reset
+
+            // Three accumulates: the third waits pending until its target
+            // reads (in quiesce()); each request completes.
+            win.set_p(1.0);  // the update changed it
+            std::vector<chorus::window_request> sums;
+            for (int round = 0; round < 3; ++round)
+              sums.push_back(win.accumulate_nonblocking(values_of(me, round, size)));
+            win.quiesce();
+            for (auto& sum : sums) CHECK(sum.test());
+            win.collect(
+                [&](int source, std::span<const float> value, double p) {
+                  if (std::fabs(p - 3.0) > 1e-12) ++wrong;
+                  for (std::size_t k = 0; k < size; ++k)
+                    expect_close(value[k], static_cast<double>(value_of(source, 0, k)) + value_of(source, 1, k) +
+                                               value_of(source, 2, k));
+                },
+                true);
+
+            comm.barrier();  // no put below lands before that collect
+
+            // An error on the background thread is raised by its request
+            // and then not again; unasked, by the window's next call.
+            const int stranger = n;  // not a rank
+            chorus::window_request bad = win.get_nonblocking({{stranger, 1.0}});
+            expect_error([&] { bad.wait(); }, chorus::errc::invalid_argument, "is not a source");
+            expect_error([&] { (void)bad.test(); }, chorus::errc::invalid_argument, "is not a source");
+            win.update(out, 1.0, {});
+            (void)win.get_nonblocking({{stranger, 1.0}});
+            expect_error([&] { win.flush(); }, chorus::errc::invalid_argument, "is not a source");
+            std::vector<float> short_out(size + 1);
+            expect_error([&] { (void)win.update_nonblocking(short_out); }, chorus::errc::invalid_argument,
+                         "elements for a window of");
+            chorus::window_request last = win.put_nonblocking(out);
+            win.free();
+            expect_error([&] { (void)last.test(); }, chorus::errc::invalid_argument, "window is freed");
+          },
+          quick());
+      CHECK(wrong == 0);
+    }
+}
+
 TEST_CASE("a reader never sees a torn tensor while writers rewrite it as fast as they can") {
   // Writers put tensors whose every element (and p) is the round number; a
   // reader that mixed two rounds would see elements that differ.

@@ -8,6 +8,13 @@
 A window over a list of tensors holds them flattened: `put()`, `accumulate()`
 and `publish()` without values send the tensors as they are now, and
 `update()` writes the combination back into them. Float32 only.
+
+With `blocking=False`, put, accumulate, get and update return a
+:class:`chorus.Request`: a put or accumulate completes once sent (the
+tensors may change at once); a get or update runs on the communicator's
+background thread, and a non-blocking update writes the tensors when its
+request is found complete (test() or wait()). The window's next call waits
+for a get or update in flight.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _chorus
-from .communicator import Communicator, CodecLike
+from .communicator import Communicator, CodecLike, Request
 from .errors import InvalidArgument
 
 Weights = Optional[Union[Mapping[int, float], Sequence[Tuple[int, float]]]]
@@ -34,6 +41,36 @@ def _views(tensors: Any) -> List[np.ndarray]:
             raise InvalidArgument("a window holds float32 C-contiguous arrays (CPU tensors)")
         views.append(array)
     return views
+
+
+class _UpdateRequest(Request):
+    """A non-blocking update: the combination reaches the tensors once the request is found complete."""
+
+    __slots__ = ("_flat", "_scatter")
+
+    def __init__(self, pending: Any, flat: np.ndarray, scatter: Any) -> None:
+        super().__init__(pending)
+        self._flat = flat
+        self._scatter = scatter
+
+    def _deliver(self) -> None:
+        if self._scatter is not None:
+            self._scatter(self._flat)
+            self._scatter = None
+
+    def test(self) -> bool:
+        done = super().test()
+        if done:
+            self._deliver()
+        return done
+
+    def wait(self) -> None:
+        super().wait()
+        self._deliver()
+
+
+def _request(pending: Any) -> Optional[Request]:
+    return None if pending is None else Request(pending)
 
 
 class Window:
@@ -81,27 +118,32 @@ class Window:
     def p(self, value: float) -> None:
         self._impl.p = value
 
-    def put(self, values: Any = None, weights: Weights = None, *, blocking: bool = True) -> None:
+    def put(self, values: Any = None, weights: Weights = None, *, blocking: bool = True) -> Optional[Request]:
         """weight * values into each target's slot, replacing it ({rank: w}; None: every target, 1)."""
-        self._impl.put(self._flat(values), weights, blocking)
+        return _request(self._impl.put(self._flat(values), weights, blocking))
 
-    def accumulate(self, values: Any = None, weights: Weights = None, *, blocking: bool = True) -> None:
+    def accumulate(self, values: Any = None, weights: Weights = None, *,
+                   blocking: bool = True) -> Optional[Request]:
         """Adds weight * values to each target's slot."""
-        self._impl.accumulate(self._flat(values), weights, blocking)
+        return _request(self._impl.accumulate(self._flat(values), weights, blocking))
 
     def publish(self, values: Any = None) -> None:
         """Replaces this rank's published tensor (what the others' get() reads)."""
         self._impl.publish(self._flat(values))
 
-    def get(self, weights: Weights = None) -> None:
+    def get(self, weights: Weights = None, *, blocking: bool = True) -> Optional[Request]:
         """Reads each source's published tensor (times its weight) into its slot."""
-        self._impl.get(weights)
+        return _request(self._impl.get(weights, blocking))
 
-    def update(self, self_weight: Optional[float] = None, weights: Weights = None, *, reset: bool = False) -> None:
+    def update(self, self_weight: Optional[float] = None, weights: Weights = None, *, reset: bool = False,
+               blocking: bool = True) -> Optional[Request]:
         """tensors = self_weight * tensors + sum of weight * slot value (uniform when self_weight is None)."""
         flat = np.array(self._flat(), copy=True)
-        self._impl.update(flat, self_weight, weights, reset)
+        pending = self._impl.update(flat, self_weight, weights, reset, blocking)
+        if pending is not None:
+            return _UpdateRequest(pending, flat, self._scatter)
         self._scatter(flat)
+        return None
 
     def collect(self, *, reset: bool = False) -> Dict[int, Tuple[np.ndarray, float]]:
         """{source: (a copy of its slot's value, p)} after reading what landed."""

@@ -21,6 +21,7 @@
 #include <chorus/core/algorithm.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/window/request.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -30,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace chorus::python {
@@ -94,11 +96,17 @@ struct py_communicator {
 
 // A non-blocking operation as chorus.Request holds it: done when its task
 // on a chorus thread has run (the collective, or the wait of a send or
-// receive). test() and wait() raise the operation's error.
+// receive), or when its window operation completes. test() and wait()
+// raise the operation's error.
 class pending_request {
  public:
   explicit pending_request(collective_request done, std::shared_ptr<std::atomic<int>> source = {})
       : done_(std::move(done)), source_(std::move(source)) {}
+  // `keep`: the array a window operation writes into until it completes.
+  pending_request(window_request done, nb::object keep) : done_(std::move(done)), keep_(std::move(keep)) {}
+  pending_request(const pending_request&) = delete;
+  pending_request& operator=(const pending_request&) = delete;
+  ~pending_request();  // an unfinished operation writing into `keep` is waited for first
   bool test();
   void wait();
   // A receive from any source: the sender's rank once done, else -1.
@@ -106,7 +114,8 @@ class pending_request {
 
  private:
   void settle(const std::function<void()>& step);
-  collective_request done_;
+  std::variant<collective_request, window_request> done_;
+  nb::object keep_;
   std::shared_ptr<std::atomic<int>> source_;
   bool finished_ = false;
   std::exception_ptr failure_;

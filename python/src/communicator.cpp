@@ -44,16 +44,25 @@ void py_communicator::close() {
 }
 
 bool pending_request::test() {
-  if (!finished_) settle([&] { finished_ = without_gil([&] { return done_.test(); }); });
+  if (!finished_)
+    settle([&] { finished_ = without_gil([&] { return std::visit([](auto& r) { return r.test(); }, done_); }); });
   return finished_;
 }
 
 void pending_request::wait() {
   if (!finished_)
     settle([&] {
-      without_gil([&] { done_.wait(); });
+      without_gil([&] { std::visit([](auto& r) { r.wait(); }, done_); });
       finished_ = true;
     });
+}
+
+pending_request::~pending_request() {
+  if (finished_ || !keep_.is_valid()) return;
+  try {
+    without_gil([&] { std::get<window_request>(done_).wait(); });
+  } catch (...) {  // its error had no one left to tell
+  }
 }
 
 // The operation's outcome is kept: a request that failed fails again.

@@ -1,7 +1,8 @@
 // chorus.Window: a one-sided tensor window over float32 arrays (NumPy,
 // torch CPU tensors; flattened, C-contiguous), with the C++ calls: put,
 // accumulate, publish, get, update, collect, versions, quiesce, free.
-// Every call that can wait releases the GIL.
+// Every call that can wait releases the GIL. put, accumulate, get and
+// update with blocking=False return a chorus.Request (else None).
 #include "binding.hpp"
 #include "codecs.hpp"
 
@@ -10,6 +11,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <optional>
@@ -61,6 +63,11 @@ std::vector<neighbour_weight> weights_of(nb::handle given) {
   return weights;
 }
 
+// A non-blocking call's request; `keep`: the array it writes into.
+std::unique_ptr<pending_request> started(window_request done, nb::object keep = {}) {
+  return std::make_unique<pending_request>(std::move(done), std::move(keep));
+}
+
 }  // namespace
 
 void bind_windows(nb::module_& m) {
@@ -98,20 +105,24 @@ void bind_windows(nb::module_& m) {
           [](py_window& self, nb::handle values, nb::handle weights, bool blocking) {
             const std::span<const float> data = floats_in(values, "values", "window put");
             const std::vector<neighbour_weight> to = weights_of(weights);
-            without_gil([&] { blocking ? self.get().put(data, to) : self.get().put_nonblocking(data, to); });
+            if (!blocking) return started(without_gil([&] { return self.get().put_nonblocking(data, to); }));
+            without_gil([&] { self.get().put(data, to); });
+            return std::unique_ptr<pending_request>();
           },
           nb::arg("values"), nb::arg("weights").none() = nb::none(), nb::arg("blocking") = true,
-          "weight * values into each target's slot, replacing it (weights: {rank: w}; None: every target, 1).")
+          "weight * values into each target's slot, replacing it (weights: {rank: w}; None: every target, 1). "
+          "blocking=False: returns a Request, complete once sent (values may change at once).")
       .def(
           "accumulate",
           [](py_window& self, nb::handle values, nb::handle weights, bool blocking) {
             const std::span<const float> data = floats_in(values, "values", "window accumulate");
             const std::vector<neighbour_weight> to = weights_of(weights);
-            without_gil(
-                [&] { blocking ? self.get().accumulate(data, to) : self.get().accumulate_nonblocking(data, to); });
+            if (!blocking) return started(without_gil([&] { return self.get().accumulate_nonblocking(data, to); }));
+            without_gil([&] { self.get().accumulate(data, to); });
+            return std::unique_ptr<pending_request>();
           },
           nb::arg("values"), nb::arg("weights").none() = nb::none(), nb::arg("blocking") = true,
-          "Adds weight * values to each target's slot.")
+          "Adds weight * values to each target's slot (blocking=False: returns a Request).")
       .def(
           "publish",
           [](py_window& self, nb::handle values) {
@@ -121,26 +132,40 @@ void bind_windows(nb::module_& m) {
           nb::arg("values"), "Replaces this rank's published tensor (what get() reads).")
       .def(
           "get",
-          [](py_window& self, nb::handle weights) {
-            const std::vector<neighbour_weight> from = weights_of(weights);
+          [](py_window& self, nb::handle weights, bool blocking) {
+            std::vector<neighbour_weight> from = weights_of(weights);
+            if (!blocking) return started(without_gil([&] { return self.get().get_nonblocking(std::move(from)); }));
             without_gil([&] { self.get().get(from); });
+            return std::unique_ptr<pending_request>();
           },
-          nb::arg("weights").none() = nb::none(), "Reads each source's published tensor (times its weight).")
+          nb::arg("weights").none() = nb::none(), nb::arg("blocking") = true,
+          "Reads each source's published tensor (times its weight); blocking=False: on the background thread, "
+          "returns a Request.")
       .def(
           "update",
-          [](py_window& self, nb::handle out, std::optional<double> self_weight, nb::handle weights, bool reset) {
+          [](py_window& self, nb::handle out, std::optional<double> self_weight, nb::handle weights, bool reset,
+             bool blocking) {
             const std::span<float> target = floats_out(out, "out", "window update");
-            const std::vector<neighbour_weight> from = weights_of(weights);
+            std::vector<neighbour_weight> from = weights_of(weights);
+            if (!blocking)
+              return started(without_gil([&] {
+                               return self_weight
+                                          ? self.get().update_nonblocking(target, *self_weight, std::move(from), reset)
+                                          : self.get().update_nonblocking(target, reset);
+                             }),
+                             nb::borrow(out));
             without_gil([&] {
               if (self_weight)
                 self.get().update(target, *self_weight, from, reset);
               else
                 self.get().update(target, reset);
             });
+            return std::unique_ptr<pending_request>();
           },
           nb::arg("out"), nb::arg("self_weight").none() = nb::none(), nb::arg("weights").none() = nb::none(),
-          nb::arg("reset") = false,
-          "out = self_weight * out + sum of weight * slot value (uniform weights when self_weight is None).")
+          nb::arg("reset") = false, nb::arg("blocking") = true,
+          "out = self_weight * out + sum of weight * slot value (uniform weights when self_weight is None); "
+          "blocking=False: on the background thread (out untouched until then), returns a Request.")
       .def(
           "collect",
           [](py_window& self, bool reset) {

@@ -32,11 +32,17 @@
 // per rank: 2 entries per source and 2 for the published tensor, plus a
 // decoded view per source and a pending tensor per target.
 //
+// Non-blocking forms return a window_request (request.hpp): a put or an
+// accumulate is written on the caller's thread and completes once sent; a
+// get or an update runs on the communicator's background thread (its
+// network round trips and its combine overlap the caller's work), and the
+// window's next call waits for it: calls complete in the order made.
+//
 // Threads: one thread uses a window, except that publish() and set_p() may
 // come from a second while the first only reads (get, collect, version,
 // wait_versions): they touch the published tensor alone (a server that
 // publishes on its progress thread while its trainer fetches:
-// parameter_server's fetch_by_get).
+// parameter_server's fetch_by_get). An update in flight sets p when done.
 //
 // Failure: an operation on a dead peer raises peer_failure; drop(rank)
 // forgets it (the schemes' continue policy). Every wait is bounded by the
@@ -54,6 +60,7 @@
 #include <chorus/route/memory_router.hpp>
 #include <chorus/window/peer_region.hpp>
 #include <chorus/window/relay.hpp>
+#include <chorus/window/request.hpp>
 #include <chorus/window/slot.hpp>
 
 #include <algorithm>
@@ -63,12 +70,14 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace chorus {
@@ -119,6 +128,8 @@ class window {
   window(const window&) = delete;
   window& operator=(const window&) = delete;
   ~window() {
+    finish_background();
+    *alive_ = nullptr;
     if (!freed_) retire();
   }
 
@@ -135,33 +146,39 @@ class window {
   // Writes weight * values into each target's slot (replacing what it
   // holds), every target with weight 1 when `to` is empty.
   void put(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    in_order();
     write_to_targets(windows::entry_kind::put, values, to);
     wait_written();
   }
   // Adds weight * values to each target's slot.
   void accumulate(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    in_order();
     write_to_targets(windows::entry_kind::accumulate, values, to);
     wait_written();
   }
   // The same, returning before the bytes on their way over the network are
-  // sent: values may change at once, but the next call that writes waits.
-  void put_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+  // sent: values may change at once. The request completes once they are
+  // sent and, for an accumulate kept pending, written (its target read
+  // enough to make room).
+  window_request put_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    in_order();
     write_to_targets(windows::entry_kind::put, values, to);
+    return sent_request();
   }
-  void accumulate_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+  window_request accumulate_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    in_order();
     write_to_targets(windows::entry_kind::accumulate, values, to);
+    return sent_request();
   }
   // Whether everything written so far has been sent (and pending sums written).
   bool test() {
-    write_pending();
-    bool sent = true;
-    each_live(targets_, [&](target_state& target) { sent &= link(target.rank).test() && !target.has_pending(); });
-    return sent;
+    in_order();
+    return sent();
   }
 
   // Replaces this rank's published tensor (what the ranks it is a source of
   // read with get()), with p.
-  void publish(std::span<const float> given) {
+  void publish(std::span<const float> given) {  // no in_order(): see "Threads"
     require_size(given.size(), "publish");
     on_host(given, buffer_use::read, [&](std::span<const float> values) { publish_host(values); });
   }
@@ -169,49 +186,60 @@ class window {
   // Reads each source's published tensor into its slot's value, times its
   // weight (every source with weight 1 when `from` is empty).
   void get(const std::vector<neighbour_weight>& from = {}) {
-    write_pending();
-    for_each_weighted(sources_, from, "get", [&](source_state& source, double weight) {
-      read_new(source);  // entries before the get are superseded by it
-      read_published(source, weight);
-    });
+    in_order();
+    get_now(from);
+  }
+  // The same on the background thread.
+  window_request get_nonblocking(std::vector<neighbour_weight> from = {}) {
+    in_order();
+    return in_background([this, from = std::move(from)] { get_now(from); });
   }
 
   // out = (out + the sum of the sources' values) / (sources + 1), and p
   // likewise: uniform weights.
   void update(std::span<float> out, bool reset = false) {
-    const double uniform = 1.0 / static_cast<double>(live_sources() + 1);
-    std::vector<neighbour_weight> from;
-    for (const source_state& source : sources_)
-      if (!source.lost) from.push_back({source.rank, uniform});
-    update(out, uniform, from, reset);
+    in_order();
+    require_size(out.size(), "update");
+    update_now(out, std::nullopt, {}, reset);
   }
 
   // out = self_weight * out + sum_s weight_s * value_s over the sources in
   // `from` (the others weigh 0), and p likewise. With reset every slot's
   // value (and p) becomes 0 afterwards.
-  void update(std::span<float> given, double self_weight, const std::vector<neighbour_weight>& from,
-              bool reset = false) {
-    require_size(given.size(), "update");
-    on_host(given, buffer_use::read_write, [&](std::span<float> out) { update_host(out, self_weight, from, reset); });
+  void update(std::span<float> out, double self_weight, const std::vector<neighbour_weight>& from, bool reset = false) {
+    in_order();
+    require_size(out.size(), "update");
+    update_now(out, self_weight, from, reset);
+  }
+
+  // The same on the background thread: `out` stays untouched until the
+  // request completes.
+  window_request update_nonblocking(std::span<float> out, bool reset = false) {
+    in_order();
+    require_size(out.size(), "update");
+    return in_background([this, out, reset] { update_now(out, std::nullopt, {}, reset); });
+  }
+  window_request update_nonblocking(std::span<float> out, double self_weight, std::vector<neighbour_weight> from,
+                                    bool reset = false) {
+    in_order();
+    require_size(out.size(), "update");
+    return in_background(
+        [this, out, self_weight, from = std::move(from), reset] { update_now(out, self_weight, from, reset); });
   }
 
   // on_slot(source, value, p) for every live source after reading what
   // landed; with reset the values (and p's) become 0 afterwards.
   template <class OnSlot>
   void collect(OnSlot&& on_slot, bool reset = false) {
-    write_pending();
-    each_live(sources_, [&](source_state& source) { read_new(source); });
-    for (source_state& source : sources_) {
-      if (source.lost) continue;
-      on_slot(source.rank, std::span<const float>(source.value), source.p);
-      settle(source, reset);
-    }
+    in_order();
+    collect_now(on_slot, reset);
   }
 
   // The same for the sources named (in their order) alone: the others'
   // slots are left unread (a synchronous round reads only its senders).
   template <class OnSlot>
   void collect_from(std::span<const int> from, OnSlot&& on_slot, bool reset = false) {
+    in_order();
     write_pending();
     for (int rank : from) {
       source_state& source = named(sources_, rank, "a source", "collect_from");
@@ -225,6 +253,7 @@ class window {
   // Entries landed in `source`'s slot since the last update() or collect()
   // (gets count one each).
   std::uint64_t version(int source) const {
+    in_order();
     const source_state& state = source_named(source, "version");
     return completed(state) - state.seen + state.gets;
   }
@@ -233,6 +262,7 @@ class window {
   // at least `count` new versions; bounded by the communicator's timeout.
   // A source that dies meanwhile is a peer failure (or dropped).
   void wait_versions(std::uint64_t count, std::span<const int> from = {}) {
+    in_order();
     std::vector<int> watched(from.begin(), from.end());
     if (from.empty()) watched = ranks_of(sources_);
     for (int rank : watched) (void)source_named(rank, "wait_versions");
@@ -258,6 +288,7 @@ class window {
   // to make room for it (an ordered window's round before the next).
   // Bounded by the timeout; the targets must be reading meanwhile.
   void wait_pending() {
+    in_order();
     const auto written = [&] {
       write_pending();
       return std::none_of(targets_.begin(), targets_.end(), [](const target_state& t) { return t.has_pending(); });
@@ -268,6 +299,7 @@ class window {
   // Waits until every entry written so far has landed at its target (not
   // the pending sums: they wait for their targets to read; see quiesce()).
   void flush() {
+    in_order();
     each_live(targets_, [&](target_state& target) { link(target.rank).flush(comm_.deadline()); });
   }
 
@@ -279,6 +311,7 @@ class window {
   // until every source has said so. A tag message may overtake RMA, hence
   // the flush before it.
   void quiesce() {
+    in_order();
     const std::uint32_t sequence = comm_.next_sequence();
     each_live(sources_, [&](source_state& source) {
       source.drained = comm_.irecv_bytes({}, source.rank, comm_.wire_tag(sequence, 0));
@@ -307,6 +340,7 @@ class window {
 
   // Forgets a dead neighbour: operations skip it from here on.
   void drop(int rank) {
+    in_order();
     for (auto& source : sources_)
       if (source.rank == rank) {
         source.lost = true;
@@ -321,6 +355,7 @@ class window {
     if (const auto found = links_.find(rank); found != links_.end()) found->second->abandon();
   }
   bool lost(int rank) const {
+    in_order();
     return std::any_of(sources_.begin(), sources_.end(), [&](const auto& s) { return s.rank == rank && s.lost; }) ||
            std::any_of(targets_.begin(), targets_.end(), [&](const auto& t) { return t.rank == rank && t.lost; });
   }
@@ -339,6 +374,7 @@ class window {
   // After a loss the survivors meet: each must have dropped the same ranks.
   void free() {
     if (freed_) return;
+    in_order();
     freed_ = true;
     try {
       flush();
@@ -388,6 +424,122 @@ class window {
     bool lost = false;
     bool has_pending() const noexcept { return !lost && !pending.empty(); }
   };
+
+  // A get or update running on the background thread. Its error is raised
+  // by its request, or else by the window's next call.
+  struct background_op {
+    std::future<void> done;
+    std::exception_ptr failure;
+    bool finished = false;
+    bool reported = false;
+    // True once finished (waiting at most `limit`); raises its error if a
+    // request asks, or if no one has been told yet.
+    bool settle(std::chrono::milliseconds limit, bool asked_by_request) {
+      if (!finished) {
+        if (done.wait_for(limit) != std::future_status::ready) return false;
+        finished = true;
+        try {
+          done.get();
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
+      if (failure && (asked_by_request || !reported)) {
+        reported = true;
+        std::rethrow_exception(failure);
+      }
+      return true;
+    }
+  };
+
+  // Runs `work` on the communicator's background thread (in the queue of
+  // its non-blocking collectives); device memory orders on the caller's
+  // stream (route/memory_router.hpp).
+  template <class Work>
+  window_request in_background(Work work) {
+    auto op = std::make_shared<background_op>();
+    void* const stream = chorus::detail::thread_stream();
+    op->done = comm_.background().submit([work = std::move(work), stream]() mutable {
+      const thread_stream_scope ordered(stream);
+      work();
+    });
+    background_ = op;
+    const std::chrono::milliseconds limit = background_limit();
+    return {[op] { return op->settle(std::chrono::milliseconds(0), true); },
+            [op, limit, where = error_context{comm_.world_rank(comm_.rank()), -1, "window request"}] {
+              if (!op->settle(limit, true))
+                throw error(errc::timeout, "the window's background operation did not finish", where);
+            }};
+  }
+  // The queue ahead may hold non-blocking collectives, each bounded by the
+  // timeout (collective/nonblocking.hpp's bound).
+  std::chrono::milliseconds background_limit() const { return comm_.timeout() * 4 + std::chrono::seconds(5); }
+
+  // Calls complete in the order made: a get or update still running on the
+  // background thread is waited for first.
+  void in_order() const {
+    if (!background_) return;
+    if (!background_->settle(background_limit(), false))
+      throw failure(errc::timeout, "the window's background operation did not finish", -1, "window");
+    background_.reset();
+  }
+  // At teardown: its waits are bounded by the timeout, and it uses this window.
+  void finish_background() noexcept {
+    if (background_ && !background_->finished) background_->done.wait();
+    background_.reset();
+  }
+
+  // A put or accumulate's request: complete once everything written so far
+  // is sent (an approximation from above: later writes count too).
+  window_request sent_request() {
+    const std::shared_ptr<window*> alive = alive_;
+    const auto owner = [alive]() -> window& {
+      if (*alive == nullptr || (*alive)->freed_)
+        throw error(errc::invalid_argument, "the request's window is freed", {-1, -1, "window request"});
+      return **alive;
+    };
+    return {[owner] { return owner().test(); },
+            [owner] {
+              window& win = owner();
+              win.comm_.poll_until([&] { return win.sent(); }, "window request (a target does not read its slot)");
+            }};
+  }
+  bool sent() {
+    write_pending();
+    bool all = true;
+    each_live(targets_, [&](target_state& target) { all &= link(target.rank).test() && !target.has_pending(); });
+    return all;
+  }
+
+  void get_now(const std::vector<neighbour_weight>& from) {
+    write_pending();
+    for_each_weighted(sources_, from, "get", [&](source_state& source, double weight) {
+      read_new(source);  // entries before the get are superseded by it
+      read_published(source, weight);
+    });
+  }
+
+  // No self_weight: uniform weights over this rank and its live sources.
+  void update_now(std::span<float> given, std::optional<double> self_weight, std::vector<neighbour_weight> from,
+                  bool reset) {
+    if (!self_weight) {
+      self_weight = 1.0 / static_cast<double>(live_sources() + 1);
+      for (const source_state& source : sources_)
+        if (!source.lost) from.push_back({source.rank, *self_weight});
+    }
+    on_host(given, buffer_use::read_write, [&](std::span<float> out) { update_host(out, *self_weight, from, reset); });
+  }
+
+  template <class OnSlot>
+  void collect_now(OnSlot&& on_slot, bool reset) {
+    write_pending();
+    each_live(sources_, [&](source_state& source) { read_new(source); });
+    for (source_state& source : sources_) {
+      if (source.lost) continue;
+      on_slot(source.rank, std::span<const float>(source.value), source.p);
+      settle(source, reset);
+    }
+  }
 
   static std::vector<int> ranks_of(const auto& states) {
     std::vector<int> ranks;
@@ -656,7 +808,7 @@ class window {
     std::vector<double> combined(out.size());
     for (std::size_t k = 0; k < out.size(); ++k) combined[k] = self_weight * static_cast<double>(out[k]);
     double p = self_weight * p_;
-    collect(
+    collect_now(
         [&](int source, std::span<const float> value, double source_p) {
           const double weight = weight_of(from, source);
           if (weight == 0.0) return;
@@ -918,6 +1070,8 @@ class window {
   std::uint64_t published_count_ = 0;
   transport::clock::time_point next_watch_{};
   bool freed_ = false;
+  mutable std::shared_ptr<background_op> background_;                 // the get or update in flight
+  std::shared_ptr<window*> alive_ = std::make_shared<window*>(this);  // null once gone: for put requests
 };
 
 template <class C>

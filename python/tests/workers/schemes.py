@@ -232,7 +232,31 @@ def test_windows() -> None:
     win.get()
     for s, (value, p) in win.collect().items():
         close("Window get", [value], [flat(start(s))], tolerance=0)
-    comm.barrier()
+    comm.barrier()  # every rank has read the get before the puts below land
+
+    # Non-blocking forms: a Request each; an update reaches the tensors once found complete.
+    def after_update(r: int) -> list:
+        around = sorted({(r - 1) % size, (r + 1) % size} - {r})
+        return [0.5 * start(r)[k] + sum(0.25 * np.float32(0.5) * start(s)[k] for s in around) for k in range(3)]
+
+    sent = win.put(blocking=False)
+    assert isinstance(sent, chorus.Request)
+    sent.wait()
+    win.wait_versions(1)
+    before = [t.copy() for t in model]
+    pending = win.update(0.5, {s: 0.5 / len(sources) for s in sources}, blocking=False)
+    assert all(np.array_equal(t, b) for t, b in zip(model, before)), "a non-blocking update wrote before completing"
+    while not pending.test():
+        pass
+    want = [0.5 * after_update(rank)[k] + sum(0.5 / len(sources) * after_update(s)[k] for s in sources)
+            for k in range(3)]
+    close("Window non-blocking put + update", model, want)
+    fetched = win.get(blocking=False)
+    fetched.wait()
+    for s, (value, p) in win.collect().items():
+        close("Window non-blocking get", [value], [flat(start(s))], tolerance=0)
+    comm.barrier()  # every rank has read its get before this put lands
+    assert win.put(blocking=True) is None
     win.free()
     checks += 1
 

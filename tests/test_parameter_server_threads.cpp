@@ -160,98 +160,105 @@ TEST_CASE("SSP: every pull holds all of the worker's own pushes and every other 
 }
 
 TEST_CASE("Downpour applies every pushed gradient exactly once, the unpushed rest at finish(), without waiting") {
-  const int n = 3;
-  per_rank<avg::shard_stats> shards(n);
-  chorus::run_threads(
-      n,
-      [&](communicator& comm) {
-        std::vector<float> x(n * block + 1, 1.0f), g(x.size(), 0.0f);
-        for (std::size_t k = 0; k < block; ++k) g[static_cast<std::size_t>(comm.rank()) * block + k] = 1.0f;
-        avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
-        avg::parameter_server ps(comm, params, grads,
-                                 {.mode = avg::consistency::downpour,
-                                  .push_every = 3,
-                                  .fetch_every = 2,
-                                  .optimiser = {.learning_rate = rate}});
-        const int steps = 10 + 3 * comm.rank();  // 10, 13, 16: not multiples of 3
-        for (int step = 0; step < steps; ++step) ps.step([] {}, [] {});
-        ps.finish();
-        for (int v = 0; v < n; ++v) CHECK(pushes_held(x, v, n) == static_cast<std::size_t>(10 + 3 * v));
-        CHECK(ps.worker_stats().waited_seconds == 0.0);
-        CHECK(ps.worker_stats().fetches_applied >= 1);
-        shards.set(comm.rank(), ps.server_stats());
-      },
-      quick());
-  std::uint64_t applied = 0;
-  for (const auto& stats : shards.values) applied += stats.gradients_applied;
-  CHECK(applied == 3u * (4 + 5 + 6));  // ceil(steps / 3) pushes per worker, at each of 3 shards
-}
-
-TEST_CASE("Downpour fetching by window get: each fetch a published state, never older, every push once at the end") {
-  for (int servers : {0, 1}) {  // a shard on every rank; one dedicated server
-    CAPTURE(servers);
-    const int workers = 4, n = workers + servers;  // rate / W = 1/8: every value exact
-    per_rank<std::vector<std::string>> violations(n);
-    std::vector<std::atomic<int>> steps_taken(static_cast<std::size_t>(workers));
+  for (bool by_accumulate : {false, true}) {  // pushes as messages; as window accumulates
+    CAPTURE(by_accumulate);
+    const int n = 3;
+    per_rank<avg::shard_stats> shards(n);
     chorus::run_threads(
         n,
         [&](communicator& comm) {
-          const int worker = comm.rank() - servers;
-          std::vector<float> x(static_cast<std::size_t>(workers) * block + 2, 1.0f), g(x.size(), 0.0f);
-          if (worker >= 0)
-            for (std::size_t k = 0; k < block; ++k) g[static_cast<std::size_t>(worker) * block + k] = 1.0f;
+          std::vector<float> x(n * block + 1, 1.0f), g(x.size(), 0.0f);
+          for (std::size_t k = 0; k < block; ++k) g[static_cast<std::size_t>(comm.rank()) * block + k] = 1.0f;
           avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
           avg::parameter_server ps(comm, params, grads,
                                    {.mode = avg::consistency::downpour,
-                                    .dedicated_servers = servers,
+                                    .push_every = 3,
+                                    .fetch_every = 2,
                                     .optimiser = {.learning_rate = rate},
-                                    .fetch_by_get = true});
-          std::vector<std::string> wrong;
-          std::vector<std::size_t> last(static_cast<std::size_t>(workers), 0);
-          // At least 12 + 3w steps, then on (1 ms apart) until a fetch holds
-          // one of its own pushes: what the servers publish reaches the gets.
-          int step = 0;
-          for (bool own_seen = false; ps.is_worker() && (step < 12 + 3 * worker || !own_seen);) {
-            if (++step > 12 + 3 * worker) std::this_thread::sleep_for(1ms);
-            if (step > 20000) {
-              wrong.push_back("no fetch held one of its own pushes");
-              break;
-            }
-            ps.step([] {}, [] {});
-            // Every element is 1 - k rate / W for a whole k (no torn float),
-            // and no worker's count goes back (versions only grow).
-            for (std::size_t k = 0; k < x.size(); ++k) {
-              const double held = (1.0 - static_cast<double>(x[k])) / (rate / workers);
-              const bool untouched = k >= static_cast<std::size_t>(workers) * block;  // no worker's block
-              if (held != std::round(held) || held < 0 || (untouched && held != 0))
-                wrong.push_back("element " + std::to_string(k) + " is " + std::to_string(x[k]));
-            }
-            for (int v = 0; v < workers; ++v) {
-              const std::size_t held = pushes_held(x, v, workers);
-              if (held < last[static_cast<std::size_t>(v)])
-                wrong.push_back("step " + std::to_string(step) + ": worker " + std::to_string(v) +
-                                "'s pushes went from " + std::to_string(last[static_cast<std::size_t>(v)]) + " to " +
-                                std::to_string(held));
-              last[static_cast<std::size_t>(v)] = held;
-            }
-            own_seen = pushes_held(x, worker, workers) > 0;
-          }
-          if (ps.is_worker()) steps_taken[static_cast<std::size_t>(worker)] = step;
-          ps.finish();  // after every worker's goodbye: every count is in
-          for (int v = 0; v < workers; ++v)
-            CHECK(pushes_held(x, v, workers) == static_cast<std::size_t>(steps_taken[static_cast<std::size_t>(v)]));
-          if (ps.is_worker()) {
-            CHECK(ps.worker_stats().waited_seconds == 0.0);
-            CHECK(ps.worker_stats().fetches_applied == static_cast<std::uint64_t>(step));
-          }
-          violations.set(comm.rank(), wrong);
+                                    .push_by_accumulate = by_accumulate});
+          const int steps = 10 + 3 * comm.rank();  // 10, 13, 16: not multiples of 3
+          for (int step = 0; step < steps; ++step) ps.step([] {}, [] {});
+          ps.finish();
+          for (int v = 0; v < n; ++v) CHECK(pushes_held(x, v, n) == static_cast<std::size_t>(10 + 3 * v));
+          CHECK(ps.worker_stats().waited_seconds == 0.0);
+          CHECK(ps.worker_stats().fetches_applied >= 1);
+          shards.set(comm.rank(), ps.server_stats());
         },
         quick());
-    for (int r = 0; r < n; ++r) {
-      for (const auto& v : violations.values[static_cast<std::size_t>(r)]) MESSAGE("rank " << r << ": " << v);
-      CHECK(violations.values[static_cast<std::size_t>(r)].empty());
-    }
+    std::uint64_t applied = 0;
+    for (const auto& stats : shards.values) applied += stats.gradients_applied;
+    CHECK(applied == 3u * (4 + 5 + 6));  // ceil(steps / 3) pushes per worker, at each of 3 shards
   }
+}
+
+TEST_CASE("Downpour fetching by window get: each fetch a published state, never older, every push once at the end") {
+  for (int servers : {0, 1})                    // a shard on every rank; one dedicated server
+    for (bool by_accumulate : {false, true}) {  // pushes as messages; as window accumulates
+      CAPTURE(servers);
+      CAPTURE(by_accumulate);
+      const int workers = 4, n = workers + servers;  // rate / W = 1/8: every value exact
+      per_rank<std::vector<std::string>> violations(n);
+      std::vector<std::atomic<int>> steps_taken(static_cast<std::size_t>(workers));
+      chorus::run_threads(
+          n,
+          [&](communicator& comm) {
+            const int worker = comm.rank() - servers;
+            std::vector<float> x(static_cast<std::size_t>(workers) * block + 2, 1.0f), g(x.size(), 0.0f);
+            if (worker >= 0)
+              for (std::size_t k = 0; k < block; ++k) g[static_cast<std::size_t>(worker) * block + k] = 1.0f;
+            avg::parameters params{std::span<float>(x)}, grads{std::span<float>(g)};
+            avg::parameter_server ps(comm, params, grads,
+                                     {.mode = avg::consistency::downpour,
+                                      .dedicated_servers = servers,
+                                      .optimiser = {.learning_rate = rate},
+                                      .fetch_by_get = true,
+                                      .push_by_accumulate = by_accumulate});
+            std::vector<std::string> wrong;
+            std::vector<std::size_t> last(static_cast<std::size_t>(workers), 0);
+            // At least 12 + 3w steps, then on (1 ms apart) until a fetch holds
+            // one of its own pushes: what the servers publish reaches the gets.
+            int step = 0;
+            for (bool own_seen = false; ps.is_worker() && (step < 12 + 3 * worker || !own_seen);) {
+              if (++step > 12 + 3 * worker) std::this_thread::sleep_for(1ms);
+              if (step > 20000) {
+                wrong.push_back("no fetch held one of its own pushes");
+                break;
+              }
+              ps.step([] {}, [] {});
+              // Every element is 1 - k rate / W for a whole k (no torn float),
+              // and no worker's count goes back (versions only grow).
+              for (std::size_t k = 0; k < x.size(); ++k) {
+                const double held = (1.0 - static_cast<double>(x[k])) / (rate / workers);
+                const bool untouched = k >= static_cast<std::size_t>(workers) * block;  // no worker's block
+                if (held != std::round(held) || held < 0 || (untouched && held != 0))
+                  wrong.push_back("element " + std::to_string(k) + " is " + std::to_string(x[k]));
+              }
+              for (int v = 0; v < workers; ++v) {
+                const std::size_t held = pushes_held(x, v, workers);
+                if (held < last[static_cast<std::size_t>(v)])
+                  wrong.push_back("step " + std::to_string(step) + ": worker " + std::to_string(v) +
+                                  "'s pushes went from " + std::to_string(last[static_cast<std::size_t>(v)]) + " to " +
+                                  std::to_string(held));
+                last[static_cast<std::size_t>(v)] = held;
+              }
+              own_seen = pushes_held(x, worker, workers) > 0;
+            }
+            if (ps.is_worker()) steps_taken[static_cast<std::size_t>(worker)] = step;
+            ps.finish();  // after every worker's goodbye: every count is in
+            for (int v = 0; v < workers; ++v)
+              CHECK(pushes_held(x, v, workers) == static_cast<std::size_t>(steps_taken[static_cast<std::size_t>(v)]));
+            if (ps.is_worker()) {
+              CHECK(ps.worker_stats().waited_seconds == 0.0);
+              CHECK(ps.worker_stats().fetches_applied == static_cast<std::uint64_t>(step));
+            }
+            violations.set(comm.rank(), wrong);
+          },
+          quick());
+      for (int r = 0; r < n; ++r) {
+        for (const auto& v : violations.values[static_cast<std::size_t>(r)]) MESSAGE("rank " << r << ": " << v);
+        CHECK(violations.values[static_cast<std::size_t>(r)].empty());
+      }
+    }
 }
 
 TEST_CASE("parameter server: every shard size, rank 0's start, and bad options rejected clearly") {
@@ -282,6 +289,11 @@ TEST_CASE("parameter server: every shard size, rank 0's start, and bad options r
                                   errc::invalid_argument, "are Downpour's");
         chorus_test::expect_error([&] { avg::parameter_server(comm, params, grads, {.fetch_by_get = true}); },
                                   errc::invalid_argument, "fetch_by_get is Downpour's");
+        chorus_test::expect_error(
+            [&] {
+              avg::parameter_server(comm, params, grads, {.mode = avg::consistency::ssp, .push_by_accumulate = true});
+            },
+            errc::invalid_argument, "push_by_accumulate is Downpour's");
         chorus_test::expect_error(
             [&] { avg::parameter_server(comm, params, grads, {.mode = avg::consistency::downpour, .fetch_every = 0}); },
             errc::invalid_argument, "at least 1");

@@ -57,10 +57,33 @@ void expect_close(float got, double expected, double tolerance = 1e-5) {
   if (std::fabs(static_cast<double>(got) - expected) > tolerance * (1.0 + std::fabs(expected))) ++wrong;
 }
 
-}  // namespace
+// The put-then-update cases: each rank puts x with weight 1/2 + t/8 to
+// target t, then updates with self weight 1/2 and 1/4 + s/16 from source s.
+std::vector<neighbour_weight> put_weights(const std::vector<int>& targets) {
+  std::vector<neighbour_weight> to;  // a weight per target, known to the target too
+  for (int target : targets) to.push_back({target, 0.5 + 0.125 * target});
+  return to;
+}
+std::vector<neighbour_weight> update_weights(const std::vector<int>& sources) {
+  std::vector<neighbour_weight> from;
+  for (int source : sources) from.push_back({source, 0.25 + 0.0625 * source});
+  return from;
+}
+// Element k of rank me's tensor after the put and update, in double.
+double after_put_update(int me, const std::vector<int>& sources, std::size_t k) {
+  double expected = 0.5 * value_of(me, 0, k);
+  for (int source : sources) {
+    const double put_weight = 0.5 + 0.125 * me;  // what the source gave this rank
+    expected += (0.25 + 0.0625 * source) * static_cast<double>(static_cast<float>(put_weight) * value_of(source, 0, k));
+  }
+  return expected;
+}
 
-TEST_CASE("put, then update, equals self_weight x + the sum of the weighted neighbours' tensors") {
-  for (int n : {1, 2, 5})
+// body(comm, win, x) on every rank, for each rank count and size: x is the
+// rank's values_of(rank, 0, size), win a window over it with a ring's sources.
+template <class Body>
+void on_ring_windows(std::initializer_list<int> counts, Body body) {
+  for (int n : counts)
     for (std::size_t size : sizes) {
       CAPTURE(n);
       CAPTURE(size);
@@ -68,38 +91,35 @@ TEST_CASE("put, then update, equals self_weight x + the sum of the weighted neig
       chorus::run_threads(
           n,
           [&](communicator& comm) {
-            const int me = comm.rank();
-            std::vector<float> x = values_of(me, 0, size);
-            chorus::window win(comm, x, {.sources = ring_sources(me, n)});
-            std::vector<neighbour_weight> to;  // a weight per target, known to the target too
-            for (int target : win.targets()) to.push_back({target, 0.5 + 0.125 * target});
-            win.put(x, to);
-            win.wait_versions(1);
-            for (int source : win.sources()) CHECK(win.version(source) == 1);
-            std::vector<neighbour_weight> from;
-            for (int source : win.sources()) from.push_back({source, 0.25 + 0.0625 * source});
-            std::vector<float> out = x;
-            win.update(out, 0.5, from);
-            for (std::size_t k = 0; k < size; ++k) {
-              double expected = 0.5 * x[k];
-              for (int source : win.sources()) {
-                const double put_weight = 0.5 + 0.125 * me;  // what the source gave this rank
-                expected += (0.25 + 0.0625 * source) *
-                            static_cast<double>(static_cast<float>(put_weight) * value_of(source, 0, k));
-              }
-              expect_close(out[k], expected);
-            }
-            for (int source : win.sources()) CHECK(win.version(source) == 0);
-            CHECK(win.p() == doctest::Approx(0.5 + 0.0 + [&] {
-                    double p = 0;
-                    for (int source : win.sources()) p += (0.25 + 0.0625 * source) * (0.5 + 0.125 * me);
-                    return p;
-                  }()));
-            win.free();
+            std::vector<float> x = values_of(comm.rank(), 0, size);
+            chorus::window win(comm, x, {.sources = ring_sources(comm.rank(), n)});
+            body(comm, win, x);
           },
           quick());
       CHECK(wrong == 0);
     }
+}
+
+}  // namespace
+
+TEST_CASE("put, then update, equals self_weight x + the sum of the weighted neighbours' tensors") {
+  on_ring_windows({1, 2, 5}, [](communicator& comm, auto& win, std::vector<float>& x) {
+    const int me = comm.rank();
+    const std::size_t size = x.size();
+    win.put(x, put_weights(win.targets()));
+    win.wait_versions(1);
+    for (int source : win.sources()) CHECK(win.version(source) == 1);
+    std::vector<float> out = x;
+    win.update(out, 0.5, update_weights(win.sources()));
+    for (std::size_t k = 0; k < size; ++k) expect_close(out[k], after_put_update(me, win.sources(), k));
+    for (int source : win.sources()) CHECK(win.version(source) == 0);
+    CHECK(win.p() == doctest::Approx(0.5 + 0.0 + [&] {
+            double p = 0;
+            for (int source : win.sources()) p += (0.25 + 0.0625 * source) * (0.5 + 0.125 * me);
+            return p;
+          }()));
+    win.free();
+  });
 }
 
 TEST_CASE("accumulates sum exactly once each, including those kept pending while the target had not read") {
@@ -170,90 +190,68 @@ TEST_CASE("get reads each source's published tensor, and a later put supersedes 
 }
 
 TEST_CASE("non-blocking forms complete as their blocking twins do, in the order they were made") {
-  for (int n : {2, 5})
-    for (std::size_t size : sizes) {
-      CAPTURE(n);
-      CAPTURE(size);
-      wrong = 0;
-      chorus::run_threads(
-          n,
-          [&](communicator& comm) {
-            const int me = comm.rank();
-            std::vector<float> x = values_of(me, 0, size);
-            chorus::window win(comm, x, {.sources = ring_sources(me, n)});
-            std::vector<neighbour_weight> to;
-            for (int target : win.targets()) to.push_back({target, 0.5 + 0.125 * target});
-            chorus::window_request put = win.put_nonblocking(x, to);
-            x.assign(size, -1.0f);  // the values may change at once
-            put.wait();
-            CHECK(put.test());
-            win.wait_versions(1);
-            std::vector<neighbour_weight> from;
-            for (int source : win.sources()) from.push_back({source, 0.25 + 0.0625 * source});
-            std::vector<float> out = values_of(me, 0, size);
-            chorus::window_request update = win.update_nonblocking(out, 0.5, from);
-            while (!update.test()) std::this_thread::yield();
-            for (std::size_t k = 0; k < size; ++k) {
-              double expected = 0.5 * value_of(me, 0, k);
-              for (int source : win.sources())
-                expected += (0.25 + 0.0625 * source) *
-                            static_cast<double>(static_cast<float>(0.5 + 0.125 * me) * value_of(source, 0, k));
-              expect_close(out[k], expected);
-            }
-            for (int source : win.sources()) CHECK(win.version(source) == 0);
+  on_ring_windows({2, 5}, [](communicator& comm, auto& win, std::vector<float>& x) {
+    const int me = comm.rank(), n = comm.size();
+    const std::size_t size = x.size();
+    chorus::window_request put = win.put_nonblocking(x, put_weights(win.targets()));
+    x.assign(size, -1.0f);  // the values may change at once
+    put.wait();
+    CHECK(put.test());
+    win.wait_versions(1);
+    std::vector<float> out = values_of(me, 0, size);
+    chorus::window_request update = win.update_nonblocking(out, 0.5, update_weights(win.sources()));
+    while (!update.test()) std::this_thread::yield();
+    for (std::size_t k = 0; k < size; ++k) expect_close(out[k], after_put_update(me, win.sources(), k));
+    for (int source : win.sources()) CHECK(win.version(source) == 0);
 
-            // get on the background thread; collect() waits for it.
-            win.publish(values_of(me, 3, size));
-            comm.barrier();
-            std::vector<neighbour_weight> halves;
-            for (int source : win.sources()) halves.push_back({source, 0.5});
-            chorus::window_request got = win.get_nonblocking(halves);
-            win.collect(
-                [&](int source, std::span<const float> value, double) {
-                  for (std::size_t k = 0; k < size; ++k) wrong += value[k] != 0.5f * value_of(source, 3, k);
-                },
-                true);  // the accumulates below start from zeros
-            CHECK(got.test());
-            comm.barrier();  // no accumulate lands before that reset
+    // get on the background thread; collect() waits for it.
+    win.publish(values_of(me, 3, size));
+    comm.barrier();
+    std::vector<neighbour_weight> halves;
+    for (int source : win.sources()) halves.push_back({source, 0.5});
+    chorus::window_request got = win.get_nonblocking(halves);
+    win.collect(
+        [&](int source, std::span<const float> value, double) {
+          for (std::size_t k = 0; k < size; ++k) wrong += value[k] != 0.5f * value_of(source, 3, k);
+        },
+        true);  // the accumulates below start from zeros
+    CHECK(got.test());
+    comm.barrier();  // no accumulate lands before that reset
 
-            // Three accumulates: the third waits pending until its target
-            // reads (in quiesce()); each request completes.
-            win.set_p(1.0);  // the update changed it
-            std::vector<chorus::window_request> sums;
-            for (int round = 0; round < 3; ++round)
-              sums.push_back(win.accumulate_nonblocking(values_of(me, round, size)));
-            win.quiesce();
-            for (auto& sum : sums) CHECK(sum.test());
-            win.collect(
-                [&](int source, std::span<const float> value, double p) {
-                  if (std::fabs(p - 3.0) > 1e-12) ++wrong;
-                  for (std::size_t k = 0; k < size; ++k)
-                    expect_close(value[k], static_cast<double>(value_of(source, 0, k)) + value_of(source, 1, k) +
-                                               value_of(source, 2, k));
-                },
-                true);
+    // Three accumulates: the third waits pending until its target
+    // reads (in quiesce()); each request completes.
+    win.set_p(1.0);  // the update changed it
+    std::vector<chorus::window_request> sums;
+    for (int round = 0; round < 3; ++round) sums.push_back(win.accumulate_nonblocking(values_of(me, round, size)));
+    win.quiesce();
+    for (auto& sum : sums) CHECK(sum.test());
+    win.collect(
+        [&](int source, std::span<const float> value, double p) {
+          if (std::fabs(p - 3.0) > 1e-12) ++wrong;
+          for (std::size_t k = 0; k < size; ++k)
+            expect_close(value[k],
+                         static_cast<double>(value_of(source, 0, k)) + value_of(source, 1, k) + value_of(source, 2, k));
+        },
+        true);
 
-            comm.barrier();  // no put below lands before that collect
+    comm.barrier();  // no put below lands before that collect
 
-            // An error on the background thread is raised by its request
-            // and then not again; unasked, by the window's next call.
-            const int stranger = n;  // not a rank
-            chorus::window_request bad = win.get_nonblocking({{stranger, 1.0}});
-            expect_error([&] { bad.wait(); }, chorus::errc::invalid_argument, "is not a source");
-            expect_error([&] { (void)bad.test(); }, chorus::errc::invalid_argument, "is not a source");
-            win.update(out, 1.0, {});
-            (void)win.get_nonblocking({{stranger, 1.0}});
-            expect_error([&] { win.flush(); }, chorus::errc::invalid_argument, "is not a source");
-            std::vector<float> short_out(size + 1);
-            expect_error([&] { (void)win.update_nonblocking(short_out); }, chorus::errc::invalid_argument,
-                         "elements for a window of");
-            chorus::window_request last = win.put_nonblocking(out);
-            win.free();
-            expect_error([&] { (void)last.test(); }, chorus::errc::invalid_argument, "window is freed");
-          },
-          quick());
-      CHECK(wrong == 0);
-    }
+    // An error on the background thread is raised by its request
+    // and then not again; unasked, by the window's next call.
+    const int stranger = n;  // not a rank
+    chorus::window_request bad = win.get_nonblocking({{stranger, 1.0}});
+    expect_error([&] { bad.wait(); }, chorus::errc::invalid_argument, "is not a source");
+    expect_error([&] { (void)bad.test(); }, chorus::errc::invalid_argument, "is not a source");
+    win.update(out, 1.0, {});
+    (void)win.get_nonblocking({{stranger, 1.0}});
+    expect_error([&] { win.flush(); }, chorus::errc::invalid_argument, "is not a source");
+    std::vector<float> short_out(size + 1);
+    expect_error([&] { (void)win.update_nonblocking(short_out); }, chorus::errc::invalid_argument,
+                 "elements for a window of");
+    chorus::window_request last = win.put_nonblocking(out);
+    win.free();
+    expect_error([&] { (void)last.test(); }, chorus::errc::invalid_argument, "window is freed");
+  });
 }
 
 TEST_CASE("a reader never sees a torn tensor while writers rewrite it as fast as they can") {

@@ -62,7 +62,7 @@ struct settings {
 
 const char* const scheme_names =
     "allreduce|local|dpsgd|dpsgd-window|easgd|easgd-sync|gosgd|one-sided-gossip|ps-bsp|ssp|downpour|downpour-get|"
-    "tree-easgd";
+    "downpour-accumulate|tree-easgd";
 
 // An empty problem is --help: the usage on stdout, exit status 0.
 [[noreturn]] void usage(const std::string& problem) {
@@ -254,7 +254,8 @@ std::vector<float> copy_of(std::span<const float> values) { return {values.begin
 std::optional<avg::consistency> consistency_named(const std::string& scheme) {
   if (scheme == "ps-bsp") return avg::consistency::bsp;
   if (scheme == "ssp") return avg::consistency::ssp;
-  if (scheme == "downpour" || scheme == "downpour-get") return avg::consistency::downpour;
+  if (scheme == "downpour" || scheme == "downpour-get" || scheme == "downpour-accumulate")
+    return avg::consistency::downpour;
   return std::nullopt;
 }
 
@@ -267,7 +268,7 @@ void train(chorus::communicator& comm, const settings& config) {
       config.on_peer_failure == "continue" ? avg::peer_failure_policy::continue_ : avg::peer_failure_policy::raise;
   const bool tolerant = config.scheme == "gosgd" || config.scheme == "easgd" || config.scheme == "ssp" ||
                         config.scheme == "downpour" || config.scheme == "downpour-get" ||
-                        config.scheme == "one-sided-gossip";
+                        config.scheme == "downpour-accumulate" || config.scheme == "one-sided-gossip";
   if (on_failure == avg::peer_failure_policy::continue_ && !tolerant)
     usage("--on-peer-failure continue: " + config.scheme +
           " raises on a lost rank (gosgd, one-sided-gossip, easgd, ssp, downpour go on)");
@@ -313,7 +314,8 @@ void train(chorus::communicator& comm, const settings& config) {
          .fetch_every = *mode == avg::consistency::downpour ? config.fetch_every : 1,
          .optimiser = {.learning_rate = config.learning_rate, .momentum = config.momentum, .nesterov = true},
          .on_peer_failure = on_failure,
-         .fetch_by_get = config.scheme == "downpour-get"});
+         .fetch_by_get = config.scheme == "downpour-get",
+         .push_by_accumulate = config.scheme == "downpour-accumulate"});
     job.run(scheme, local_model, *mode == avg::consistency::downpour);
   } else {
     usage("unknown scheme " + config.scheme);

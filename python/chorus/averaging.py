@@ -225,17 +225,19 @@ class ParameterServer(Scheme):
     """A parameter server: shards on every rank (or on `dedicated_servers` ranks that only serve), SGD with
     momentum on the servers, consistency `mode` "bsp", "ssp" (bound `staleness`) or "downpour" (push every
     `push_every` steps, fetch every `fetch_every`; with `fetch_by_get` a fetch is a one-sided window get of the
-    shards each server publishes, asking no server). Each pull replaces the model by the servers'."""
+    shards each server publishes, asking no server; with `push_by_accumulate` a push is a window accumulate into
+    each server's slot for this worker). Each pull replaces the model by the servers'."""
 
     def __init__(self, comm: Communicator, params: Iterable[Any], grads: Iterable[Any], *,
                  mode: str = "bsp", staleness: int = 3, push_every: int = 1, fetch_every: int = 1,
                  dedicated_servers: int = 0, learning_rate: float = 0.05, momentum: float = 0.9,
-                 nesterov: bool = False, on_peer_failure: str = "raise", fetch_by_get: bool = False) -> None:
+                 nesterov: bool = False, on_peer_failure: str = "raise", fetch_by_get: bool = False,
+                 push_by_accumulate: bool = False) -> None:
         arrays = _arrays(params)
         self.grads = _arrays(grads)  # read at every reduce_gradients(): keep them where they are
         super().__init__(_chorus.ParameterServer(comm._impl, arrays, self.grads, mode, staleness, push_every,
                                                  fetch_every, dedicated_servers, learning_rate, momentum, nesterov,
-                                                 on_peer_failure, fetch_by_get), arrays)
+                                                 on_peer_failure, fetch_by_get, push_by_accumulate), arrays)
 
     @property
     def is_worker(self) -> bool:

@@ -293,7 +293,7 @@ void bind_averaging(nb::module_& m) {
           [](py_scheme<server>* self, py_communicator& comm, model_list params, model_list grads,
              const std::string& mode, std::uint64_t staleness, std::uint64_t push_every, std::uint64_t fetch_every,
              int dedicated_servers, double learning_rate, double momentum, bool nesterov,
-             const std::string& on_peer_failure, bool fetch_by_get) {
+             const std::string& on_peer_failure, bool fetch_by_get, bool push_by_accumulate) {
             avg::parameters model = parameters_of(params, "params");
             avg::parameters gradients = parameters_of(grads, "grads");
             construct(self, comm, nb::make_tuple(params, grads), std::move(model), std::move(gradients),
@@ -304,12 +304,13 @@ void bind_averaging(nb::module_& m) {
                                                     dedicated_servers,
                                                     {learning_rate, momentum, nesterov, 0.0},
                                                     policy_named(on_peer_failure),
-                                                    fetch_by_get});
+                                                    fetch_by_get,
+                                                    push_by_accumulate});
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("grads"), nb::arg("mode") = "bsp", nb::arg("staleness") = 3,
           nb::arg("push_every") = 1, nb::arg("fetch_every") = 1, nb::arg("dedicated_servers") = 0,
           nb::arg("learning_rate") = 0.05, nb::arg("momentum") = 0.9, nb::arg("nesterov") = false,
-          nb::arg("on_peer_failure") = "raise", nb::arg("fetch_by_get") = false)
+          nb::arg("on_peer_failure") = "raise", nb::arg("fetch_by_get") = false, nb::arg("push_by_accumulate") = false)
       .def_prop_ro("is_worker", [](py_scheme<server>& self) { return self.get().is_worker(); })
       .def(
           "set_learning_rate", [](py_scheme<server>& self, double rate) { self.get().set_learning_rate(rate); },

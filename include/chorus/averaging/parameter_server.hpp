@@ -29,6 +29,12 @@
 //             (window.hpp) where its server publishes it after each update:
 //             one-sided, no request, no reply, the newest shard at once
 //             (the servers' progress threads answer across hosts).
+//             With push_by_accumulate a push is a window accumulate into
+//             the worker's slot at each other server, which takes what
+//             landed (summed, with the count and versions riding as two
+//             extra elements) as one optimiser step; the own shard's push
+//             stays a message. A worker's goodbye waits until every server
+//             has read its slot.
 // The trainer's own optimiser step (apply_update) runs between pulls only:
 // each pull replaces the model by the servers' (in BSP and SSP every step,
 // so pass a no-op there).
@@ -75,7 +81,8 @@ struct parameter_server_options {
   int dedicated_servers = 0;      // 0: a shard on every rank; k: ranks 0..k-1 serve only
   sgd_options optimiser{.learning_rate = 0.05, .momentum = 0.9};     // the servers'
   peer_failure_policy on_peer_failure = peer_failure_policy::raise;  // for dead workers (SSP, Downpour)
-  bool fetch_by_get = false;  // Downpour: fetch with a window get of the published shards, not a pull
+  bool fetch_by_get = false;        // Downpour: fetch with a window get of the published shards, not a pull
+  bool push_by_accumulate = false;  // Downpour: push by window accumulate into the servers' slots
 };
 
 // A worker's view of the exchange, beside the servers' shard_stats.
@@ -104,6 +111,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     this->metered([&] { broadcast(comm_, std::span<float>(start), 0); });
     model_.copy_from(start);
     if (is_worker()) open_links();
+    if (options_.push_by_accumulate) open_push_window();
     if (options_.fetch_by_get) open_shard_window(start);
     if (comm_.rank() < servers_) start_serving(start);
   }
@@ -176,7 +184,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     if (is_server()) {
       serving_.stop();  // from here on this thread serves
       const auto all_gone = [&] {
-        serve_shard();
+        serve_shard(true);
         return shard_->all_done();
       };
       comm_.progress_until(all_gone, "parameter_server finish, waiting for every worker's goodbye");
@@ -232,6 +240,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
       throw error(errc::invalid_argument, "parameter_server: fetch_by_get is Downpour's; " +
                                               std::string(to_string(options_.mode)) +
                                               " pulls wait for their server's rules");
+    if (options_.push_by_accumulate && options_.mode != consistency::downpour)
+      throw error(errc::invalid_argument, "parameter_server: push_by_accumulate is Downpour's; " +
+                                              std::string(to_string(options_.mode)) +
+                                              " counts each push into its rounds and clocks");
     if (options_.mode != consistency::downpour && (options_.push_every != 1 || options_.fetch_every != 1))
       throw error(errc::invalid_argument, "parameter_server: push_every and fetch_every are Downpour's; " +
                                               std::string(to_string(options_.mode)) + " pushes and pulls every step");
@@ -260,8 +272,9 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     const std::span<const float> mine = std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
     std::vector<int> workers;
     for (int w = first_worker(); w < comm_.size(); ++w) workers.push_back(w);
-    shard_ = std::make_unique<shard>(comm_, mine, std::move(workers),
-                                     shard_rules{options_.mode, options_.staleness, options_.optimiser}, losses_);
+    shard_ = std::make_unique<shard>(
+        comm_, mine, std::move(workers),
+        shard_rules{options_.mode, options_.staleness, options_.optimiser, options_.push_by_accumulate}, losses_);
     serving_ = comm_.progress_thread().add([this] { return serve_counted(); });
   }
 
@@ -281,8 +294,12 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     this->metered([&] {
       for (int s = 0; s < servers_; ++s) {
         server_link& to = link(s);
-        comm_.wait(to.push_send, "parameter_server push");  // the previous push's buffer
         const std::span<const float> part = gradient.subspan(shard_offset(s), shard_size(s));
+        if (push_window_ && s != comm_.rank()) {
+          accumulate_push(s, part);
+          continue;
+        }
+        comm_.wait(to.push_send, "parameter_server push");  // the previous push's buffer
         std::copy(part.begin(), part.end(), to.push.template payload_as<float>().begin());
         const auto bytes = to.push.write(wire::kind::push, ++to.sent, static_cast<double>(to.version), shard_bytes(s));
         to.push_send = comm_.isend(bytes, s, parameter_shard<Communicator>::request_tag);
@@ -290,6 +307,55 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     });
     ++pushes_;
     ++this->stats_.exchanges;
+  }
+
+  // push_by_accumulate: the slot's tensor is [shard gradient, padding,
+  // pushes, versions]; each accumulate adds 1 push and the version of the
+  // shard it was computed on.
+  void open_push_window() {
+    const auto servers = static_cast<std::size_t>(servers_);
+    const std::size_t padded = (model_.size() + servers - 1) / servers;
+    push_part_.assign(padded + 2, 0.0f);
+    if (is_server())
+      for (int w = first_worker(); w < comm_.size(); ++w)
+        if (w != comm_.rank()) pushers_.push_back(w);
+    this->metered([&] {
+      push_window_ = std::make_unique<window<Communicator>>(
+          comm_, push_part_,
+          window_options{.sources = pushers_,
+                         .drop_dead_peers = options_.on_peer_failure == peer_failure_policy::continue_});
+    });
+  }
+
+  void accumulate_push(int s, std::span<const float> part) {
+    std::copy(part.begin(), part.end(), push_part_.begin());
+    std::fill(push_part_.begin() + static_cast<std::ptrdiff_t>(part.size()), push_part_.end() - 2, 0.0f);
+    push_part_[push_part_.size() - 2] = 1.0f;
+    push_part_[push_part_.size() - 1] = static_cast<float>(link(s).version);
+    std::lock_guard lock(push_lock_);
+    push_window_->accumulate(push_part_, {{s, 1.0}});
+  }
+
+  // The server's side: every worker's slot that holds new pushes, into the
+  // shard. On the progress thread it never waits for the lock (a worker
+  // holding it may wait on the network for a relay this thread serves).
+  bool take_accumulated_pushes(bool may_wait) {
+    std::unique_lock lock(push_lock_, std::defer_lock);
+    if (!may_wait && !lock.try_lock()) return false;
+    if (may_wait) lock.lock();
+    landed_.clear();
+    for (int w : pushers_)
+      if (!push_window_->lost(w) && push_window_->version(w) > 0) landed_.push_back(w);
+    if (landed_.empty()) return false;
+    const std::size_t mine = shard_size(comm_.rank()), padded = push_part_.size() - 2;
+    push_window_->collect_from(
+        landed_,
+        [&](int w, std::span<const float> slot, double) {
+          shard_->take_summed(w, slot.first(mine), static_cast<std::uint64_t>(std::llround(slot[padded])),
+                              static_cast<double>(slot[padded + 1]));
+        },
+        true);
+    return true;
   }
 
   void push_accumulated() {
@@ -336,9 +402,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
 
   // Serves what the shard can; with fetch_by_get each new version is
   // published (its worker reads it meanwhile: hence the lock).
-  bool serve_shard() {
+  bool serve_shard(bool may_wait = false) {
     std::lock_guard lock(own_shard_);
-    const bool worked = shard_->serve();
+    const bool took = push_window_ && take_accumulated_pushes(may_wait);
+    const bool worked = shard_->serve() || took;
     if (worked && shard_window_) publish_shard();
     return worked;
   }
@@ -418,6 +485,17 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   void say_goodbye() {
     if (options_.mode == consistency::downpour) {
       if (accumulated_steps_ > 0) push_accumulated();  // every gradient reaches a server once
+      // The goodbye below must not overtake a push still in a slot.
+      if (push_window_)
+        comm_.poll_until(
+            [&] {
+              // This loop holds the lock this rank's server takes its slots
+              // under, and every worker may be in it: serve here too.
+              if (is_server()) serve_shard(true);
+              std::lock_guard lock(push_lock_);
+              return push_window_->read_by_targets();
+            },
+            "parameter_server finish, the servers taking the last accumulated pushes");
       if (fetching_) {
         comm_.progress_until(
             [&] {
@@ -460,6 +538,13 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // fetch_by_get: the servers' published shards; this rank's shard, between
   // its server (progress thread) and its worker; what is published.
   std::unique_ptr<window<Communicator>> shard_window_;
+  // push_by_accumulate: the window of workers' slots at the servers, used by
+  // the worker's thread and the server's (progress thread) under push_lock_;
+  // the workers writing to this rank's server; those found with new pushes.
+  std::unique_ptr<window<Communicator>> push_window_;
+  std::mutex push_lock_;
+  std::vector<float> push_part_;
+  std::vector<int> pushers_, landed_;
   std::mutex own_shard_;
   std::vector<float> published_;
   std::uint64_t published_version_ = 0;

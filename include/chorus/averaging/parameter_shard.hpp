@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -84,6 +85,9 @@ struct shard_rules {
   consistency mode = consistency::bsp;
   std::uint64_t staleness = 0;  // SSP's s
   sgd_options optimiser{};
+  // Downpour pushing by accumulate: pushes reach the shard apart from the
+  // messages (take_summed), so a pull's push count is not checked.
+  bool pushes_apart = false;
 };
 
 // One shard on its server. Communicator: the scheme's; all calls on one
@@ -136,6 +140,18 @@ class parameter_shard {
       }
     }
     return worked;
+  }
+
+  // Downpour pushing by accumulate: `pushes` of worker `rank`'s gradients,
+  // summed in its window slot, computed on shard versions that sum to
+  // `versions`: one optimiser step with their sum (a step per push would
+  // differ only with momentum), each push counted for the goodbye.
+  void take_summed(int rank, std::span<const float> gradients, std::uint64_t pushes, double versions) {
+    const std::size_t w = link_of(rank);
+    if (w == links_.size() || links_[w].done || pushes == 0) return;
+    record_staleness(static_cast<std::uint64_t>(std::llround(versions / static_cast<double>(pushes))), pushes);
+    step_with(gradients);
+    links_[w].clock += pushes;
   }
 
   // Whether `rank` is a worker this shard went on without.
@@ -237,14 +253,18 @@ class parameter_shard {
       finish_round_if_complete();
       return true;
     }
-    const float share = 1.0f / static_cast<float>(workers_.size());
-    const std::span<const float> g = payload(w);
-    for (std::size_t k = 0; k < g.size(); ++k) step_[k] = g[k] * share;
     record_staleness(computed_on);
-    sgd_step(x_, step_, velocity_, rules_.optimiser);
-    ++version_;
+    step_with(payload(w));
     ++link.clock;
     return true;
+  }
+
+  // SSP and Downpour: one optimiser step with a worker's share of `g`.
+  void step_with(std::span<const float> g) {
+    const float share = 1.0f / static_cast<float>(workers_.size());
+    for (std::size_t k = 0; k < step_.size(); ++k) step_[k] = g[k] * share;
+    sgd_step(x_, step_, velocity_, rules_.optimiser);
+    ++version_;
   }
 
   // BSP: once every live worker's push of this round is in, the mean of the
@@ -269,7 +289,7 @@ class parameter_shard {
 
   bool answer_pull(std::size_t w, std::uint64_t pushes) {
     worker_link& link = links_[w];
-    if (pushes != link.clock)
+    if (pushes != link.clock && !rules_.pushes_apart)
       reader_for(w).fail("parameter server: a pull after " + std::to_string(pushes) + " pushes found " +
                          std::to_string(link.clock) + " of them (a push lost or out of order)");
     const std::uint64_t slowest = slowest_clock();
@@ -299,11 +319,11 @@ class parameter_shard {
     return slowest;
   }
 
-  void record_staleness(std::uint64_t computed_on) {
+  void record_staleness(std::uint64_t computed_on, std::uint64_t pushes = 1) {
     const std::uint64_t staleness = version_ > computed_on ? version_ - computed_on : 0;
     std::lock_guard lock(stats_mutex_);
-    ++stats_.gradients_applied;
-    stats_.staleness_total += staleness;
+    stats_.gradients_applied += pushes;
+    stats_.staleness_total += pushes * staleness;
     stats_.staleness_max = std::max(stats_.staleness_max, staleness);
   }
 

@@ -296,6 +296,21 @@ class window {
     comm_.poll_until(written, "window wait_pending (a target does not read its slot)");
   }
 
+  // Whether every target has read every entry written to it so far (the
+  // pending ones are written first): a writer's "all taken" before it says
+  // so on another channel (parameter_server's goodbye after accumulates).
+  bool read_by_targets() {
+    in_order();
+    write_pending();
+    bool all = true;
+    each_live(targets_, [&](target_state& target) {
+      if (!target.has_pending() && target.consumed < target.written)
+        target.consumed = link(target.rank).load(target.offset + windows::consumed_at, comm_.deadline());
+      all &= !target.has_pending() && target.consumed >= target.written;
+    });
+    return all;
+  }
+
   // Waits until every entry written so far has landed at its target (not
   // the pending sums: they wait for their targets to read; see quiesce()).
   void flush() {

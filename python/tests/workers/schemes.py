@@ -173,12 +173,14 @@ def test_middle() -> None:
     # mode: every rank ends at start(0) - lr * sum_t mean_r g_r(t) (BSP: in
     # rounds, so the same sums in the same order).
     lr = 0.5
-    for mode, by_get in (("bsp", False), ("ssp", False), ("downpour", False), ("downpour", True)):
+    for mode, by_get, by_accumulate in (("bsp", False, False), ("ssp", False, False), ("downpour", False, False),
+                                        ("downpour", True, False), ("downpour", True, True)):
         model = start(rank)
         grads = [np.zeros(n, np.float32) for n in SHAPES]
         policy = "raise" if mode == "bsp" else "continue"
         scheme = averaging.ParameterServer(comm, model, grads, mode=mode, staleness=1, learning_rate=lr, momentum=0.0,
-                                           on_peer_failure=policy, fetch_by_get=by_get)
+                                           on_peer_failure=policy, fetch_by_get=by_get,
+                                           push_by_accumulate=by_accumulate)
         for t in range(3):
             scheme.begin_step()
             for g, d in zip(grads, step_of(rank, t)):
@@ -191,7 +193,8 @@ def test_middle() -> None:
         assert scheme.lost_peers() == []
         checks += 1
         want = flat(start(0)) - lr * sum(np.mean([flat(step_of(r, t)) for r in range(size)], axis=0) for t in range(3))
-        close(f"{mode} parameter server (fetch by get: {by_get})", [flat(model)], [want])
+        close(f"{mode} parameter server (fetch by get: {by_get}, push by accumulate: {by_accumulate})", [flat(model)],
+              [want])
         if mode == "bsp":
             served = scheme.server_stats()
             assert served["staleness_max"] == 0 and served["gradients_applied"] == 3 * size, served

@@ -69,6 +69,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace chorus::averaging {
@@ -332,17 +333,28 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     std::fill(push_part_.begin() + static_cast<std::ptrdiff_t>(part.size()), push_part_.end() - 2, 0.0f);
     push_part_[push_part_.size() - 2] = 1.0f;
     push_part_[push_part_.size() - 1] = static_cast<float>(link(s).version);
+    give_way_to_server();
     std::lock_guard lock(push_lock_);
     push_window_->accumulate(push_part_, {{s, 1.0}});
   }
 
+  // A worker whose pushes wait on the network holds the lock most of the
+  // time; its server, which never waits for it, would rarely take its
+  // slots, and every worker pushing to it would then wait for room. So
+  // when the server found the lock held, the worker lets it have a turn
+  // first (bounded: a server that stopped serving holds no one up long).
+  void give_way_to_server() {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (server_waiting_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+  }
+
   // The server's side: every worker's slot that holds new pushes, into the
-  // shard. On the progress thread it never waits for the lock (a worker
-  // holding it may wait on the network for a relay this thread serves).
+  // shard (waiting for the lock as serve_shard says).
   bool take_accumulated_pushes(bool may_wait) {
-    std::unique_lock lock(push_lock_, std::defer_lock);
-    if (!may_wait && !lock.try_lock()) return false;
-    if (may_wait) lock.lock();
+    const std::unique_lock lock = locked(push_lock_, may_wait);
+    server_waiting_.store(!lock, std::memory_order_release);
+    if (!lock) return false;
     landed_.clear();
     for (int w : pushers_)
       if (!push_window_->lost(w) && push_window_->version(w) > 0) landed_.push_back(w);
@@ -356,6 +368,11 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
         },
         true);
     return true;
+  }
+
+  static std::unique_lock<std::mutex> locked(std::mutex& mutex, bool may_wait) {
+    if (may_wait) return std::unique_lock(mutex);
+    return std::unique_lock(mutex, std::try_to_lock);
   }
 
   void push_accumulated() {
@@ -401,9 +418,12 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   }
 
   // Serves what the shard can; with fetch_by_get each new version is
-  // published (its worker reads it meanwhile: hence the lock).
+  // published (its worker reads it meanwhile: hence the lock). The
+  // progress thread (may_wait false) never waits for a lock: a holder may
+  // be waiting on the network for a window relay that this thread serves.
   bool serve_shard(bool may_wait = false) {
-    std::lock_guard lock(own_shard_);
+    const std::unique_lock lock = locked(own_shard_, may_wait);
+    if (!lock) return false;
     const bool took = push_window_ && take_accumulated_pushes(may_wait);
     const bool worked = shard_->serve() || took;
     if (worked && shard_window_) publish_shard();
@@ -543,6 +563,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // the workers writing to this rank's server; those found with new pushes.
   std::unique_ptr<window<Communicator>> push_window_;
   std::mutex push_lock_;
+  std::atomic<bool> server_waiting_{false};  // the server found push_lock_ held
   std::vector<float> push_part_;
   std::vector<int> pushers_, landed_;
   std::mutex own_shard_;

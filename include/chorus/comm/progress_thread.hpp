@@ -80,6 +80,9 @@ class progress_thread {
     thread_.join();
   }
 
+  // Whether the caller is this thread (a poller, then).
+  bool is_this_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+
   [[nodiscard]] registration add(poller work) {
     std::lock_guard lock(mutex_);
     const std::uint64_t id = ++last_id_;

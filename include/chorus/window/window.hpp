@@ -404,6 +404,7 @@ class window {
       throw;
     }
     progress_.release();
+    relay_thread_ = nullptr;
     relay_.reset();
     links_.clear();
     region_.release();
@@ -686,6 +687,7 @@ class window {
     if (!relayed.empty()) {
       relay_.emplace(network, std::span(region_.data(), region_.size()), tags, relayed, comm_.world_rank(comm_.rank()));
       progress_ = comm_.progress_thread().add([this] { return relay_->serve(); });
+      relay_thread_ = &comm_.progress_thread();
     } else if (std::find(ways.begin(), ways.end(), windows::reach::rma) != ways.end()) {
       progress_ = comm_.progress_thread().add([] { return false; });
     }
@@ -942,7 +944,20 @@ class window {
   // copying again while the writer rewrites what it copies (bounded: a
   // writer that died mid-entry is a peer failure, a live one finishes).
   void read_new(source_state& source) {
-    if (!try_read_new(source)) comm_.poll_until([&] { return try_read_new(source); }, "window read", source.rank);
+    if (try_read_new(source)) return;
+    comm_.poll_until(
+        [&] {
+          serve_relay_if_here();
+          return try_read_new(source);
+        },
+        "window read", source.rank);
+  }
+
+  // A read that waits on the thread this window's relay runs on (a server
+  // reading its slots from a progress-thread poller) applies the writer's
+  // remaining relayed operations itself: nothing else would.
+  void serve_relay_if_here() {
+    if (relay_thread_ != nullptr && relay_thread_->is_this_thread()) relay_->serve();
   }
 
   // True once the slot's new entries are applied (or there are none);
@@ -1078,6 +1093,7 @@ class window {
   std::map<int, std::unique_ptr<region>> links_;                // neighbours' regions, by rank
   std::optional<windows::relay_server<transport_type>> relay_;  // serves the neighbours that reach it by messages
   progress_thread::registration progress_;                      // released before relay_ goes
+  const progress_thread* relay_thread_ = nullptr;               // where relay_ is served
   std::vector<std::byte> copies_;                               // entries copied out of a slot, checked before use
   bool drop_dead_;
   bool ordered_;

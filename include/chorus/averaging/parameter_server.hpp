@@ -256,6 +256,11 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   }
   std::size_t shard_size(int s) const noexcept { return shard_offset(s + 1) - shard_offset(s); }
   std::size_t shard_bytes(int s) const noexcept { return shard_size(s) * sizeof(float); }
+  // ceil(S / servers): shards differ by one at most (a window's padded slot).
+  std::size_t largest_shard_size() const noexcept {
+    const auto servers = static_cast<std::size_t>(servers_);
+    return (model_.size() + servers - 1) / servers;
+  }
 
   void open_links() {
     gradient_.assign(model_.size(), 0.0f);
@@ -314,9 +319,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // pushes, versions]; each accumulate adds 1 push and the version of the
   // shard it was computed on.
   void open_push_window() {
-    const auto servers = static_cast<std::size_t>(servers_);
-    const std::size_t padded = (model_.size() + servers - 1) / servers;
-    push_part_.assign(padded + 2, 0.0f);
+    push_part_.assign(largest_shard_size() + 2, 0.0f);
     if (is_server())
       for (int w = first_worker(); w < comm_.size(); ++w)
         if (w != comm_.rank()) pushers_.push_back(w);
@@ -403,8 +406,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     if (is_worker())
       for (int s = 0; s < servers_; ++s)
         if (s != comm_.rank()) sources.push_back(s);
-    const auto servers = static_cast<std::size_t>(servers_);
-    published_.assign((model_.size() + servers - 1) / servers, 0.0f);  // shards differ by one at most
+    published_.assign(largest_shard_size(), 0.0f);
     if (is_server()) {
       const std::span<const float> mine =
           std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));

@@ -18,6 +18,7 @@
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/collective/check.hpp>
+#include <chorus/comm/background.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -47,13 +48,12 @@ class collective_request {
   void wait() {
     require(done_.valid(), "wait() on an empty or finished collective_request");
     // The operation bounds each of its own waits; this guards the queue.
-    if (done_.wait_for(limit_ * queued_ahead_bound + std::chrono::seconds(5)) != std::future_status::ready)
+    if (done_.wait_for(background_worker::queued_wait_limit(limit_)) != std::future_status::ready)
       throw error(errc::timeout, "the background collective did not finish", {-1, -1, operation_});
     done_.get();
   }
 
  private:
-  static constexpr int queued_ahead_bound = 4;
   std::future<void> done_;
   std::chrono::milliseconds limit_{0};
   std::string operation_;
@@ -71,12 +71,8 @@ template <class Communicator, class Work>
 collective_request start(Communicator& comm, const char* operation, Work work) {
   Communicator forked = comm.fork_sequences(sequences_per_call(comm));
   // Device buffers order on the caller's stream, not the worker's (route/memory_router.hpp).
-  void* const stream = chorus::detail::thread_stream();
-  return {comm.background().submit([forked, work, stream]() mutable {
-            const thread_stream_scope ordered(stream);
-            work(forked);
-          }),
-          comm.timeout(), operation};
+  return {comm.background().submit(on_callers_stream([forked, work]() mutable { work(forked); })), comm.timeout(),
+          operation};
 }
 
 }  // namespace collective

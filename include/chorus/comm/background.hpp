@@ -6,6 +6,7 @@
 // Started on first use; the destructor finishes the queued work and joins.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -36,6 +37,12 @@ class background_worker {
     thread_.join();
   }
 
+  // How long to wait for a task queued behind a few others whose waits are
+  // each bounded by `per_task`.
+  static std::chrono::milliseconds queued_wait_limit(std::chrono::milliseconds per_task) {
+    return per_task * queued_ahead_bound + std::chrono::seconds(5);
+  }
+
   std::future<void> submit(std::function<void()> work) {
     std::packaged_task<void()> task(std::move(work));
     std::future<void> done = task.get_future();
@@ -62,6 +69,7 @@ class background_worker {
     }
   }
 
+  static constexpr int queued_ahead_bound = 4;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::packaged_task<void()>> queue_;

@@ -170,6 +170,16 @@ class thread_stream_scope : detail::scoped_value<void*> {
   explicit thread_stream_scope(void* stream) noexcept : scoped_value(detail::thread_stream(), stream) {}
 };
 
+// `work`, to run on another thread (a background worker's), ordered on the
+// device stream of the thread that wraps it.
+template <class Work>
+auto on_callers_stream(Work work) {
+  return [work = std::move(work), stream = detail::thread_stream()]() mutable {
+    const thread_stream_scope ordered(stream);
+    work();
+  };
+}
+
 // Installs `router` for every front door (nullptr: none); returns the one
 // it replaces.
 inline memory_router* install_memory_router(memory_router* router) noexcept {

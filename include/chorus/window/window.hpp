@@ -52,6 +52,7 @@
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/any_error_feedback.hpp>
 #include <chorus/collective/allgather.hpp>
+#include <chorus/comm/background.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
 #include <chorus/comm/traffic.hpp>
@@ -303,11 +304,8 @@ class window {
     in_order();
     write_pending();
     bool all = true;
-    each_live(targets_, [&](target_state& target) {
-      if (!target.has_pending() && target.consumed < target.written)
-        target.consumed = link(target.rank).load(target.offset + windows::consumed_at, comm_.deadline());
-      all &= !target.has_pending() && target.consumed >= target.written;
-    });
+    each_live(targets_,
+              [&](target_state& target) { all &= !target.has_pending() && consumed_at_least(target, target.written); });
     return all;
   }
 
@@ -474,11 +472,7 @@ class window {
   template <class Work>
   window_request in_background(Work work) {
     auto op = std::make_shared<background_op>();
-    void* const stream = chorus::detail::thread_stream();
-    op->done = comm_.background().submit([work = std::move(work), stream]() mutable {
-      const thread_stream_scope ordered(stream);
-      work();
-    });
+    op->done = comm_.background().submit(on_callers_stream(std::move(work)));
     background_ = op;
     const std::chrono::milliseconds limit = background_limit();
     return {[op] { return op->settle(std::chrono::milliseconds(0), true); },
@@ -487,9 +481,8 @@ class window {
                 throw error(errc::timeout, "the window's background operation did not finish", where);
             }};
   }
-  // The queue ahead may hold non-blocking collectives, each bounded by the
-  // timeout (collective/nonblocking.hpp's bound).
-  std::chrono::milliseconds background_limit() const { return comm_.timeout() * 4 + std::chrono::seconds(5); }
+  // The queue ahead may hold non-blocking collectives, each bounded by the timeout.
+  std::chrono::milliseconds background_limit() const { return background_worker::queued_wait_limit(comm_.timeout()); }
 
   // Calls complete in the order made: a get or update still running on the
   // background thread is waited for first.
@@ -898,10 +891,7 @@ class window {
     region& to = link(target.rank);
     const std::uint64_t number = target.written + 1;
     const std::uint64_t lag = ordered_ ? 1 : kind == windows::entry_kind::accumulate ? 2 : number;
-    if (target.consumed + lag < number) {
-      target.consumed = to.load(target.offset + windows::consumed_at, comm_.deadline());
-      if (target.consumed + lag < number) return false;
-    }
+    if (!consumed_at_least(target, number > lag ? number - lag : 0)) return false;
     if (neighbour_gone(target.rank)) gone(target.rank, "window write");
     to.wait(comm_.deadline());  // the staging buffer is free again
     const std::size_t at = target.offset + slot_.entry_at(number);
@@ -921,6 +911,14 @@ class window {
     counters.bytes_sent += sizeof header + slot_.payload_bytes;
     ++counters.messages_sent;
     return true;
+  }
+
+  // Whether the target has applied `entries` of this rank's entries; its
+  // counter is read again only when the one last read says no.
+  bool consumed_at_least(target_state& target, std::uint64_t entries) {
+    if (target.consumed < entries)
+      target.consumed = link(target.rank).load(target.offset + windows::consumed_at, comm_.deadline());
+    return target.consumed >= entries;
   }
 
   void encode(target_state& target, std::span<const float> values, std::span<std::byte> out) {

@@ -6,10 +6,12 @@
 #   source scripts/hosts.sh
 #   hosts_create PREFIX COUNT SUBNET [RATE]   # hosts PREFIXh0.. at SUBNET.1.. (SUBNET like 10.78.0)
 #   hosts_exec I command...                   # run in host I
+#   hosts_shape I RATE                        # host I alone behind a link of RATE
 #   hosts_address I                           # SUBNET.(I+1)
 #   hosts_cleanup                             # removes them (also on EXIT once created)
 # Needs root and iproute2; RATE (e.g. 1gbit) shapes both ends of each wire
-# with tc's token bucket, like a NIC of that speed.
+# with tc's token bucket, like a NIC of that speed; hosts_shape gives one
+# host its own (a rank behind a slower link: run_heterogeneous).
 
 hosts_prefix="" hosts_count=0 hosts_subnet=""
 
@@ -40,11 +42,15 @@ hosts_create() {
     ip -n "$ns" link set lo up
     ip -n "$switch" link set "p$i" master br0
     ip -n "$switch" link set "p$i" up
-    if [[ -n $rate ]]; then
-      ip netns exec "$ns" tc qdisc add dev wire root tbf rate "$rate" burst "$(hosts_burst "$rate")" latency 100ms
-      ip netns exec "$switch" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$(hosts_burst "$rate")" latency 100ms
-    fi
+    [[ -n $rate ]] && hosts_shape "$i" "$rate"
   done
+}
+
+# Both ends of host I's wire at RATE (replacing what shaped them).
+hosts_shape() {
+  local i="$1" rate="$2"
+  ip netns exec "${hosts_prefix}h$i" tc qdisc replace dev wire root tbf rate "$rate" burst "$(hosts_burst "$rate")" latency 100ms
+  ip netns exec "${hosts_prefix}sw" tc qdisc replace dev "p$i" root tbf rate "$rate" burst "$(hosts_burst "$rate")" latency 100ms
 }
 
 # The token bucket must hold a timer tick's worth of the rate, else it caps

@@ -47,17 +47,18 @@ struct settings {
   std::size_t batch = 32;  // per rank
   double learning_rate = 0.02;
   double momentum = 0.9;
-  std::uint64_t period = 8;        // local SGD H
-  double alpha = 0.1;              // EASGD elastic force
-  std::uint64_t tau = 4;           // EASGD steps between elastic updates
-  double push_probability = 0.5;   // GoSGD p
-  std::uint64_t staleness = 3;     // SSP s
-  std::uint64_t push_every = 1;    // Downpour n_push
-  std::uint64_t fetch_every = 1;   // Downpour n_fetch
-  int fanout = 2;                  // TreeEASGD d
-  std::string on_peer_failure;     // raise | continue; continue where a rank is killed
-  int kill_rank = -1;              // the fault demonstration: this rank SIGKILLs itself
-  std::uint64_t kill_at_step = 0;  // ... at this step (counted over the run)
+  std::uint64_t period = 8;                  // local SGD H
+  double alpha = 0.1;                        // EASGD elastic force
+  std::uint64_t tau = 4;                     // EASGD steps between elastic updates
+  double push_probability = 0.5;             // GoSGD p
+  std::uint64_t staleness = 3;               // SSP s
+  std::uint64_t push_every = 1;              // Downpour n_push
+  std::uint64_t fetch_every = 1;             // Downpour n_fetch
+  int fanout = 2;                            // TreeEASGD d
+  std::string on_peer_failure;               // raise | continue; continue where a rank is killed
+  int kill_rank = -1;                        // the fault demonstration: this rank SIGKILLs itself
+  std::uint64_t kill_at_step = 0;            // ... at this step (counted over the run)
+  avg::heterogeneity_options heterogeneity;  // --slow, --jitter, --seed
 };
 
 const char* const scheme_names =
@@ -73,61 +74,81 @@ const char* const scheme_names =
          " [--codec none|fp16|bf16|int8|onebit|topk:R|randomk:R] [--epochs N] [--batch B] [--lr X] [--momentum X]"
          " [--period H] [--alpha X] [--tau T] [--p X] [--staleness S] [--push-every N] [--fetch-every N]"
          " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
-         " [--data DIR] [--csv FILE]\n"
+         " [--slow RANK:FACTOR]... [--jitter none|exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA]"
+         " [--seed S] [--data DIR] [--csv FILE]\n"
          "Trains an MLP on Fashion-MNIST with one averaging scheme, e.g.\n"
          "  chorus-run -n 4 fashion_mnist --scheme gosgd --epochs 12 --csv gosgd.csv\n"
          "With --kill-rank R (not 0: it reports) rank R kills itself at step S, to show training that survives\n"
-         "a lost worker (gosgd, one-sided-gossip, easgd, ssp, downpour; run under chorus-run --keep-going).\n";
+         "a lost worker (gosgd, one-sided-gossip, easgd, ssp, downpour; run under chorus-run --keep-going).\n"
+         "--slow R:F makes rank R's steps take F times as long (a sleep of F - 1 times its compute after each);\n"
+         "--jitter adds a heavy-tailed delay to every rank's steps; --seed S (default 1234) seeds the jitter and\n"
+         "the shuffles, so a run is reproducible.\n";
   std::exit(problem.empty() ? 0 : 2);
+}
+
+// One flag and its value into `chosen`.
+void set(settings& chosen, const std::string& flag, const std::string& value) {
+  if (flag == "--scheme")
+    chosen.scheme = value;
+  else if (flag == "--codec")
+    chosen.codec = value;
+  else if (flag == "--epochs")
+    chosen.epochs = std::stoi(value);
+  else if (flag == "--batch")
+    chosen.batch = std::stoul(value);
+  else if (flag == "--lr")
+    chosen.learning_rate = std::stod(value);
+  else if (flag == "--momentum")
+    chosen.momentum = std::stod(value);
+  else if (flag == "--period")
+    chosen.period = std::stoul(value);
+  else if (flag == "--alpha")
+    chosen.alpha = std::stod(value);
+  else if (flag == "--tau")
+    chosen.tau = std::stoul(value);
+  else if (flag == "--p")
+    chosen.push_probability = std::stod(value);
+  else if (flag == "--staleness")
+    chosen.staleness = std::stoul(value);
+  else if (flag == "--push-every")
+    chosen.push_every = std::stoul(value);
+  else if (flag == "--fetch-every")
+    chosen.fetch_every = std::stoul(value);
+  else if (flag == "--fanout")
+    chosen.fanout = std::stoi(value);
+  else if (flag == "--on-peer-failure")
+    chosen.on_peer_failure = value;
+  else if (flag == "--kill-rank")
+    chosen.kill_rank = std::stoi(value);
+  else if (flag == "--kill-at-step")
+    chosen.kill_at_step = std::stoul(value);
+  else if (flag == "--slow")
+    chosen.heterogeneity.slow.push_back(avg::slow_rank_from(value));
+  else if (flag == "--jitter")
+    chosen.heterogeneity.jitter = avg::jitter_from(value);
+  else if (flag == "--seed")
+    chosen.heterogeneity.seed = std::stoull(value);
+  else if (flag == "--data")
+    chosen.directory = value;
+  else if (flag == "--csv")
+    chosen.csv = value;
+  else
+    usage("unknown flag " + flag);
 }
 
 settings parse(int argc, char** argv) {
   settings chosen;
+  chosen.heterogeneity.seed = 1234;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") usage("");
     if (i + 1 >= argc) usage("missing value after " + flag);
     const std::string value = argv[++i];
-    if (flag == "--scheme")
-      chosen.scheme = value;
-    else if (flag == "--codec")
-      chosen.codec = value;
-    else if (flag == "--epochs")
-      chosen.epochs = std::stoi(value);
-    else if (flag == "--batch")
-      chosen.batch = std::stoul(value);
-    else if (flag == "--lr")
-      chosen.learning_rate = std::stod(value);
-    else if (flag == "--momentum")
-      chosen.momentum = std::stod(value);
-    else if (flag == "--period")
-      chosen.period = std::stoul(value);
-    else if (flag == "--alpha")
-      chosen.alpha = std::stod(value);
-    else if (flag == "--tau")
-      chosen.tau = std::stoul(value);
-    else if (flag == "--p")
-      chosen.push_probability = std::stod(value);
-    else if (flag == "--staleness")
-      chosen.staleness = std::stoul(value);
-    else if (flag == "--push-every")
-      chosen.push_every = std::stoul(value);
-    else if (flag == "--fetch-every")
-      chosen.fetch_every = std::stoul(value);
-    else if (flag == "--fanout")
-      chosen.fanout = std::stoi(value);
-    else if (flag == "--on-peer-failure")
-      chosen.on_peer_failure = value;
-    else if (flag == "--kill-rank")
-      chosen.kill_rank = std::stoi(value);
-    else if (flag == "--kill-at-step")
-      chosen.kill_at_step = std::stoul(value);
-    else if (flag == "--data")
-      chosen.directory = value;
-    else if (flag == "--csv")
-      chosen.csv = value;
-    else
-      usage("unknown flag " + flag);
+    try {
+      set(chosen, flag, value);
+    } catch (const std::exception& problem) {
+      usage(flag + " " + value + ": " + problem.what());
+    }
   }
   if (chosen.on_peer_failure.empty()) chosen.on_peer_failure = chosen.kill_rank >= 0 ? "continue" : "raise";
   if (chosen.on_peer_failure != "raise" && chosen.on_peer_failure != "continue")
@@ -143,6 +164,8 @@ struct trainer {
   fashion_mnist::mlp model{2026};  // the same initial model on every rank
   std::vector<std::size_t> shard;
   std::mt19937_64 random;
+  avg::step_delays delays;  // this rank's slowdown and jitter
+  std::uint64_t samples = 0;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::ofstream csv;
 
@@ -151,7 +174,8 @@ struct trainer {
         config(s),
         train(fashion_mnist::load(s.directory, "train")),
         test(fashion_mnist::load(s.directory, "t10k")),
-        random(1234 + static_cast<std::uint64_t>(c.rank())) {
+        random(s.heterogeneity.seed + static_cast<std::uint64_t>(c.rank())),
+        delays(c.rank(), c.size(), s.heterogeneity) {
     for (std::size_t i = static_cast<std::size_t>(comm.rank()); i < train.size();
          i += static_cast<std::size_t>(comm.size()))
       shard.push_back(i);
@@ -189,14 +213,17 @@ struct trainer {
           labels[b] = train.labels[sample];
         }
         if (comm.rank() == config.kill_rank && steps++ == config.kill_at_step) die();
-        scheme.step([&] { model.train_batch(images, labels); },
+        scheme.step([&] { delays.around([&] { model.train_batch(images, labels); }); },
                     [&] {
                       if (local_step) optimiser.apply(gradients);
                     });
+        samples += config.batch;
       }
       if (comm.rank() == 0) report(std::to_string(epoch), held(), scheme.stats());
     }
+    const double trained = seconds_since_start();
     scheme.finish();
+    report_throughput(trained);
     const std::vector<float> kept(model.values().begin(), model.values().end());
     if (comm.rank() == 0) {
       const double accuracy = report("final", kept, scheme.stats());
@@ -208,6 +235,18 @@ struct trainer {
       for (const avg::lost_peer& lost : scheme.lost_peers())
         std::printf("lost rank %d: noticed at step %llu, %.1f s in; went on without it\n", lost.rank,
                     static_cast<unsigned long long>(lost.step), lost.seconds);
+  }
+
+  // Every rank's own pace over its steps (finish() not counted): what a
+  // straggler costs the others shows here.
+  double seconds_since_start() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  void report_throughput(double wall) const {
+    std::printf("rank %d: %llu samples in %.1f s, %.0f samples/s, slept %.1f s (slowdown %.1fx)\n", comm.rank(),
+                static_cast<unsigned long long>(samples), wall, static_cast<double>(samples) / wall,
+                delays.slept_seconds(), delays.factor());
+    std::fflush(stdout);
   }
 
   // The fault demonstration: a crash, no cleanup, no goodbye.
@@ -236,7 +275,7 @@ struct trainer {
   double report(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats) {
     const auto [correct, loss] = model.evaluate(parameters, test.images, test.labels);
     const double accuracy = static_cast<double>(correct) / static_cast<double>(test.size());
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double wall = seconds_since_start();
     std::printf("epoch %-5s  test accuracy %.4f  loss %.4f  wall %7.1f s  sent %8.1f MB  (%s, %s, %d ranks)\n",
                 epoch.c_str(), accuracy, loss / static_cast<double>(test.size()), wall,
                 static_cast<double>(stats.bytes_sent) / 1e6, config.scheme.c_str(), config.codec.c_str(), comm.size());

@@ -10,6 +10,11 @@
                         a chorus averaging scheme (chorus.averaging) around the optimiser, on the
                         chorus backend's communicator (or, with gloo, one opened through torch's store)
 
+--slow RANK:FACTOR (repeatable) makes that rank's steps take FACTOR times as long (a sleep of
+FACTOR - 1 times its compute after each); --jitter exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|
+lognormal:MEDIAN_MS:SIGMA adds a heavy-tailed delay to every rank's steps; --seed S seeds the
+jitter and the shuffles (chorus.heterogeneity: the same delays as the C++ trainer's).
+
 The data are the Debian package dataset-fashion-mnist's IDX files
 (/usr/share/datasets/fashion-mnist), read with NumPy; nothing is downloaded.
 Each rank trains on its own slice of the shuffled training set. Rank 0
@@ -34,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import chorus
 import chorus.torch
-from chorus import averaging
+from chorus import averaging, heterogeneity
 from chorus.torch import hooks
 
 DATA = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
@@ -76,6 +81,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=64, help="per rank")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--period", type=int, default=4, help="local SGD's H")
+    parser.add_argument("--slow", action="append", default=[], metavar="RANK:FACTOR",
+                        help="that rank's steps take FACTOR times as long (repeatable)")
+    parser.add_argument("--jitter", default="none", help="a heavy-tailed delay after every step (see above)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the jitter and the shuffles")
     parser.add_argument("--csv", default=None, help="rank 0 appends one row per epoch")
     return parser.parse_args()
 
@@ -85,6 +94,8 @@ class Trainer:
         self.options = options
         dist.init_process_group(options.backend)
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.delays = heterogeneity.StepDelays(self.rank, self.size, options.slow, options.jitter, options.seed)
+        self.samples = 0
         self.train_images, self.train_labels = load("train")
         self.test_images, self.test_labels = load("t10k")
         self.model = model_for()
@@ -136,16 +147,20 @@ class Trainer:
         return self.scheme.stats["bytes_sent"] if self.scheme is not None else self.reduced_bytes
 
     def epoch(self, number: int) -> None:
-        order = torch.randperm(len(self.train_labels), generator=torch.Generator().manual_seed(number))
+        order = torch.randperm(len(self.train_labels),
+                               generator=torch.Generator().manual_seed(self.options.seed * 1000 + number))
         mine = order[self.rank::self.size]
         steps = len(mine) // self.options.batch  # the same count on every rank
         self.net.train()
         for step in range(steps):
             chosen = mine[step * self.options.batch:(step + 1) * self.options.batch]
             self.optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(self.net(self.train_images[chosen]), self.train_labels[chosen])
-            loss.backward()
+            with self.delays.step():
+                loss = torch.nn.functional.cross_entropy(self.net(self.train_images[chosen]),
+                                                         self.train_labels[chosen])
+                loss.backward()
             self.optimizer.step()
+            self.samples += len(chosen)
             if self.scheme is None:
                 self.reduced_bytes += self.gradient_bytes
     def held_model_accuracy(self) -> float:
@@ -178,6 +193,9 @@ class Trainer:
                 print(f"epoch {number + 1}: test accuracy {held:.4f}, wall {wall:.1f} s, {self.traffic()}", flush=True)
                 if self.options.csv:
                     self.append_csv(number + 1, wall, held)
+        trained = time.monotonic() - started
+        print(f"rank {self.rank}: {self.samples} samples in {trained:.1f} s, {self.samples / trained:.0f} samples/s, "
+              f"slept {self.delays.slept_seconds:.1f} s (slowdown {self.delays.factor:.1f}x)", flush=True)
         if self.scheme is not None:
             self.scheme.finish()
         final = accuracy(self.model, self.test_images, self.test_labels)

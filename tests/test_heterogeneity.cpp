@@ -21,7 +21,7 @@ namespace avg = chorus::averaging;
 namespace {
 
 std::vector<double> draws(const avg::jitter& shape, std::size_t count, std::uint64_t seed = 11) {
-  avg::splitmix64 random(seed);
+  chorus::splitmix64 random(seed);
   std::vector<double> values(count);
   for (double& value : values) value = shape.draw(random) * 1e3;  // in ms
   return values;
@@ -42,7 +42,7 @@ constexpr std::size_t samples = 200000;
 }  // namespace
 
 TEST_CASE("splitmix64 draws the published sequence (seed 1234567)") {
-  avg::splitmix64 random(1234567);
+  chorus::splitmix64 random(1234567);
   const std::uint64_t expected[] = {6457827717110365317ull, 3203168211198807973ull, 9817491932198370423ull,
                                     4593380528125082431ull, 16408922859458223821ull};
   for (std::uint64_t value : expected) CHECK(random.next() == value);

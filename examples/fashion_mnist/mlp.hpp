@@ -76,6 +76,16 @@ class mlp {
   std::vector<std::span<float>> tensors() { return split(values_); }
   std::vector<std::span<float>> gradient_tensors() { return split(gradients_); }
   std::span<float> values() { return values_; }
+  // Each tensor's shape as (rows, cols), in the order of tensors(): a
+  // weight is inputs x outputs (row-major), a bias 1 x outputs.
+  static std::vector<std::array<std::size_t, 2>> tensor_shapes() {
+    std::vector<std::array<std::size_t, 2>> shapes;
+    for (std::size_t l = 0; l < layers; ++l) {
+      shapes.push_back({widths[l], widths[l + 1]});
+      shapes.push_back({1, widths[l + 1]});
+    }
+    return shapes;
+  }
 
   // Mean cross-entropy over the batch; gradients into gradient_tensors().
   float train_batch(std::span<const float> images, std::span<const std::uint8_t> labels) {

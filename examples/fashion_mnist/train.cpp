@@ -71,7 +71,8 @@ const char* const scheme_names =
   if (!problem.empty()) out << problem << "\n";
   out << "usage: fashion_mnist [--scheme " << scheme_names
       << "]"
-         " [--codec none|fp16|bf16|int8|onebit|topk:R|randomk:R] [--epochs N] [--batch B] [--lr X] [--momentum X]"
+         " [--codec none|fp16|bf16|int8|onebit|topk:R|randomk:R|powersgd:R] [--epochs N] [--batch B] [--lr X] "
+         "[--momentum X]"
          " [--period H] [--alpha X] [--tau T] [--p X] [--staleness S] [--push-every N] [--fetch-every N]"
          " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
          " [--slow RANK:FACTOR]... [--jitter none|exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA]"
@@ -290,6 +291,15 @@ struct trainer {
 
 std::vector<float> copy_of(std::span<const float> values) { return {values.begin(), values.end()}; }
 
+// "powersgd:R": PowerSGD at rank R (compressed/powersgd.hpp) instead of a codec.
+std::optional<std::size_t> powersgd_rank(const std::string& codec) {
+  const std::string prefix = "powersgd:";
+  if (codec.rfind(prefix, 0) != 0) return std::nullopt;
+  const std::size_t rank = std::stoul(codec.substr(prefix.size()));
+  if (rank == 0) usage("--codec powersgd:R takes a rank R >= 1");
+  return rank;
+}
+
 std::optional<avg::consistency> consistency_named(const std::string& scheme) {
   if (scheme == "ps-bsp") return avg::consistency::bsp;
   if (scheme == "ssp") return avg::consistency::ssp;
@@ -301,7 +311,10 @@ std::optional<avg::consistency> consistency_named(const std::string& scheme) {
 void train(chorus::communicator& comm, const settings& config) {
   trainer job(comm, config);
   const avg::parameters model(job.model.tensors());
-  const chorus::codec::any_codec wire = chorus::codec::by_name(config.codec);
+  const chorus::codec::any_codec wire =
+      powersgd_rank(config.codec) ? chorus::codec::any_codec{} : chorus::codec::by_name(config.codec);
+  if (powersgd_rank(config.codec) && config.scheme != "allreduce")
+    usage("--codec powersgd:R is allreduce-SGD's (--scheme allreduce)");
   const auto local_model = [&] { return copy_of(job.model.values()); };
   const avg::peer_failure_policy on_failure =
       config.on_peer_failure == "continue" ? avg::peer_failure_policy::continue_ : avg::peer_failure_policy::raise;
@@ -312,7 +325,13 @@ void train(chorus::communicator& comm, const settings& config) {
     usage("--on-peer-failure continue: " + config.scheme +
           " raises on a lost rank (gosgd, one-sided-gossip, easgd, ssp, downpour go on)");
   if (config.scheme == "allreduce") {
-    avg::allreduce_sgd scheme(comm, model, avg::parameters(job.model.gradient_tensors()), {.codec = wire});
+    avg::allreduce_sgd_options options{.codec = wire};
+    if (const std::optional<std::size_t> rank = powersgd_rank(config.codec)) {
+      for (const auto& [rows, cols] : fashion_mnist::mlp::tensor_shapes())
+        options.low_rank_shapes.push_back({rows, cols});
+      options.low_rank = {.rank = *rank, .seed = config.heterogeneity.seed};
+    }
+    avg::allreduce_sgd scheme(comm, model, avg::parameters(job.model.gradient_tensors()), options);
     job.run(scheme, local_model);
   } else if (config.scheme == "local") {
     avg::local_sgd scheme(comm, model, {.period = config.period, .codec = wire});

@@ -180,6 +180,17 @@ class Communicator:
         pending = self._impl.iallreduce(tensor, out, _op_name(op), algo, codec, callback)
         return Request(pending, tensor if out is None else out)
 
+    def powersgd(self, state: "_chorus.PowerSGD", tensors: "list[Array]") -> "list[Array]":
+        """Averages the float32 `tensors` in place through PowerSGD (chorus.PowerSGD: their shapes as matrices,
+        the rank, error feedback): two allreduces of rank-r factors instead of one of every element."""
+        self._impl.powersgd(state, list(tensors))
+        return tensors
+
+    def ipowersgd(self, state: "_chorus.PowerSGD", tensors: "list[Array]", *,
+                  callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
+        """powersgd on the background thread; the state and tensors are kept until it is done."""
+        return Request(self._impl.ipowersgd(state, list(tensors), callback))
+
     def reduce(self, tensor: Array, root: int, op: OpLike = Op.SUM, *, out: Array = None) -> Array:
         """Reduces onto `root`: into `out` (else `tensor`) there; other ranks' arrays are unchanged."""
         self._impl.reduce(tensor, root, out, _op_name(op))

@@ -161,5 +161,6 @@ void bind_point_to_point(nb::class_<py_communicator>& communicator);
 void bind_codecs(nb::module_& m);
 void bind_averaging(nb::module_& m);
 void bind_windows(nb::module_& m);
+void bind_powersgd(nb::module_& m, nb::class_<py_communicator>& communicator);
 
 }  // namespace chorus::python

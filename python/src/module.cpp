@@ -17,4 +17,5 @@ NB_MODULE(_chorus, m) {
   bind_codecs(m);
   bind_averaging(m);
   bind_windows(m);
+  bind_powersgd(m, communicator);
 }

@@ -16,12 +16,13 @@
 //   exponential:MEAN_MS        mean MEAN_MS
 //   pareto:SCALE_MS:ALPHA      at least SCALE_MS, tail x^-ALPHA (ALPHA <= 2: infinite variance)
 //   lognormal:MEDIAN_MS:SIGMA  median MEDIAN_MS, exp(SIGMA * normal)
-// The draws come from splitmix64 seeded by (seed, rank) through the inverse
-// transforms below, so a run draws the same delays every time, in C++ and in
-// Python alike.
+// The draws come from splitmix64 (core/random.hpp) seeded by (seed, rank)
+// through the inverse transforms below, so a run draws the same delays
+// every time, in C++ and in Python alike.
 #pragma once
 
 #include <chorus/core/error.hpp>
+#include <chorus/core/random.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -34,24 +35,6 @@
 #include <vector>
 
 namespace chorus::averaging {
-
-// splitmix64 (Steele, Lea and Flood, 2014): 64 bits of state, one add and
-// two multiplies a draw; reproducible in any language.
-class splitmix64 {
- public:
-  explicit splitmix64(std::uint64_t seed) noexcept : state_(seed) {}
-  std::uint64_t next() noexcept {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in (0, 1), never 0 or 1 (the inverse transforms take logs).
-  double uniform() noexcept { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
-
- private:
-  std::uint64_t state_;
-};
 
 // A rank made slower than the others: its steps' compute takes `factor`
 // (>= 1) times as long.
@@ -76,13 +59,7 @@ struct jitter {
       case shape::none: return 0.0;
       case shape::exponential: ms = -scale_ms * std::log(random.uniform()); break;
       case shape::pareto: ms = scale_ms * std::pow(random.uniform(), -1.0 / tail); break;
-      case shape::lognormal: {
-        // Box-Muller: one standard normal from two uniforms.
-        const double radius = std::sqrt(-2.0 * std::log(random.uniform()));
-        const double normal = radius * std::cos(2.0 * 3.14159265358979323846 * random.uniform());
-        ms = scale_ms * std::exp(tail * normal);
-        break;
-      }
+      case shape::lognormal: ms = scale_ms * std::exp(tail * random.normal()); break;
     }
     return std::min(ms / 1e3, max_seconds);
   }

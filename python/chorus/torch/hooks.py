@@ -7,7 +7,17 @@
 
 Each bucket is averaged by chorus's compressed allreduce; with error
 feedback (the default) the part a codec lost is kept per bucket and added
-to the same bucket's next gradient. The DDP process group may be the
+to the same bucket's next gradient.
+
+PowerSGD (rank-r factors of each gradient matrix, for slow links)::
+
+    ddp.register_comm_hook(hooks.PowerSGDState(rank=2), hooks.powersgd)
+
+Each parameter's gradient is a matrix (its first dimension by the rest; a
+vector or a matrix too small to gain is averaged exactly), with error
+feedback and warm-started factors kept per bucket (chorus.PowerSGD, the C++
+compressed/powersgd.hpp); two allreduces per bucket of (rows + cols) r
+floats a matrix. The DDP process group may be the
 chorus backend's (its communicator is used) or any other, Gloo's say: then
 the hook's state opens a chorus communicator through the default group's
 store, and only the gradients travel by chorus.
@@ -24,7 +34,7 @@ import torch.distributed as dist
 from .. import _chorus
 from . import _future_with_callback, communicator_for
 
-__all__ = ["State", "compressed_allreduce", "fp16", "bf16", "int8", "onebit"]
+__all__ = ["PowerSGDState", "State", "compressed_allreduce", "fp16", "bf16", "int8", "onebit", "powersgd"]
 
 
 class State:
@@ -75,3 +85,50 @@ fp16 = _with("fp16")
 bf16 = _with("bf16")
 int8 = _with("int8")
 onebit = _with("onebit")
+
+
+def matrix_shapes(tensors: Any) -> "list[tuple[int, int]]":
+    """Each tensor as PowerSGD sees it: (first dimension, the rest), or (1, n) for a vector or a scalar."""
+    return [(int(t.shape[0]), t.numel() // int(t.shape[0])) if t.dim() >= 2 and t.shape[0] > 0 else (1, t.numel())
+            for t in tensors]
+
+
+class PowerSGDState:
+    """What the PowerSGD hook keeps: the rank r, the chorus communicator, and
+    one chorus.PowerSGD per bucket (its factors and errors between steps)."""
+
+    def __init__(self, rank: int = 2, *, error_feedback: bool = True, warm_start: bool = True, seed: int = 0,
+                 process_group: Optional[Any] = None) -> None:
+        if rank < 1:
+            raise ValueError("PowerSGD's rank is at least 1")
+        self.rank, self.error_feedback, self.warm_start, self.seed = rank, error_feedback, warm_start, seed
+        self.comm = communicator_for(process_group)
+        self._states: Dict[Tuple[int, Tuple[Tuple[int, int], ...]], _chorus.PowerSGD] = {}
+
+    def state_for(self, bucket: dist.GradBucket) -> "_chorus.PowerSGD":
+        """This bucket's PowerSGD, by index and shapes: DDP rebuilds its buckets after the first step, in
+        another order."""
+        shapes = matrix_shapes(bucket.parameters())
+        key = (bucket.index(), tuple(shapes))
+        kept = self._states.get(key)
+        if kept is None:
+            kept = self._states[key] = _chorus.PowerSGD(shapes, self.rank, self.error_feedback, self.warm_start,
+                                                        self.seed)
+        return kept
+
+
+def powersgd(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Averages the bucket's gradients through PowerSGD at the state's rank;
+    float32 buckets only (others are averaged exactly)."""
+    buffer = bucket.buffer()
+    future, done = _future_with_callback(buffer)
+    if buffer.dtype != torch.float32:
+        state.comm._impl.iallreduce(buffer, None, "avg", "auto", None, done)
+        return future
+    # The bucket's buffer holds the parameters' gradients one after another, in order.
+    views, offset = [], 0
+    for parameter in bucket.parameters():
+        views.append(buffer[offset:offset + parameter.numel()])
+        offset += parameter.numel()
+    state.comm._impl.ipowersgd(state.state_for(bucket), views, done)
+    return future

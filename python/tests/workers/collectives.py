@@ -206,7 +206,33 @@ def test_split() -> None:
     half.close()
 
 
+def test_powersgd() -> None:
+    """A rank-1 matrix on every rank (u v^T times a rank's own scalar) and a vector, at rank 1: the mean exactly,
+    blocking and not; a bad array is a clear error."""
+    global checks
+    u, v = np.sin(np.arange(9) * 0.7), np.cos(np.arange(6) * 1.3)
+    matrix = lambda r: (np.outer(u, v) * (1 + r)).astype(np.float32).ravel()
+    vector = lambda r: data(r, np.float32, 5, salt=9)
+    state = chorus.PowerSGD([(9, 6), (1, 5)], rank=1, seed=2)
+    assert state.compressed(0) and not state.compressed(1) and state.floats_per_step == 9 + 6 + 5
+    for blocking in (True, False):
+        tensors = [matrix(rank), vector(rank)]
+        if blocking:
+            comm.powersgd(state, tensors)
+        else:
+            comm.ipowersgd(state, tensors).wait()
+        check("powersgd matrix", tensors[0], np.mean([matrix(r) for r in range(size)], axis=0).astype(np.float32))
+        check("powersgd vector", tensors[1], np.mean([vector(r) for r in range(size)], axis=0).astype(np.float32))
+    try:
+        comm.powersgd(state, [np.zeros(54, np.float64), vector(rank)])
+        raise AssertionError("a float64 array was taken")
+    except chorus.InvalidArgument as refused:
+        assert "float32" in str(refused)
+        checks += 1
+
+
 test_allreduce()
+test_powersgd()
 test_rooted_and_moving()
 test_point_to_point_and_nonblocking()
 test_codecs()

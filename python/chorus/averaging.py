@@ -56,6 +56,15 @@ class Scheme:
         """Collective: the parameters become the model to keep."""
         self._impl.finish()
 
+    def leave(self) -> None:
+        """Leaves the job on purpose, between steps, instead of finish(): this worker's share goes to the
+        others (GoSGD: its weight; a parameter-server worker: its pending pushes; asynchronous EASGD: a
+        last pull) and they finish() without it. The scheme is closed here afterwards."""
+        if not hasattr(self._impl, "leave"):
+            raise InvalidArgument(f"{type(self).__name__} is synchronous: a worker cannot leave it "
+                                  "(GoSGD, EASGDAsync and ParameterServer workers can)")
+        self._impl.leave()
+
     def step(self, compute_gradients: Callable[[], Any], apply_update: Callable[[], Any]) -> None:
         """One whole step: begin, gradients, reduce, update, end."""
         self.begin_step()
@@ -293,6 +302,10 @@ class Averaged:
     def finish(self) -> None:
         """Collective: the parameters become the model to keep."""
         self.scheme.finish()
+
+    def leave(self) -> None:
+        """This worker leaves the job on purpose (Scheme.leave)."""
+        self.scheme.leave()
 
     def _begin(self) -> None:
         if not self._begun:

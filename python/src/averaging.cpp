@@ -72,11 +72,17 @@ nb::dict stats_of(const avg::averaging_stats& stats) {
   return made;
 }
 
-// The calls every scheme has. Each can communicate: the GIL is released.
+// The calls every scheme has (and leave(), where a worker may leave on
+// purpose). Each can communicate: the GIL is released.
 template <class Scheme>
 nb::class_<py_scheme<Scheme>> scheme_class(nb::module_& m, const char* name, const char* doc) {
   using held = py_scheme<Scheme>;
-  return nb::class_<held>(m, name, doc)
+  auto made = nb::class_<held>(m, name, doc);
+  if constexpr (requires(Scheme& scheme) { scheme.leave(); })
+    made.def(
+        "leave", [](held& self) { without_gil([&] { self.get().leave(); }); },
+        "Leaves the job on purpose, between steps, instead of finish(): this worker's share goes to the others.");
+  return made
       .def(
           "begin_step", [](held& self) { without_gil([&] { self.get().begin_step(); }); },
           "Before the gradient: starts what overlaps it.")

@@ -17,6 +17,10 @@
 // far stay in the centre) and finish() waits only for the live ones; the
 // server's death stays an error on every worker: the centre has no copy.
 //
+// A worker (not the server) may leave() on purpose instead of finish(): a
+// last elastic pull takes its latest steps into the centre, then a leaving
+// message tells the server, which finishes without it.
+//
 // Messages are wire.hpp's: a worker's pulls are numbered from 1 and carry
 // its step count; the reply carries the pull's number, and the goodbye
 // (`done`) the number of pulls before it, so a lost, duplicated or foreign
@@ -102,14 +106,30 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   // A pull waits only for the server's progress thread, never for another
   // rank's trainer: no open scheme can hold it up (comm/pending_merges.hpp).
   void end_step() {
+    require_here("easgd_async step");
     this->count_step();
     if (this->stats_.steps % options_.tau == 0) pull();
   }
+
+  // Leaves the job on purpose, between steps (instead of finish()): one
+  // last pull, then goodbye. A worker only: the centre has no copy.
+  void leave() {
+    require_here("easgd_async leave");
+    if (is_server())
+      throw error(errc::invalid_argument, "easgd_async leave: this rank holds the centre, which no other rank has",
+                  {comm_.world_rank(comm_.rank()), -1, "easgd_async leave"});
+    pull();
+    const auto goodbye = message_.write(wire::kind::leaving, pulls_, static_cast<double>(this->stats_.steps), 0);
+    this->metered([&] { comm_.send(goodbye, options_.server, request_tag); });
+    left_ = true;
+  }
+  bool left() const noexcept { return left_; }
 
   // Collective. Every worker says goodbye after its last pull; the server
   // serves the last pulls itself until every live worker has (bounded by
   // the timeout), then sends each the centre.
   void finish() {
+    require_here("easgd_async finish");
     comm_.require_merged("easgd_async finish");  // it waits for every worker's last pull
     std::vector<float> centre(elements_);
     if (is_server()) {
@@ -150,9 +170,16 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     request receive;
     request answer;
     std::uint64_t pulls = 0;  // served so far
-    bool done = false;        // said goodbye, or lost
+    bool done = false;        // said goodbye (done or leaving), or lost
     bool lost = false;
+    bool departed = false;  // said leaving: no centre for it
   };
+
+  void require_here(const char* operation) const {
+    if (left_)
+      throw error(errc::invalid_argument, "this worker left (leave())",
+                  {comm_.world_rank(comm_.rank()), -1, operation});
+  }
 
   void pull() {
     const std::span<float> x = message_.payload_as<float>();
@@ -239,7 +266,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
 
   void send_centre(std::span<float> centre) {
     for (int w = 0; w < comm_.size(); ++w) {
-      if (w == options_.server || workers_[static_cast<std::size_t>(w)].lost) continue;
+      const worker_slot& slot = workers_[static_cast<std::size_t>(w)];
+      if (w == options_.server || slot.lost || slot.departed) continue;
       try {
         comm_.send(centre, w, centre_tag);
       } catch (const error& failure) {
@@ -253,11 +281,12 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     worker_slot& slot = workers_[static_cast<std::size_t>(w)];
     if (!comm_.test(slot.receive)) return false;
     const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(w), "easgd_async serve"};
-    const wire::header head =
-        slot.incoming.read(slot.receive.received_bytes(), {wire::kind::pull, wire::kind::done}, bytes_, from);
-    if (head.what == wire::kind::done) {
+    const wire::header head = slot.incoming.read(
+        slot.receive.received_bytes(), {wire::kind::pull, wire::kind::done, wire::kind::leaving}, bytes_, from);
+    if (head.what != wire::kind::pull) {
       wire::expect_sequence(head, slot.pulls, from);
       slot.done = true;
+      slot.departed = head.what == wire::kind::leaving;
       --workers_left_;
       return true;
     }
@@ -284,6 +313,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   wire::message message_;    // this rank's pulls (x) and goodbye
   wire::message reply_;      // d, the answer to a pull
   std::uint64_t pulls_ = 0;  // sent to the server
+  bool left_ = false;
   // Server only.
   std::vector<float> centre_;
   std::vector<worker_slot> workers_;

@@ -35,6 +35,18 @@
 // share. Every survivor must see the same peers dead when it quiesces: a
 // death during quiesce() or finish() is an error.
 //
+// A worker that leaves on purpose calls leave() between steps instead of
+// finish(): nothing is lost, unlike a death. It tells every peer it is
+// leaving; each answers with an ack behind its last push to it (and pushes
+// to it no more); having merged everything up to the acks, it pushes its
+// whole weight and model to a peer that stays, and sends every peer a done.
+// A peer forgets the leaver at its done, after merging that last push, so
+// sum a = 1 over the ranks that stay at every quiesce(), and their finish()
+// is the consensus of all, the leaver's share included. Workers may leave
+// at the same time: a leaver waits for the dones of the leavers of lower
+// rank before handing over (so the last to go holds what they handed it);
+// at least one worker must stay.
+//
 // Cost: p (alpha + S beta) per step on average, one message to one peer,
 // whatever n is; chosen for many ranks and heterogeneous speeds.
 #pragma once
@@ -98,16 +110,22 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   }
 
   double weight() const noexcept { return weight_; }
+  // The peers that left on purpose (leave()), as ranks of the scheme's
+  // communicator, in the order their done arrived.
+  std::vector<int> departed() const { return departed_; }
+  bool left() const noexcept { return left_; }
   // The peers this rank went on without (on_peer_failure = continue_).
   std::vector<lost_peer> lost_peers() const { return losses_.list(); }
 
   void begin_step() {
+    require_here("gosgd step");
     comm_.require_merged("gosgd step", unmerged_.key());
     unmerged_.open();
     merge_arrivals();
   }
 
   void end_step() {
+    require_here("gosgd step");
     this->count_step();
     merge_arrivals();
     if (std::bernoulli_distribution(options_.push_probability)(random_))
@@ -117,11 +135,12 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // Collective: returns once this rank has merged every push that a peer
   // sent before its own quiesce(), and none sent after.
   void quiesce() {
+    require_here("gosgd quiesce");
     send_cuts();
     for (int waiting = peer_without_cut(); waiting >= 0; waiting = peer_without_cut()) {
       const auto cut_arrived = [&] {
         merge_arrivals();
-        return at(waiting).cut_in || at(waiting).lost;
+        return at(waiting).cut_in || at(waiting).lost || at(waiting).departed;
       };
       comm_.progress_until(cut_arrived, "gosgd quiesce, waiting for the peer's cut (it enters quiesce() or finish())",
                            waiting);
@@ -134,11 +153,35 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       post(peer);
     });
     unmerged_.close();
+    if (!departed_.empty() || losses_.count() > 0) group_ = comm_.without(gone_world_ranks());
     if (losses_.tolerated()) renormalise();
+  }
+
+  // Leaves the job on purpose, between steps (instead of finish()): this
+  // rank's weight and model go to a peer that stays, after everything
+  // pushed to it is merged. Returns once handed over; the scheme is then
+  // closed here. Bounded by the timeout; a peer that dies meanwhile is a
+  // peer failure (or dropped, under continue_).
+  void leave() {
+    require_here("gosgd leave");
+    leaving_ = true;
+    this->metered([&] {
+      announce_leaving();
+      const auto answered = [&] {
+        merge_arrivals();
+        return all_answered();
+      };
+      comm_.progress_until(answered, "gosgd leave, waiting for the peers' acks (they merge at their steps)");
+      hand_over();
+    });
+    unmerged_.close();
+    progress_.release();
+    left_ = true;
   }
 
   // Collective: drain, then every rank takes the consensus sum a x / sum a.
   void finish() {
+    require_here("gosgd finish");
     this->metered([&] {
       quiesce();
       weighted_consensus(group_, model_, weight_);
@@ -156,8 +199,14 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     std::uint64_t merged_from = 0;  // pushes merged from the peer, ever
     bool cut_in = false;            // its cut arrived: hold the rest until our quiesce() returns
     bool lost = false;              // dead, and dropped (on_peer_failure = continue_)
+    bool leaving = false;           // it leaves: push no more to it; its done follows
+    bool departed = false;          // its done arrived: forgotten
+    bool acked = false;             // (this rank leaving) its ack arrived
+    bool stays = false;             // ... saying it stays
     wire::message cut_out;
     request cut_send;
+    wire::message note_out;  // a leaving, an ack or a done (one at a time: each follows the one before)
+    request note_send;
   };
   struct outgoing {
     wire::message bytes;
@@ -167,10 +216,23 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   peer_state& at(int peer) { return peers_[static_cast<std::size_t>(peer)]; }
 
+  // Every peer not dead or departed.
   template <class F>
   void for_each_peer(F&& visit) {
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank() && !at(peer).lost) visit(peer, at(peer));
+      if (peer != comm_.rank() && !at(peer).lost && !at(peer).departed) visit(peer, at(peer));
+  }
+
+  void require_here(const char* operation) const {
+    if (left_ || leaving_)
+      throw error(errc::invalid_argument, "this worker left the gossip (leave())",
+                  {comm_.world_rank(comm_.rank()), -1, operation});
+  }
+
+  std::vector<int> gone_world_ranks() const {
+    std::vector<int> gone = losses_.ranks();
+    for (int peer : departed_) gone.push_back(comm_.world_rank(peer));
+    return gone;
   }
 
   void post(int peer) {
@@ -179,22 +241,25 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     state.receive = comm_.irecv(state.incoming.buffer(), peer, gossip_tag, receive_kind::standing);
   }
 
-  // A live peer chosen uniformly, or -1 when none is left.
+  // A peer to push to (live, not leaving) chosen uniformly, or -1 when none is left.
   int random_peer() {
-    const int live = comm_.size() - 1 - static_cast<int>(losses_.count());
-    if (live <= 0) return -1;
+    int live = 0;
+    for_each_peer([&](int, peer_state& state) { live += state.leaving ? 0 : 1; });
+    if (live == 0) return -1;
     int pick = std::uniform_int_distribution<int>(0, live - 1)(random_);
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank() && !at(peer).lost && pick-- == 0) return peer;
+      if (peer != comm_.rank() && !at(peer).lost && !at(peer).departed && !at(peer).leaving && pick-- == 0) return peer;
     return -1;
   }
 
-  void push(int peer) {
+  // Sends half this rank's weight with its model (all of it when leaving).
+  void push(int peer, bool whole = false) {
     outgoing& message = free_buffer();  // may merge arrivals: before the halving
-    weight_ /= 2;
+    const double sent = whole ? weight_ : weight_ / 2;
+    weight_ -= sent;
     if (message.bytes.capacity() != payload_bytes_) message.bytes = wire::message(payload_bytes_);
     encode(message.bytes.payload());
-    const auto bytes = message.bytes.write(wire::kind::push, ++at(peer).pushed_to, weight_, payload_bytes_);
+    const auto bytes = message.bytes.write(wire::kind::push, ++at(peer).pushed_to, sent, payload_bytes_);
     message.peer = peer;
     try {
       this->metered([&] { message.handle = comm_.isend(bytes, peer, gossip_tag); });
@@ -255,6 +320,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     state.lost = true;
     state.receive = request{};
     state.cut_send = request{};
+    state.note_send = request{};
     for (outgoing& sent : in_flight_)
       if (sent.peer == peer) sent.handle = request{};
     return peer;
@@ -282,7 +348,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   bool merge_arrivals() {
     bool took = false;
     for_each_peer([&](int peer, peer_state& state) {
-      while (!state.lost && !state.cut_in && arrived(state)) {
+      while (!state.lost && !state.departed && !state.cut_in && arrived(state)) {
         take(peer, state);
         took = true;
       }
@@ -293,12 +359,16 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void take(int peer, peer_state& state) {
     const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(peer), "gosgd merge"};
     const wire::header head =
-        state.incoming.read(state.receive.received_bytes(), {wire::kind::push, wire::kind::cut}, payload_bytes_, from);
+        state.incoming.read(state.receive.received_bytes(),
+                            {wire::kind::push, wire::kind::cut, wire::kind::leaving, wire::kind::ack, wire::kind::done},
+                            payload_bytes_, from);
     if (head.what == wire::kind::cut) {
       wire::expect_sequence(head, state.merged_from, from);
-      state.cut_in = true;  // no receive posted until our quiesce() returns: the rest is past the cut
+      if (leaving_) return post(peer);  // a leaver takes part in no quiesce()
+      state.cut_in = true;              // no receive posted until our quiesce() returns: the rest is past the cut
       return;
     }
+    if (head.what != wire::kind::push) return take_leave_note(peer, state, head, from);
     wire::expect_sequence(head, state.merged_from + 1, from);
     merge(head.value, std::as_const(state.incoming).payload().first(payload_bytes_));
     ++state.merged_from;
@@ -316,8 +386,79 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     ++this->stats_.merges;
   }
 
+  // A leaver's messages and the answers to them (the class comment's protocol).
+  void take_leave_note(int peer, peer_state& state, const wire::header& head, const wire::reader& from) {
+    wire::expect_sequence(head, state.merged_from, from);  // behind every push it sent
+    if (head.what == wire::kind::leaving) {
+      state.leaving = true;
+      note(peer, wire::kind::ack, leaving_ ? 0.0 : 1.0);
+    } else if (head.what == wire::kind::ack) {
+      if (!leaving_) from.fail("gosgd: an ack arrived, and this rank is not leaving");
+      state.acked = true;
+      state.stays = head.value != 0.0;
+    } else {  // done: after its last push
+      if (!state.leaving) from.fail("gosgd: a done arrived from a peer that had not said it leaves");
+      state.departed = true;
+      state.receive = request{};
+      state.cut_send = request{};
+      state.note_send = request{};
+      departed_.push_back(peer);
+      return;
+    }
+    post(peer);
+  }
+
+  // A header-only message to a peer; the one before it to that peer is
+  // sent by then (each answers or follows the one before).
+  void note(int peer, wire::kind what, double value) {
+    peer_state& state = at(peer);
+    comm_.wait(state.note_send, "gosgd leave");
+    state.note_send = comm_.isend(state.note_out.write(what, state.pushed_to, value, 0), peer, gossip_tag);
+  }
+
+  // A peer whose cut arrived (it is in quiesce(), which this rank will not
+  // enter) sends nothing more but its ack before this rank's done: read on.
+  void announce_leaving() {
+    for_each_peer([&](int peer, peer_state& state) {
+      if (std::exchange(state.cut_in, false)) post(peer);
+      note(peer, wire::kind::leaving, 0.0);
+    });
+  }
+
+  // A peer that acked this rank's leaving and does not leave itself.
+  static bool staying(const peer_state& state) noexcept { return state.acked && state.stays && !state.leaving; }
+
+  // Every peer acked; every leaver of lower rank handed over (its done).
+  bool all_answered() {
+    bool all = true;
+    for_each_peer([&](int peer, peer_state& state) { all &= state.acked && (staying(state) || peer > comm_.rank()); });
+    return all;
+  }
+
+  // The whole weight to a peer that stays, then a done to every peer; the
+  // sends to stayers are waited for (a leaver lets its own go).
+  void hand_over() {
+    int heir = -1;
+    for_each_peer([&](int peer, peer_state& state) {
+      if (heir < 0 && staying(state)) heir = peer;
+    });
+    if (heir < 0)
+      throw error(errc::invalid_argument, "gosgd leave: no peer stays to take this worker's weight (finish() instead)",
+                  {comm_.world_rank(comm_.rank()), -1, "gosgd leave"});
+    push(heir, true);
+    for_each_peer([&](int peer, peer_state&) { note(peer, wire::kind::done, 0.0); });
+    for (outgoing& sent : in_flight_)
+      if (staying(at(sent.peer))) comm_.wait(sent.handle, "gosgd leave, handing over");
+    in_flight_.clear();
+    for_each_peer([&](int, peer_state& state) {
+      if (staying(state)) comm_.wait(state.note_send, "gosgd leave");
+      state.receive = request{};
+    });
+  }
+
   void send_cuts() {
     for_each_peer([&](int peer, peer_state& state) {
+      if (state.leaving) return;  // it takes part in no quiesce()
       try {
         state.cut_send = comm_.isend(state.cut_out.write(wire::kind::cut, state.pushed_to, 0.0, 0), peer, gossip_tag);
       } catch (const error& failure) {
@@ -326,11 +467,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     });
   }
 
-  // The first peer whose cut has not arrived, or -1.
+  // The first peer whose cut (or, leaving, its done) has not arrived, or -1.
   int peer_without_cut() const {
     for (int peer = 0; peer < comm_.size(); ++peer) {
       const peer_state& state = peers_[static_cast<std::size_t>(peer)];
-      if (peer != comm_.rank() && !state.cut_in && !state.lost) return peer;
+      if (peer != comm_.rank() && !state.cut_in && !state.lost && !state.departed) return peer;
     }
     return -1;
   }
@@ -347,6 +488,9 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   std::vector<peer_state> peers_;
   std::deque<outgoing> in_flight_;
   peer_losses losses_;
+  std::vector<int> departed_;  // peers that left on purpose
+  bool leaving_ = false;
+  bool left_ = false;
   std::vector<float> flat_;
   progress_thread::registration progress_;
   pending_merges::scheme unmerged_;  // open from a step until quiesce()

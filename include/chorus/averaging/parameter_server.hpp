@@ -41,7 +41,11 @@
 //
 // Servers work on the communicator's progress thread; finish() waits for
 // every worker's goodbye (bounded by the timeout), then every server sends
-// its shard to every other rank. A dead worker or server is a chorus::error
+// its shard to every other rank. A worker that serves no shard (dedicated
+// servers) may leave() on purpose instead of finish(): it pushes what it
+// holds (Downpour's sum of the steps since its last push), takes its last
+// fetch and says it is leaving; the servers apply every push it sent once
+// and finish() without it. A dead worker or server is a chorus::error
 // (peer failure or timeout) at the next wait. With on_peer_failure =
 // continue_ (SSP and Downpour; BSP's rounds need every worker) a server
 // goes on without a dead worker: its pushes so far stay applied, it leaves
@@ -150,11 +154,13 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   }
 
   void begin_step() {
+    require_here("parameter_server step");
     comm_.require_merged("parameter_server step");
     if (is_worker() && fetching_) take_fetch_if_arrived();
   }
 
   void reduce_gradients() {
+    require_here("parameter_server step");
     if (!is_worker()) return;
     gradients_.copy_to(gradient_);
     if (gradient_scale_ != 1.0f)
@@ -165,6 +171,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   }
 
   void end_step() {
+    require_here("parameter_server step");
     if (!is_worker()) return;
     this->count_step();
     if (options_.mode != consistency::downpour) return pull_and_wait();
@@ -180,7 +187,8 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // goodbye; servers serve until every worker has; then every rank's model
   // becomes the servers' shards.
   void finish() {
-    if (is_worker()) say_goodbye();
+    require_here("parameter_server finish");
+    if (is_worker()) say_goodbye(wire::kind::done);
     std::vector<float> assembled(model_.size());
     if (is_server()) {
       serving_.stop();  // from here on this thread serves
@@ -196,8 +204,29 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     model_.copy_from(assembled);
   }
 
+  // Leaves the job on purpose, between steps (instead of finish()); a
+  // worker that serves no shard only. Returns once every server has this
+  // worker's pushes; the scheme is then closed here.
+  void leave() {
+    require_here("parameter_server leave");
+    if (!is_worker() || is_server())
+      throw error(errc::invalid_argument,
+                  "parameter_server leave: this rank serves a shard, which no other rank holds (workers that serve "
+                  "none, with dedicated_servers, may leave)",
+                  {comm_.world_rank(comm_.rank()), -1, "parameter_server leave"});
+    say_goodbye(wire::kind::leaving);
+    left_ = true;
+  }
+  bool left() const noexcept { return left_; }
+
  private:
   using shard = parameter_shard<Communicator>;
+
+  void require_here(const char* operation) const {
+    if (left_)
+      throw error(errc::invalid_argument, "this worker left the parameter server (leave())",
+                  {comm_.world_rank(comm_.rank()), -1, operation});
+  }
 
   struct server_link {
     wire::message push, pull, reply, done;
@@ -220,7 +249,8 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     if (is_server()) {
       const std::span<const float> mine = assembled.subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
       for (int r = 0; r < comm_.size(); ++r)
-        if (r != comm_.rank() && !shard_->lost(r)) moves.push_back(comm_.isend(mine, r, shard_tag));
+        if (r != comm_.rank() && !shard_->lost(r) && !shard_->departed(r))
+          moves.push_back(comm_.isend(mine, r, shard_tag));
     }
     comm_.wait_all(moves, "parameter_server finish, exchanging the shards");
   }
@@ -504,7 +534,8 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     ++waits_.fetches_applied;
   }
 
-  void say_goodbye() {
+  // The worker's last messages: what it holds, then `last` (done or leaving).
+  void say_goodbye(wire::kind last) {
     if (options_.mode == consistency::downpour) {
       if (accumulated_steps_ > 0) push_accumulated();  // every gradient reaches a server once
       // The goodbye below must not overtake a push still in a slot.
@@ -535,7 +566,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
         server_link& to = link(s);
         sends.push_back(std::move(to.push_send));
         sends.push_back(std::move(to.pull_send));
-        sends.push_back(comm_.isend(to.done.write(wire::kind::done, ++to.sent, static_cast<double>(pushes_), 0), s,
+        sends.push_back(comm_.isend(to.done.write(last, ++to.sent, static_cast<double>(pushes_), 0), s,
                                     parameter_shard<Communicator>::request_tag));
       }
       comm_.wait_all(sends, "parameter_server goodbye");
@@ -553,6 +584,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   std::uint64_t pushes_ = 0;
   float gradient_scale_ = 1.0f;
   bool fetching_ = false;
+  bool left_ = false;
   worker_wait_stats waits_;
   peer_losses losses_;
   // Server side.

@@ -7,6 +7,8 @@
 //   push  a gradient for the shard; value: the shard version it was computed on
 //   pull  a request for the shard; value: the pushes the worker has sent
 //   done  no more messages; value: the pushes it sent in all
+//   leaving  the same from a worker that leaves the job (leave()): it
+//         takes no part in finish() (no shard is sent to it)
 // and gets a reply (the shard; value: its version) for every pull. A
 // message that cannot be served yet stays at the head of its stream (the
 // receive is not posted again), so the order of a worker's messages is the
@@ -154,10 +156,14 @@ class parameter_shard {
     links_[w].clock += pushes;
   }
 
-  // Whether `rank` is a worker this shard went on without.
+  // Whether `rank` is a worker this shard went on without, or one that left.
   bool lost(int rank) const {
     const std::size_t w = link_of(rank);
     return w < links_.size() && links_[w].lost;
+  }
+  bool departed(int rank) const {
+    const std::size_t w = link_of(rank);
+    return w < links_.size() && links_[w].departed;
   }
 
  private:
@@ -172,8 +178,9 @@ class parameter_shard {
     wire::message reply;
     request reply_send;
     std::uint64_t replies = 0;
-    bool done = false;  // said done, or lost
+    bool done = false;  // said done or leaving, or lost
     bool lost = false;
+    bool departed = false;  // said leaving
   };
 
   // The link of worker `rank` (a rank of the communicator), or links_.size().
@@ -210,8 +217,8 @@ class parameter_shard {
     if (link.done) return false;
     if (!link.holding) {
       if (!comm_.test(link.receive)) return false;
-      const std::array<wire::message::expected_kind, 3> kinds{
-          {{wire::kind::push, bytes()}, {wire::kind::pull, 0}, {wire::kind::done, 0}}};
+      const std::array<wire::message::expected_kind, 4> kinds{
+          {{wire::kind::push, bytes()}, {wire::kind::pull, 0}, {wire::kind::done, 0}, {wire::kind::leaving, 0}}};
       link.head = link.incoming.read(link.receive.received_bytes(), kinds, reader_for(w));
       wire::expect_sequence(link.head, ++link.received, reader_for(w));
       link.holding = true;
@@ -228,11 +235,12 @@ class parameter_shard {
     switch (link.head.what) {
       case wire::kind::push: return take_push(w, claimed);
       case wire::kind::pull: return answer_pull(w, claimed);
-      default:
+      default:  // done or leaving: every push it sent was taken once
         if (claimed != link.clock)
-          reader_for(w).fail("parameter server: done after " + std::to_string(claimed) + " pushes, " +
-                             std::to_string(link.clock) + " arrived");
+          reader_for(w).fail("parameter server: " + std::string(wire::to_string(link.head.what)) + " after " +
+                             std::to_string(claimed) + " pushes, " + std::to_string(link.clock) + " arrived");
         link.done = true;
+        link.departed = link.head.what == wire::kind::leaving;
         --live_;
         if (rules_.mode == consistency::bsp) finish_round_if_complete();  // it may have been the last one missing
         return true;

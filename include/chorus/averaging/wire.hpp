@@ -24,11 +24,13 @@
 namespace chorus::averaging::wire {
 
 enum class kind : std::uint32_t {
-  push = 1,   // a model sent unasked (gossip)
-  cut = 2,    // no more pushes before this point (quiescence)
-  pull = 3,   // a model sent for an answer (elastic pull)
-  reply = 4,  // the answer to a pull
-  done = 5,   // the sender sends no more
+  push = 1,     // a model sent unasked (gossip)
+  cut = 2,      // no more pushes before this point (quiescence)
+  pull = 3,     // a model sent for an answer (elastic pull)
+  reply = 4,    // the answer to a pull
+  done = 5,     // the sender sends no more
+  leaving = 6,  // the sender leaves the job: push nothing more to it, answer with an ack
+  ack = 7,      // the answer to a leaving
 };
 
 constexpr std::string_view to_string(kind what) noexcept {
@@ -38,6 +40,8 @@ constexpr std::string_view to_string(kind what) noexcept {
     case kind::pull: return "pull";
     case kind::reply: return "reply";
     case kind::done: return "done";
+    case kind::leaving: return "leaving";
+    case kind::ack: return "ack";
   }
   return "unknown";
 }
@@ -61,6 +65,11 @@ struct reader {
     throw error(errc::mismatch, what, {rank, peer, std::string(operation)});
   }
 };
+
+// Whether a kind carries the scheme's payload (the others are a header alone).
+constexpr bool carries_payload(kind what) noexcept {
+  return what != kind::cut && what != kind::done && what != kind::leaving && what != kind::ack;
+}
 
 // A header and room for a payload of up to `capacity` bytes.
 class message {
@@ -97,11 +106,12 @@ class message {
 
   // The header of a message of `received` bytes, checked: whole, of one of
   // the `expected` kinds, with exactly the payload it declares, and with a
-  // payload of `payload_bytes` unless the kind carries none (cut, done).
+  // payload of `payload_bytes` unless the kind carries none (cut, done,
+  // leaving, ack).
   header read(std::size_t received, std::initializer_list<kind> expected, std::size_t payload_bytes,
               const reader& from) const {
     std::vector<expected_kind> kinds;
-    for (kind k : expected) kinds.push_back({k, k == kind::cut || k == kind::done ? 0 : payload_bytes});
+    for (kind k : expected) kinds.push_back({k, carries_payload(k) ? payload_bytes : 0});
     return read(received, kinds, from);
   }
 

@@ -160,6 +160,35 @@ def test_asynchronous() -> None:
     consensus_in_hull("async EASGD", model)
 
 
+def test_leave() -> None:
+    """The last rank leaves GoSGD on purpose after 2 steps: the others finish() on the mean of every starting
+    model, the leaver's included (its weight was handed over); a synchronous scheme cannot be left."""
+    global checks
+    if size < 2:
+        return
+    model = start(rank)
+    scheme = averaging.GoSGD(comm, model, push_probability=1.0, seed=7)
+    if rank == size - 1:
+        run(scheme, model, 2, update=False)
+        scheme.leave()
+        assert scheme.weight == 0.0
+        checks += 1
+    else:
+        run(scheme, model, 5, update=False)
+        scheme.finish()
+        close("GoSGD's finish() after a rank left", [flat(model)], [np.mean([flat(start(r)) for r in range(size)],
+                                                                          axis=0)])
+    stayers = comm.split(0 if rank < size - 1 else 1)  # the leaver's own, alone
+    stayers.barrier()
+    try:
+        averaging.LocalSGD(stayers, start(rank), period=2).leave()
+        raise AssertionError("a synchronous scheme was left")
+    except chorus.InvalidArgument as refused:
+        assert "synchronous" in str(refused)
+        checks += 1
+    stayers.close()
+
+
 def test_middle() -> None:
     """TreeEASGD and the parameter server: the spectrum's middle."""
     global checks
@@ -298,6 +327,7 @@ test_local_sgd()
 test_dpsgd()
 test_easgd()
 test_asynchronous()
+test_leave()
 test_middle()
 test_windows()
 test_bad_input()

@@ -42,7 +42,7 @@ hosts_create() {
     ip -n "$ns" link set lo up
     ip -n "$switch" link set "p$i" master br0
     ip -n "$switch" link set "p$i" up
-    [[ -n $rate ]] && hosts_shape "$i" "$rate"
+    if [[ -n $rate ]]; then hosts_shape "$i" "$rate"; fi
   done
 }
 

@@ -59,6 +59,8 @@ struct settings {
   int kill_rank = -1;                        // the fault demonstration: this rank SIGKILLs itself
   std::uint64_t kill_at_step = 0;            // ... at this step (counted over the run)
   avg::heterogeneity_options heterogeneity;  // --slow, --jitter, --seed
+  int leave_rank = -1;                       // --leave RANK:EPOCH: this rank leaves on purpose
+  int leave_after_epoch = 0;                 // ... after this epoch
 };
 
 const char* const scheme_names =
@@ -76,14 +78,15 @@ const char* const scheme_names =
          " [--period H] [--alpha X] [--tau T] [--p X] [--staleness S] [--push-every N] [--fetch-every N]"
          " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
          " [--slow RANK:FACTOR]... [--jitter none|exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA]"
-         " [--seed S] [--data DIR] [--csv FILE]\n"
+         " [--seed S] [--leave RANK:EPOCH] [--data DIR] [--csv FILE]\n"
          "Trains an MLP on Fashion-MNIST with one averaging scheme, e.g.\n"
          "  chorus-run -n 4 fashion_mnist --scheme gosgd --epochs 12 --csv gosgd.csv\n"
          "With --kill-rank R (not 0: it reports) rank R kills itself at step S, to show training that survives\n"
          "a lost worker (gosgd, one-sided-gossip, easgd, ssp, downpour; run under chorus-run --keep-going).\n"
          "--slow R:F makes rank R's steps take F times as long (a sleep of F - 1 times its compute after each);\n"
          "--jitter adds a heavy-tailed delay to every rank's steps; --seed S (default 1234) seeds the jitter and\n"
-         "the shuffles, so a run is reproducible.\n";
+         "the shuffles, so a run is reproducible. --leave R:E: rank R leaves on purpose after epoch E (gosgd,\n"
+         "easgd; its share goes to the others, who finish without it).\n";
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -123,7 +126,12 @@ void set(settings& chosen, const std::string& flag, const std::string& value) {
     chosen.kill_rank = std::stoi(value);
   else if (flag == "--kill-at-step")
     chosen.kill_at_step = std::stoul(value);
-  else if (flag == "--slow")
+  else if (flag == "--leave") {
+    const std::size_t colon = value.find(':');
+    if (colon == std::string::npos) usage("--leave is RANK:EPOCH");
+    chosen.leave_rank = std::stoi(value.substr(0, colon));
+    chosen.leave_after_epoch = std::stoi(value.substr(colon + 1));
+  } else if (flag == "--slow")
     chosen.heterogeneity.slow.push_back(avg::slow_rank_from(value));
   else if (flag == "--jitter")
     chosen.heterogeneity.jitter = avg::jitter_from(value);
@@ -155,6 +163,7 @@ settings parse(int argc, char** argv) {
   if (chosen.on_peer_failure != "raise" && chosen.on_peer_failure != "continue")
     usage("--on-peer-failure is raise or continue, not " + chosen.on_peer_failure);
   if (chosen.kill_rank == 0) usage("--kill-rank 0: rank 0 evaluates and reports; kill another");
+  if (chosen.leave_rank == 0) usage("--leave 0:E: rank 0 evaluates and reports; another leaves");
   return chosen;
 }
 
@@ -221,6 +230,7 @@ struct trainer {
         samples += config.batch;
       }
       if (comm.rank() == 0) report(std::to_string(epoch), held(), scheme.stats());
+      if (comm.rank() == config.leave_rank && epoch == config.leave_after_epoch) return leave(scheme);
     }
     const double trained = seconds_since_start();
     scheme.finish();
@@ -236,6 +246,20 @@ struct trainer {
       for (const avg::lost_peer& lost : scheme.lost_peers())
         std::printf("lost rank %d: noticed at step %llu, %.1f s in; went on without it\n", lost.rank,
                     static_cast<unsigned long long>(lost.step), lost.seconds);
+  }
+
+  // Leaves on purpose (a scheme a worker can leave: the others finish without it).
+  template <class Scheme>
+  void leave(Scheme& scheme) {
+    if constexpr (requires { scheme.leave(); }) {
+      const double trained = seconds_since_start();
+      scheme.leave();
+      std::printf("rank %d: left on purpose after epoch %d\n", comm.rank(), config.leave_after_epoch);
+      report_throughput(trained);
+    } else {
+      throw chorus::error(chorus::errc::invalid_argument,
+                          "--leave: " + config.scheme + " cannot be left (gosgd, easgd)");
+    }
   }
 
   // Every rank's own pace over its steps (finish() not counted): what a
@@ -321,6 +345,9 @@ void train(chorus::communicator& comm, const settings& config) {
   const bool tolerant = config.scheme == "gosgd" || config.scheme == "easgd" || config.scheme == "ssp" ||
                         config.scheme == "downpour" || config.scheme == "downpour-get" ||
                         config.scheme == "downpour-accumulate" || config.scheme == "one-sided-gossip";
+  if (config.leave_rank >= 0 && config.scheme != "gosgd" && config.scheme != "easgd")
+    usage("--leave: " + config.scheme + " cannot be left here (gosgd, easgd)");
+  if (config.leave_rank >= comm.size()) usage("--leave: no rank " + std::to_string(config.leave_rank));
   if (on_failure == avg::peer_failure_policy::continue_ && !tolerant)
     usage("--on-peer-failure continue: " + config.scheme +
           " raises on a lost rank (gosgd, one-sided-gossip, easgd, ssp, downpour go on)");

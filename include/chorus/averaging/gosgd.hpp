@@ -128,8 +128,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     require_here("gosgd step");
     this->count_step();
     merge_arrivals();
-    if (std::bernoulli_distribution(options_.push_probability)(random_))
-      if (const int peer = random_peer(); peer >= 0) push(peer);
+    if (std::bernoulli_distribution(options_.push_probability)(random_)) push([&] { return random_peer(); });
   }
 
   // Collective: returns once this rank has merged every push that a peer
@@ -252,9 +251,15 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     return -1;
   }
 
-  // Sends half this rank's weight with its model (all of it when leaving).
-  void push(int peer, bool whole = false) {
+  // Sends half this rank's weight with its model (all of it when leaving)
+  // to the peer `choose` names (none: -1). The peer is chosen once a buffer
+  // is free: waiting for one merges arrivals, and a peer's leaving among
+  // them must rule it out (a push behind this rank's ack would be lost).
+  template <class Choose>
+  void push(Choose&& choose, bool whole = false) {
     outgoing& message = free_buffer();  // may merge arrivals: before the halving
+    const int peer = choose();
+    if (peer < 0) return;
     const double sent = whole ? weight_ : weight_ / 2;
     weight_ -= sent;
     if (message.bytes.capacity() != payload_bytes_) message.bytes = wire::message(payload_bytes_);
@@ -438,14 +443,19 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // The whole weight to a peer that stays, then a done to every peer; the
   // sends to stayers are waited for (a leaver lets its own go).
   void hand_over() {
-    int heir = -1;
-    for_each_peer([&](int peer, peer_state& state) {
-      if (heir < 0 && staying(state)) heir = peer;
-    });
-    if (heir < 0)
-      throw error(errc::invalid_argument, "gosgd leave: no peer stays to take this worker's weight (finish() instead)",
-                  {comm_.world_rank(comm_.rank()), -1, "gosgd leave"});
-    push(heir, true);
+    push(
+        [&] {
+          int heir = -1;
+          for_each_peer([&](int peer, peer_state& state) {
+            if (heir < 0 && staying(state)) heir = peer;
+          });
+          if (heir < 0)
+            throw error(errc::invalid_argument,
+                        "gosgd leave: no peer stays to take this worker's weight (finish() instead)",
+                        {comm_.world_rank(comm_.rank()), -1, "gosgd leave"});
+          return heir;
+        },
+        true);
     for_each_peer([&](int peer, peer_state&) { note(peer, wire::kind::done, 0.0); });
     for (outgoing& sent : in_flight_)
       if (staying(at(sent.peer))) comm_.wait(sent.handle, "gosgd leave, handing over");

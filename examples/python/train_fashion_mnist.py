@@ -14,6 +14,8 @@
 FACTOR - 1 times its compute after each); --jitter exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|
 lognormal:MEDIAN_MS:SIGMA adds a heavy-tailed delay to every rank's steps; --seed S seeds the
 jitter and the shuffles (chorus.heterogeneity: the same delays as the C++ trainer's).
+--leave RANK:EPOCH: that rank leaves on purpose after that epoch (gosgd, easgd: its share goes to
+the others, who finish without it).
 
 The data are the Debian package dataset-fashion-mnist's IDX files
 (/usr/share/datasets/fashion-mnist), read with NumPy; nothing is downloaded.
@@ -85,6 +87,8 @@ def parse() -> argparse.Namespace:
                         help="that rank's steps take FACTOR times as long (repeatable)")
     parser.add_argument("--jitter", default="none", help="a heavy-tailed delay after every step (see above)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the jitter and the shuffles")
+    parser.add_argument("--leave", default=None, metavar="RANK:EPOCH",
+                        help="that rank leaves on purpose after that epoch (gosgd, easgd)")
     parser.add_argument("--csv", default=None, help="rank 0 appends one row per epoch")
     return parser.parse_args()
 
@@ -95,6 +99,11 @@ class Trainer:
         dist.init_process_group(options.backend)
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         self.delays = heterogeneity.StepDelays(self.rank, self.size, options.slow, options.jitter, options.seed)
+        self.leave_rank, self.leave_epoch = -1, 0
+        if options.leave:
+            self.leave_rank, self.leave_epoch = (int(part) for part in options.leave.split(":"))
+            if options.scheme not in ("gosgd", "easgd") or not 0 < self.leave_rank < self.size:
+                raise SystemExit("--leave RANK:EPOCH: a rank other than 0 (it reports), with gosgd or easgd")
         self.samples = 0
         self.train_images, self.train_labels = load("train")
         self.test_images, self.test_labels = load("t10k")
@@ -193,6 +202,11 @@ class Trainer:
                 print(f"epoch {number + 1}: test accuracy {held:.4f}, wall {wall:.1f} s, {self.traffic()}", flush=True)
                 if self.options.csv:
                     self.append_csv(number + 1, wall, held)
+            if self.rank == self.leave_rank and number + 1 == self.leave_epoch:
+                self.scheme.leave()
+                print(f"rank {self.rank}: left on purpose after epoch {number + 1}", flush=True)
+                dist.destroy_process_group()
+                return
         trained = time.monotonic() - started
         print(f"rank {self.rank}: {self.samples} samples in {trained:.1f} s, {self.samples / trained:.0f} samples/s, "
               f"slept {self.delays.slept_seconds:.1f} s (slowdown {self.delays.factor:.1f}x)", flush=True)

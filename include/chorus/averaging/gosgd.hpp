@@ -152,7 +152,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       post(peer);
     });
     unmerged_.close();
-    if (!departed_.empty() || losses_.count() > 0) group_ = comm_.without(gone_world_ranks());
+    if (!departed_.empty() || losses_.count() > 0) group_ = group_.without(gone_world_ranks());
     if (losses_.tolerated()) renormalise();
   }
 
@@ -334,9 +334,9 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // The survivors' weights, scaled to sum 1 again: the lost share (the dead
   // peers' weights and their unmerged pushes) is spread over the survivors
   // in proportion, which leaves the consensus sum a x / sum a as it was.
-  // Collective over the survivors, who agree on who is lost (quiesce's cuts).
+  // Collective over the survivors (group_, which quiesce() made without the
+  // lost and departed), who agree on who is lost (quiesce's cuts).
   void renormalise() {
-    group_ = group_.without(losses_.ranks());
     double total = weight_;
     this->metered([&] { allreduce(group_, std::span<double>(&total, 1), op::sum{}); });
     weight_ /= total;

@@ -488,6 +488,10 @@ class ucx_transport {
   // UCX's until its callback (shared ownership, request.hpp), and the
   // endpoints are force-closed at teardown, so UCX never writes into a
   // request chorus has let go of; the failed peer sends nothing more.
+  // Abandoned, it no longer counts in flight: nothing waits for it, and
+  // UCX may never call it back (a force-closed endpoint does not always
+  // complete its pending sends), which would leave every later wait
+  // failing on its dead peer (peers_.doomed()).
   void cancel(request& handle) noexcept {
     {
       std::lock_guard lock(mutex_);
@@ -499,6 +503,8 @@ class ucx_transport {
     wait_until(
         progress_mode::spin, [&] { return handle.done(); }, deadline, [&] { return progress(); },
         [](clock::time_point) {}, [](clock::duration) {});
+    if (!handle.done() && handle.state_->counted.exchange(false, std::memory_order_acq_rel))
+      counter(handle.peer_, handle.standing_).fetch_sub(1, std::memory_order_acq_rel);
   }
 
   // Flush-closes every endpoint, waiting a bounded time: teardown must not

@@ -31,12 +31,17 @@ namespace detail {
 struct operation_state {
   std::atomic<int> references{2};  // the handle's and the callback's
   std::atomic<ucs_status_t> status{UCS_INPROGRESS};
+  // Whether it still counts in its peer's operations in flight: until it
+  // ends, or until its handle lets go of it unfinished (whichever is first
+  // uncounts it, once).
+  std::atomic<bool> counted{true};
   std::size_t received = 0;
   int sender = -1;  // a receive's sender, from the tag that matched
 
   void recycle() noexcept {
     references.store(2, std::memory_order_relaxed);
     status.store(UCS_INPROGRESS, std::memory_order_relaxed);
+    counted.store(true, std::memory_order_relaxed);
     received = 0;
     sender = -1;
   }
@@ -56,7 +61,8 @@ inline bool let_go(operation_state* state) noexcept {
 // its kind: standing receives are counted apart).
 inline void finish(void* request, ucs_status_t status, std::size_t received, int sender, void* in_flight) noexcept {
   auto* state = static_cast<operation_state*>(request);
-  static_cast<std::atomic<int>*>(in_flight)->fetch_sub(1, std::memory_order_acq_rel);
+  if (state->counted.exchange(false, std::memory_order_acq_rel))
+    static_cast<std::atomic<int>*>(in_flight)->fetch_sub(1, std::memory_order_acq_rel);
   state->received = received;
   state->sender = sender;
   state->status.store(status, std::memory_order_release);

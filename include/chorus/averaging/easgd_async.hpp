@@ -121,9 +121,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     pull();
     const auto goodbye = message_.write(wire::kind::leaving, pulls_, static_cast<double>(this->stats_.steps), 0);
     this->metered([&] { comm_.send(goodbye, options_.server, request_tag); });
-    left_ = true;
+    this->mark_left();
   }
-  bool left() const noexcept { return left_; }
 
   // Collective. Every worker says goodbye after its last pull; the server
   // serves the last pulls itself until every live worker has (bounded by
@@ -175,11 +174,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     bool departed = false;  // said leaving: no centre for it
   };
 
-  void require_here(const char* operation) const {
-    if (left_)
-      throw error(errc::invalid_argument, "this worker left (leave())",
-                  {comm_.world_rank(comm_.rank()), -1, operation});
-  }
+  void require_here(const char* operation) const { this->require_not_left(operation, comm_.world_rank(comm_.rank())); }
 
   void pull() {
     const std::span<float> x = message_.payload_as<float>();
@@ -313,7 +308,6 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   wire::message message_;    // this rank's pulls (x) and goodbye
   wire::message reply_;      // d, the answer to a pull
   std::uint64_t pulls_ = 0;  // sent to the server
-  bool left_ = false;
   // Server only.
   std::vector<float> centre_;
   std::vector<worker_slot> workers_;

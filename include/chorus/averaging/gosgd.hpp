@@ -111,9 +111,13 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   double weight() const noexcept { return weight_; }
   // The peers that left on purpose (leave()), as ranks of the scheme's
-  // communicator, in the order their done arrived.
-  std::vector<int> departed() const { return departed_; }
-  bool left() const noexcept { return left_; }
+  // communicator, in rank order.
+  std::vector<int> departed() const {
+    std::vector<int> ranks;
+    for (int peer = 0; peer < comm_.size(); ++peer)
+      if (peers_[static_cast<std::size_t>(peer)].departed) ranks.push_back(peer);
+    return ranks;
+  }
   // The peers this rank went on without (on_peer_failure = continue_).
   std::vector<lost_peer> lost_peers() const { return losses_.list(); }
 
@@ -152,7 +156,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       post(peer);
     });
     unmerged_.close();
-    if (!departed_.empty() || losses_.count() > 0) group_ = group_.without(gone_world_ranks());
+    if (!departed().empty() || losses_.count() > 0) group_ = group_.without(gone_world_ranks());
     if (losses_.tolerated()) renormalise();
   }
 
@@ -163,7 +167,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // peer failure (or dropped, under continue_).
   void leave() {
     require_here("gosgd leave");
-    leaving_ = true;
+    this->mark_left();  // from here on: no step, no quiesce(), and a cut is not waited for
     this->metered([&] {
       announce_leaving();
       const auto answered = [&] {
@@ -175,7 +179,6 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     });
     unmerged_.close();
     progress_.release();
-    left_ = true;
   }
 
   // Collective: drain, then every rank takes the consensus sum a x / sum a.
@@ -222,15 +225,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       if (peer != comm_.rank() && !at(peer).lost && !at(peer).departed) visit(peer, at(peer));
   }
 
-  void require_here(const char* operation) const {
-    if (left_ || leaving_)
-      throw error(errc::invalid_argument, "this worker left the gossip (leave())",
-                  {comm_.world_rank(comm_.rank()), -1, operation});
-  }
+  void require_here(const char* operation) const { this->require_not_left(operation, comm_.world_rank(comm_.rank())); }
 
   std::vector<int> gone_world_ranks() const {
     std::vector<int> gone = losses_.ranks();
-    for (int peer : departed_) gone.push_back(comm_.world_rank(peer));
+    for (int peer : departed()) gone.push_back(comm_.world_rank(peer));
     return gone;
   }
 
@@ -369,8 +368,8 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
                             payload_bytes_, from);
     if (head.what == wire::kind::cut) {
       wire::expect_sequence(head, state.merged_from, from);
-      if (leaving_) return post(peer);  // a leaver takes part in no quiesce()
-      state.cut_in = true;              // no receive posted until our quiesce() returns: the rest is past the cut
+      if (this->left()) return post(peer);  // a leaver takes part in no quiesce()
+      state.cut_in = true;                  // no receive posted until our quiesce() returns: the rest is past the cut
       return;
     }
     if (head.what != wire::kind::push) return take_leave_note(peer, state, head, from);
@@ -396,9 +395,9 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     wire::expect_sequence(head, state.merged_from, from);  // behind every push it sent
     if (head.what == wire::kind::leaving) {
       state.leaving = true;
-      note(peer, wire::kind::ack, leaving_ ? 0.0 : 1.0);
+      note(peer, wire::kind::ack, this->left() ? 0.0 : 1.0);
     } else if (head.what == wire::kind::ack) {
-      if (!leaving_) from.fail("gosgd: an ack arrived, and this rank is not leaving");
+      if (!this->left()) from.fail("gosgd: an ack arrived, and this rank is not leaving");
       state.acked = true;
       state.stays = head.value != 0.0;
     } else {  // done: after its last push
@@ -407,7 +406,6 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       state.receive = request{};
       state.cut_send = request{};
       state.note_send = request{};
-      departed_.push_back(peer);
       return;
     }
     post(peer);
@@ -498,9 +496,6 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   std::vector<peer_state> peers_;
   std::deque<outgoing> in_flight_;
   peer_losses losses_;
-  std::vector<int> departed_;  // peers that left on purpose
-  bool leaving_ = false;
-  bool left_ = false;
   std::vector<float> flat_;
   progress_thread::registration progress_;
   pending_merges::scheme unmerged_;  // open from a step until quiesce()

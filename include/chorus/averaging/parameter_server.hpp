@@ -215,18 +215,13 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
                   "none, with dedicated_servers, may leave)",
                   {comm_.world_rank(comm_.rank()), -1, "parameter_server leave"});
     say_goodbye(wire::kind::leaving);
-    left_ = true;
+    this->mark_left();
   }
-  bool left() const noexcept { return left_; }
 
  private:
   using shard = parameter_shard<Communicator>;
 
-  void require_here(const char* operation) const {
-    if (left_)
-      throw error(errc::invalid_argument, "this worker left the parameter server (leave())",
-                  {comm_.world_rank(comm_.rank()), -1, operation});
-  }
+  void require_here(const char* operation) const { this->require_not_left(operation, comm_.world_rank(comm_.rank())); }
 
   struct server_link {
     wire::message push, pull, reply, done;
@@ -249,8 +244,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     if (is_server()) {
       const std::span<const float> mine = assembled.subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
       for (int r = 0; r < comm_.size(); ++r)
-        if (r != comm_.rank() && !shard_->lost(r) && !shard_->departed(r))
-          moves.push_back(comm_.isend(mine, r, shard_tag));
+        if (r != comm_.rank() && !shard_->gone(r)) moves.push_back(comm_.isend(mine, r, shard_tag));
     }
     comm_.wait_all(moves, "parameter_server finish, exchanging the shards");
   }
@@ -584,7 +578,6 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   std::uint64_t pushes_ = 0;
   float gradient_scale_ = 1.0f;
   bool fetching_ = false;
-  bool left_ = false;
   worker_wait_stats waits_;
   peer_losses losses_;
   // Server side.

@@ -36,6 +36,7 @@
 #include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/transport/transport.hpp>
 
 #include <algorithm>
 #include <array>
@@ -157,13 +158,9 @@ class parameter_shard {
   }
 
   // Whether `rank` is a worker this shard went on without, or one that left.
-  bool lost(int rank) const {
+  bool gone(int rank) const {
     const std::size_t w = link_of(rank);
-    return w < links_.size() && links_[w].lost;
-  }
-  bool departed(int rank) const {
-    const std::size_t w = link_of(rank);
-    return w < links_.size() && links_[w].departed;
+    return w < links_.size() && (links_[w].lost || links_[w].departed);
   }
 
  private:
@@ -203,7 +200,8 @@ class parameter_shard {
   }
 
   void post(std::size_t w) {
-    links_[w].receive = comm_.irecv(links_[w].incoming.buffer(), workers_[w], request_tag, receive_kind::standing);
+    links_[w].receive =
+        comm_.irecv(links_[w].incoming.buffer(), workers_[w], request_tag, transport::receive_kind::standing);
   }
 
   wire::reader reader_for(std::size_t w) const {

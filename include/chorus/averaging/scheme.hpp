@@ -20,6 +20,7 @@
 #pragma once
 
 #include <chorus/comm/traffic.hpp>
+#include <chorus/core/error.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -74,8 +75,16 @@ class scheme_base {
   }
 
   const averaging_stats& stats() const noexcept { return stats_; }
+  // Whether this worker left the job (a scheme's leave()): from then on
+  // every call but stats() is an error.
+  bool left() const noexcept { return left_; }
 
  protected:
+  void mark_left() noexcept { left_ = true; }
+  void require_not_left(const char* operation, int world_rank) const {
+    if (left_) throw error(errc::invalid_argument, "this worker left the job (leave())", {world_rank, -1, operation});
+  }
+
   // Runs `work`, adding what the calling thread sent meanwhile to the stats.
   template <class Work>
   decltype(auto) metered(Work&& work) {
@@ -94,6 +103,9 @@ class scheme_base {
   void count_step() noexcept { ++stats_.steps; }
 
   averaging_stats stats_;
+
+ private:
+  bool left_ = false;
 };
 
 }  // namespace chorus::averaging

@@ -1,7 +1,8 @@
 // chorus-run: start N local ranks of a chorus program.
 //
 //   chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT]
-//              [--no-prefix] [--keep-going] [--] program [args...]
+//              [--no-prefix] [--keep-going] [--join K[@SECONDS]]
+//              [--job-file PATH] [--] program [args...]
 //
 // It hosts the rendezvous store, spawns N processes with CHORUS_RANK,
 // CHORUS_SIZE, CHORUS_LOCAL_RANK, CHORUS_LOCAL_SIZE, CHORUS_ADDR, CHORUS_TOKEN
@@ -12,6 +13,14 @@
 // --keep-going is for training that survives a lost worker: a rank killed
 // by a signal is reported and the others run on; the job then fails only if
 // a rank exits with an error or every rank is lost.
+// --join K@SECONDS starts K more processes of the program SECONDS into the
+// job with CHORUS_JOIN=1 (no CHORUS_RANK): each joins the running job (its
+// rank comes from the store; comm/connect.hpp) and enters its asynchronous
+// scheme (averaging/admission.hpp); their lines are prefixed [join k].
+// --job-file PATH writes the variables another process needs to join from
+// outside (CHORUS_ADDR, CHORUS_TOKEN, CHORUS_SIZE, CHORUS_LAUNCHER), one
+// per line, readable by the owner only:
+//   env $(cat PATH) CHORUS_JOIN=1 program [args...]
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/token.hpp>
 #include <chorus/core/env.hpp>
@@ -22,6 +31,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +42,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +60,9 @@ struct arguments {
   std::uint16_t port = 0;
   bool prefix = true;
   bool keep_going = false;
+  int joiners = 0;
+  std::chrono::milliseconds join_after{0};
+  std::string job_file;
   std::vector<std::string> command;
 };
 
@@ -58,10 +72,13 @@ struct arguments {
   if (!problem.empty()) std::fprintf(out, "chorus-run: %s\n", problem.c_str());
   std::fprintf(out,
                "usage: chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT] "
-               "[--no-prefix] [--keep-going] [--] program [args...]\n"
+               "[--no-prefix] [--keep-going] [--join K[@SECONDS]] [--job-file PATH] [--] program [args...]\n"
                "Starts N ranks of the program on this machine, hosts the rendezvous store, prefixes\n"
                "output lines with [rank], and ends the job with the first failing rank's exit code.\n"
-               "--keep-going: a rank killed by a signal does not end the others (fault-tolerant training).\n");
+               "--keep-going: a rank killed by a signal does not end the others (fault-tolerant training).\n"
+               "--join K@SECONDS: K more processes join the running job after SECONDS (CHORUS_JOIN=1).\n"
+               "--job-file PATH: writes what a process needs to join from outside:\n"
+               "  env $(cat PATH) CHORUS_JOIN=1 program [args...]\n");
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -98,6 +115,19 @@ arguments parse(int argc, char** argv) {
       parsed.prefix = false;
     } else if (flag == "--keep-going") {
       parsed.keep_going = true;
+    } else if (flag == "--join") {
+      const std::string text = value(flag);
+      const std::size_t at = text.find('@');
+      const auto count = chorus::env::parse_integer(std::string_view(text).substr(0, at));
+      if (!count || *count < 1 || *count > 4096) usage("--join needs K[@SECONDS] with K in 1..4096");
+      parsed.joiners = static_cast<int>(*count);
+      if (at != std::string::npos) {
+        const auto after = chorus::env::parse_duration(text.substr(at + 1));
+        if (!after || after->count() < 0) usage("--join K@SECONDS needs a duration after @ (5, 5s, 500ms)");
+        parsed.join_after = *after;
+      }
+    } else if (flag == "--job-file") {
+      parsed.job_file = value(flag);
     } else {
       usage("unknown option " + std::string(flag));
     }
@@ -127,6 +157,9 @@ class launcher {
     const std::string token = chorus::bootstrap::random_token();
     chorus::store::server store({args_.bind_host, args_.port, token, {}, std::chrono::milliseconds(10000)});
     const std::string address = args_.bind_host + ":" + std::to_string(store.port());
+    address_ = address;
+    token_ = token;
+    if (!args_.job_file.empty()) write_job_file();
     std::signal(SIGINT, remember_signal);
     std::signal(SIGTERM, remember_signal);
     std::signal(SIGPIPE, SIG_IGN);
@@ -139,23 +172,45 @@ class launcher {
       }
     }
     if (args_.timeout) deadline_ = clock_type::now() + *args_.timeout;
+    if (args_.joiners > 0) join_at_ = clock_type::now() + args_.join_after;
     supervise();
     return exit_code_.value_or(0);
   }
 
  private:
+  // What a process needs to join the job: CHORUS_JOIN=1 and these.
+  std::vector<std::string> job_variables(const std::string& address, const std::string& token) const {
+    return {"CHORUS_SIZE=" + std::to_string(args_.ranks), "CHORUS_ADDR=" + address, "CHORUS_TOKEN=" + token,
+            "CHORUS_LAUNCHER=chorus-run"};
+  }
+
+  void write_job_file() const {
+    const int fd = open(args_.job_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, S_IRUSR | S_IWUSR);
+    if (fd < 0) throw std::runtime_error("cannot write --job-file " + args_.job_file + ": " + std::strerror(errno));
+    std::string text;
+    for (const std::string& entry : job_variables(address_, token_)) text += entry + "\n";
+    const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    if (!written) throw std::runtime_error("cannot write --job-file " + args_.job_file);
+  }
+
   // The caller's environment, with the launcher's own variables replacing
-  // any of the same name.
+  // any of the same name; a joiner (rank -1) has no rank of its own.
   std::vector<std::string> environment(int rank, const std::string& address, const std::string& token) const {
     const std::string size = std::to_string(args_.ranks);
-    const std::vector<std::string> own{
-        "CHORUS_RANK=" + std::to_string(rank), "CHORUS_SIZE=" + size,    "CHORUS_LOCAL_RANK=" + std::to_string(rank),
-        "CHORUS_LOCAL_SIZE=" + size,           "CHORUS_ADDR=" + address, "CHORUS_TOKEN=" + token,
-        "CHORUS_LAUNCHER=chorus-run"};
+    std::vector<std::string> own = job_variables(address, token);
+    own.push_back("CHORUS_LOCAL_SIZE=" + size);
+    if (rank >= 0) {
+      own.push_back("CHORUS_RANK=" + std::to_string(rank));
+      own.push_back("CHORUS_LOCAL_RANK=" + std::to_string(rank));
+    } else {
+      own.push_back("CHORUS_JOIN=1");
+    }
     const auto replaced = [&](std::string_view entry) {
-      return std::any_of(own.begin(), own.end(), [&](const std::string& mine) {
-        return entry.starts_with(std::string_view(mine).substr(0, mine.find('=') + 1));
-      });
+      return entry.starts_with("CHORUS_RANK=") || entry.starts_with("CHORUS_LOCAL_RANK=") ||
+             entry.starts_with("CHORUS_JOIN=") || std::any_of(own.begin(), own.end(), [&](const std::string& mine) {
+               return entry.starts_with(std::string_view(mine).substr(0, mine.find('=') + 1));
+             });
     };
     std::vector<std::string> entries;
     for (char** entry = environ; *entry != nullptr; ++entry)
@@ -164,8 +219,10 @@ class launcher {
     return entries;
   }
 
-  bool spawn(int rank, const std::string& address, const std::string& token) {
-    rank_process& process = ranks_[static_cast<std::size_t>(rank)];
+  // Process `index` of ranks_: rank `index`, or a joiner past the job's ranks.
+  bool spawn(int index, const std::string& address, const std::string& token) {
+    rank_process& process = ranks_[static_cast<std::size_t>(index)];
+    const int rank = index < args_.ranks ? index : -1;
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
       std::fprintf(stderr, "chorus-run: pipe: %s\n", std::strerror(errno));
@@ -211,24 +268,42 @@ class launcher {
     return true;
   }
 
+  // --join: the joiners start once their time has come, if the job still runs.
+  void start_joiners() {
+    if (!join_at_ || clock_type::now() < *join_at_) return;
+    join_at_.reset();
+    if (terminating_ || running_count() == 0) return;
+    for (int k = 0; k < args_.joiners; ++k) {
+      ranks_.emplace_back();
+      if (!spawn(static_cast<int>(ranks_.size()) - 1, address_, token_)) {
+        finish_with(127);
+        terminate_all();
+        return;
+      }
+    }
+  }
+
+  int processes() const { return static_cast<int>(ranks_.size()); }
+
   void supervise() {
     for (;;) {
       pump_output(100);
       reap();
       handle_signals();
       handle_deadlines();
+      start_joiners();
       if (running_count() == 0 && open_pipe_count() == 0) break;
       if (running_count() == 0 && !drain_until_) drain_until_ = clock_type::now() + std::chrono::seconds(1);
       if (drain_until_ && clock_type::now() > *drain_until_) break;  // a grandchild holds a pipe
     }
-    for (int rank = 0; rank < args_.ranks; ++rank)
+    for (int rank = 0; rank < processes(); ++rank)
       for (int stream = 0; stream < 2; ++stream) flush_partial(rank, stream);
   }
 
   void pump_output(int timeout_ms) {
     std::vector<pollfd> watched;
     std::vector<std::pair<int, int>> owners;  // (rank, stream)
-    for (int rank = 0; rank < args_.ranks; ++rank)
+    for (int rank = 0; rank < processes(); ++rank)
       for (int stream = 0; stream < 2; ++stream)
         if (int fd = ranks_[static_cast<std::size_t>(rank)].fds[stream]; fd >= 0) {
           watched.push_back({fd, POLLIN, 0});
@@ -272,7 +347,9 @@ class launcher {
 
   // One write per line, so lines of different ranks never interleave.
   void emit(int rank, int stream, std::string_view line) const {
-    std::string text = args_.prefix ? "[" + std::to_string(rank) + "] " : std::string();
+    const std::string label =
+        rank < args_.ranks ? std::to_string(rank) : "join " + std::to_string(rank - args_.ranks + 1);
+    std::string text = args_.prefix ? "[" + label + "] " : std::string();
     text.append(line);
     const int fd = stream == 0 ? 1 : 2;
     for (std::size_t written = 0; written < text.size();) {
@@ -287,12 +364,12 @@ class launcher {
     for (int status = 0;;) {
       const pid_t pid = waitpid(-1, &status, WNOHANG);
       if (pid <= 0) return;
-      for (int rank = 0; rank < args_.ranks; ++rank) {
+      for (int rank = 0; rank < processes(); ++rank) {
         rank_process& process = ranks_[static_cast<std::size_t>(rank)];
         if (process.pid != pid) continue;
         process.running = false;
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (args_.keep_going && WIFSIGNALED(status) && !terminating_ && ++lost_ < args_.ranks) {
+        if (args_.keep_going && WIFSIGNALED(status) && !terminating_ && ++lost_ < processes()) {
           std::fprintf(stderr, "chorus-run: rank %d was killed by signal %d; the others go on (--keep-going)\n", rank,
                        WTERMSIG(status));
           continue;
@@ -355,6 +432,8 @@ class launcher {
   }
 
   arguments args_;
+  std::string address_, token_;
+  std::optional<clock_type::time_point> join_at_;
   std::vector<rank_process> ranks_;
   std::optional<int> exit_code_;
   int lost_ = 0;  // ranks killed by a signal under --keep-going

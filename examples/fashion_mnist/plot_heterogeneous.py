@@ -23,6 +23,7 @@ CONDITIONS = {
     "jitter": "Pareto jitter (1 ms, 1.5)",
     "link100": "rank 3 behind 100 Mbit/s (others 1 Gbit/s)",
     "leave": "rank 3 leaves at mid-training",
+    "join": "a fifth worker joins at mid-training (rank 3 leaves where it can)",
 }
 THRESHOLDS = (0.85, 0.88)
 

@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +62,7 @@ struct settings {
   avg::heterogeneity_options heterogeneity;  // --slow, --jitter, --seed
   int leave_rank = -1;                       // --leave RANK:EPOCH: this rank leaves on purpose
   int leave_after_epoch = 0;                 // ... after this epoch
+  int join_epochs = 0;                       // a process that joined (chorus-run --join) trains this many; 0: half
 };
 
 const char* const scheme_names =
@@ -78,7 +80,7 @@ const char* const scheme_names =
          " [--period H] [--alpha X] [--tau T] [--p X] [--staleness S] [--push-every N] [--fetch-every N]"
          " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
          " [--slow RANK:FACTOR]... [--jitter none|exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA]"
-         " [--seed S] [--leave RANK:EPOCH] [--data DIR] [--csv FILE]\n"
+         " [--seed S] [--leave RANK:EPOCH] [--join-epochs N] [--data DIR] [--csv FILE]\n"
          "Trains an MLP on Fashion-MNIST with one averaging scheme, e.g.\n"
          "  chorus-run -n 4 fashion_mnist --scheme gosgd --epochs 12 --csv gosgd.csv\n"
          "With --kill-rank R (not 0: it reports) rank R kills itself at step S, to show training that survives\n"
@@ -86,7 +88,9 @@ const char* const scheme_names =
          "--slow R:F makes rank R's steps take F times as long (a sleep of F - 1 times its compute after each);\n"
          "--jitter adds a heavy-tailed delay to every rank's steps; --seed S (default 1234) seeds the jitter and\n"
          "the shuffles, so a run is reproducible. --leave R:E: rank R leaves on purpose after epoch E (gosgd,\n"
-         "easgd; its share goes to the others, who finish without it).\n";
+         "easgd; its share goes to the others, who finish without it). A process started into the running job\n"
+         "(chorus-run --join K@SECONDS; gosgd, easgd, ssp, downpour) trains the last --join-epochs N epochs\n"
+         "(default half) of the schedule, starting from the model the job hands it.\n";
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -122,6 +126,8 @@ void set(settings& chosen, const std::string& flag, const std::string& value) {
     chosen.fanout = std::stoi(value);
   else if (flag == "--on-peer-failure")
     chosen.on_peer_failure = value;
+  else if (flag == "--join-epochs")
+    chosen.join_epochs = std::stoi(value);
   else if (flag == "--kill-rank")
     chosen.kill_rank = std::stoi(value);
   else if (flag == "--kill-at-step")
@@ -208,7 +214,13 @@ struct trainer {
     std::vector<float> images(config.batch * fashion_mnist::pixels);
     std::vector<std::uint8_t> labels(config.batch);
     std::uint64_t steps = 0;
-    for (int epoch = 1; epoch <= config.epochs; ++epoch) {
+    // A process that joined the running job trains the schedule's last epochs.
+    const int joined_for = config.join_epochs > 0 ? config.join_epochs : std::max(1, config.epochs / 2);
+    const int first_epoch = comm.joined() ? std::max(1, config.epochs - joined_for + 1) : 1;
+    if (comm.joined())
+      std::printf("rank %d: joined the running job; training epochs %d to %d\n", comm.rank(), first_epoch,
+                  config.epochs);
+    for (int epoch = first_epoch; epoch <= config.epochs; ++epoch) {
       // Cosine decay of the learning rate over the run.
       const double progress = static_cast<double>(epoch - 1) / config.epochs;
       const double rate = config.learning_rate * 0.5 * (1 + std::cos(3.14159265358979 * progress));

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import enum
+import os
 import weakref
 from typing import Any, Callable, Optional, Union
 
@@ -115,6 +116,11 @@ class Communicator:
     @property
     def size(self) -> int:
         return self._impl.size
+
+    @property
+    def joined(self) -> bool:
+        """Whether this process joined the job while it ran (chorus.join, CHORUS_JOIN=1)."""
+        return self._impl.joined
 
     @property
     def timeout(self) -> float:
@@ -302,6 +308,30 @@ def init(*, timeout: Optional[float] = None, progress: Optional[str] = None,
     size from their variables, the store at CHORUS_ADDR); one rank alone
     without one. timeout: seconds (default CHORUS_TIMEOUT, else 180)."""
     return Communicator(_chorus.init(timeout, progress, check))
+
+
+def join(*, job_file: Optional[str] = None, address: Optional[str] = None, token: Optional[str] = None,
+         size: Optional[int] = None, timeout: Optional[float] = None, progress: Optional[str] = None,
+         check: Optional[bool] = None) -> Communicator:
+    """Joins a running job: takes the next free rank and returns this
+    process's world communicator (``joined`` is True). The asynchronous
+    schemes (GoSGD, EASGDAsync, ParameterServer in "ssp" and "downpour")
+    made on it are admitted by the job's ranks and start from the job's
+    model; it runs no collective with them. Where the job is: `job_file`
+    (what ``chorus-run --job-file PATH`` wrote), else `address`, `token`
+    and `size`, else CHORUS_ADDR, CHORUS_TOKEN and CHORUS_SIZE.
+    ``chorus.init()`` does the same under CHORUS_JOIN=1 (``chorus-run --join``)."""
+    found = dict(os.environ)
+    if job_file is not None:
+        with open(job_file, encoding="utf-8") as lines:
+            found.update(line.strip().split("=", 1) for line in lines if "=" in line)
+    address = address if address is not None else found.get("CHORUS_ADDR")
+    token = token if token is not None else found.get("CHORUS_TOKEN", "")
+    size = size if size is not None else int(found["CHORUS_SIZE"]) if "CHORUS_SIZE" in found else None
+    if address is None or size is None:
+        raise InvalidArgument("chorus.join: where is the job? give job_file=, or address= and size= "
+                              "(or set CHORUS_ADDR and CHORUS_SIZE)")
+    return Communicator(_chorus.join(address, token, size, timeout, progress, check))
 
 
 def connect(rank: int, size: int, *, publish: Callable[[str, int], None], look_up: Callable[[], str],

@@ -181,7 +181,32 @@ void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator
       "chorus's store on a free port of `host` and calls publish(host, port); the others call look_up() "
       "for 'host:port'. The torch backend passes torch's store.");
 
+  m.def(
+      "join",
+      [](std::string address, std::string token, int size, std::optional<double> timeout,
+         std::optional<std::string> progress, std::optional<bool> check) {
+        bootstrap::launch_info info;
+        info.joining = true;
+        info.rank = -1;
+        info.size = size;
+        info.local_size = size;
+        info.token = std::move(token);
+        info.store = bootstrap::parse_address(address, "the running job's store address");
+        info.launcher_hosts_store = true;  // a joiner never hosts it
+        info.source = "chorus.join";
+        if (size < 1)
+          throw error(errc::invalid_argument, "the running job's size must be at least 1", {-1, -1, "join"});
+        const options given = options_from(timeout, std::move(progress), check);
+        return made(without_gil([&] { return chorus::connect(info, given); }));
+      },
+      nb::arg("address"), nb::arg("token"), nb::arg("size"), nb::arg("timeout") = nb::none(),
+      nb::arg("progress") = nb::none(), nb::arg("check") = nb::none(),
+      "Joins a running job of `size` ranks whose store is at `address` ('host:port'), taking the next free rank.");
+
   communicator.def_prop_ro("rank", [](py_communicator& self) { return self.get("rank").rank(); })
+      .def_prop_ro(
+          "joined", [](py_communicator& self) { return self.get("joined").joined(); },
+          "Whether this process joined the job while it ran (its asynchronous schemes admit it).")
       .def_prop_ro("size", [](py_communicator& self) { return self.get("size").size(); })
       .def_prop_ro(
           "timeout", [](py_communicator& self) { return self.get("timeout").timeout().count() / 1000.0; },

@@ -21,12 +21,18 @@
 // last elastic pull takes its latest steps into the centre, then a leaving
 // message tells the server, which finishes without it.
 //
+// A process that joins the running job (CHORUS_JOIN; admission.hpp) and
+// makes the same easgd_async becomes one more worker: the server admits it
+// on its progress thread and welcomes it with the centre, its first model;
+// finish() then waits for its goodbye too and sends it the centre.
+//
 // Messages are wire.hpp's: a worker's pulls are numbered from 1 and carry
 // its step count; the reply carries the pull's number, and the goodbye
 // (`done`) the number of pulls before it, so a lost, duplicated or foreign
 // message is an error on the side that reads it.
 #pragma once
 
+#include <chorus/averaging/admission.hpp>
 #include <chorus/averaging/easgd.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/peer_loss.hpp>
@@ -40,6 +46,7 @@
 #include <atomic>
 #include <concepts>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <span>
 #include <string>
@@ -60,7 +67,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   using request = typename Communicator::request;
 
   // Collective: every rank starts from the server's model, the centre's
-  // first value.
+  // first value. In a process that joined the running job: admission by
+  // the server, starting from the centre as it is.
   // On an NCCL communicator: its host side (scheme.hpp, host_side).
   template <class Other>
     requires(!std::same_as<Other, Communicator> && std::same_as<host_side_t<Other>, Communicator>)
@@ -68,7 +76,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       : easgd_async(host_side<Other>::of(comm), std::move(model), std::move(options)) {}
 
   easgd_async(Communicator& comm, parameters model, easgd_async_options options = {})
-      : comm_(comm.split(0, comm.rank())),
+      : comm_(comm.joined() ? admission::enter(comm, "easgd_async") : comm.split(0, comm.rank())),
         model_(std::move(model)),
         options_(options),
         elements_(model_.size()),
@@ -80,6 +88,11 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     if (options_.server < 0 || options_.server >= comm_.size())
       throw error(errc::invalid_argument, "easgd_async: server rank " + std::to_string(options_.server) +
                                               " is not in [0, " + std::to_string(comm_.size()) + ")");
+    if (comm.joined()) {
+      join();
+      return;
+    }
+    admission::open(comm_, "easgd_async");
     std::vector<float> start = model_.snapshot();
     this->metered([&] { broadcast(comm_, std::span<float>(start), options_.server); });
     model_.copy_from(start);
@@ -137,7 +150,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
         serve();
         return workers_left_ == 0;
       };
-      comm_.progress_until(all_gone, "easgd_async finish, waiting for every worker's last pull and goodbye");
+      serving_comm_.progress_until(all_gone, "easgd_async finish, waiting for every worker's last pull and goodbye");
       centre = centre_;
       this->metered([&] { send_centre(centre); });
     } else {
@@ -171,10 +184,24 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     std::uint64_t pulls = 0;  // served so far
     bool done = false;        // said goodbye (done or leaving), or lost
     bool lost = false;
-    bool departed = false;  // said leaving: no centre for it
+    bool departed = false;   // said leaving: no centre for it
+    bool admitting = false;  // a joiner not yet heard from (admission.hpp)
+    std::vector<float> welcome;
   };
 
   void require_here(const char* operation) const { this->require_not_left(operation, comm_.world_rank(comm_.rank())); }
+
+  // A joiner: introduced to the server, it starts from the centre.
+  void join() {
+    std::vector<float> centre(elements_);
+    this->metered([&] {
+      std::array<request, 2> admission{comm_.irecv(std::span(centre), options_.server, admission::welcome_tag),
+                                       admission::introduce(comm_, options_.server)};
+      comm_.wait_all(admission, "easgd_async join, waiting for the server's welcome");
+      comm_.expect_bytes(admission[0], bytes_, "easgd_async join");
+    });
+    model_.copy_from(centre);
+  }
 
   void pull() {
     const std::span<float> x = message_.payload_as<float>();
@@ -217,6 +244,8 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   // --- server side: runs on the progress thread ------------------------------
   void start_serving(std::vector<float> centre) {
     centre_ = std::move(centre);
+    serving_comm_ = comm_;
+    desk_.open(serving_comm_);
     workers_.resize(static_cast<std::size_t>(comm_.size()));
     for (int w = 0; w < comm_.size(); ++w) {
       if (w == options_.server) continue;
@@ -226,27 +255,55 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       post(w);
     }
     workers_left_ = comm_.size() - 1;
-    if (workers_left_ > 0) serving_ = comm_.progress_thread().add([this] { return serve(); });
+    if (workers_left_ > 0 || comm_.store() != nullptr)  // with a store, workers may join
+      serving_ = comm_.progress_thread().add([this] { return serve(); });
   }
 
   void post(int w) {
     worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-    slot.receive = comm_.irecv(slot.incoming.buffer(), w, request_tag, receive_kind::standing);
+    slot.receive = serving_comm_.irecv(slot.incoming.buffer(), w, request_tag, receive_kind::standing);
   }
 
-  // Answers every pull that has arrived (on the progress thread, or on the
-  // trainer's in finish()); true if there was one.
+  // Answers every pull that has arrived, and admits joiners (on the
+  // progress thread, or on the trainer's in finish()); true if there was one.
   bool serve() {
     bool worked = false;
-    for (int w = 0; w < comm_.size(); ++w) {
+    while (const std::optional<int> joiner = desk_.next(serving_comm_)) {
+      welcome(*joiner);
+      worked = true;
+    }
+    for (int w = 0; w < serving_comm_.size(); ++w) {
       if (w == options_.server || workers_[static_cast<std::size_t>(w)].done) continue;
       try {
         worked = serve_worker(w) || worked;
       } catch (const error& failure) {
-        drop(losses_.absorb(comm_, failure, merges_.load(std::memory_order_relaxed)));
+        const std::optional<int> gone = admission::gone_member(serving_comm_, failure);
+        if (gone && workers_[static_cast<std::size_t>(*gone)].admitting)
+          drop(*gone);  // a joiner that died during admission: never a member
+        else
+          drop(losses_.absorb(serving_comm_, failure, merges_.load(std::memory_order_relaxed)));
       }
     }
     return worked;
+  }
+
+  // A joiner (transport rank), now reachable: a worker slot, and the
+  // centre as it is now for its first model.
+  void welcome(int joiner) {
+    serving_comm_ = serving_comm_.with(joiner);
+    const int w = serving_comm_.size() - 1;
+    worker_slot& slot = workers_.emplace_back();
+    slot.incoming = wire::message(bytes_);
+    slot.reply = wire::message(bytes_);
+    slot.admitting = true;
+    {
+      std::lock_guard lock(centre_mutex_);
+      slot.welcome = centre_;
+    }
+    slot.answer =  // standing: a joiner that dies before it takes it fails nothing else
+        serving_comm_.isend(std::span<const float>(slot.welcome), w, admission::welcome_tag, receive_kind::standing);
+    post(w);
+    ++workers_left_;
   }
 
   // A dead worker, under continue_: its pulls so far stay in the centre.
@@ -260,13 +317,13 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   }
 
   void send_centre(std::span<float> centre) {
-    for (int w = 0; w < comm_.size(); ++w) {
+    for (int w = 0; w < serving_comm_.size(); ++w) {
       const worker_slot& slot = workers_[static_cast<std::size_t>(w)];
       if (w == options_.server || slot.lost || slot.departed) continue;
       try {
-        comm_.send(centre, w, centre_tag);
-      } catch (const error& failure) {
-        drop(losses_.absorb(comm_, failure, merges_.load(std::memory_order_relaxed)));  // it died after its goodbye
+        serving_comm_.send(centre, w, centre_tag);
+      } catch (const error& failure) {  // it died after its goodbye
+        drop(losses_.absorb(serving_comm_, failure, merges_.load(std::memory_order_relaxed)));
       }
     }
   }
@@ -274,10 +331,12 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   // Worker w's next message, if it has arrived; true if there was one.
   bool serve_worker(int w) {
     worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-    if (!comm_.test(slot.receive)) return false;
-    const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(w), "easgd_async serve"};
+    if (!serving_comm_.test(slot.receive)) return false;
+    const wire::reader from{serving_comm_.world_rank(serving_comm_.rank()), serving_comm_.world_rank(w),
+                            "easgd_async serve"};
     const wire::header head = slot.incoming.read(
         slot.receive.received_bytes(), {wire::kind::pull, wire::kind::done, wire::kind::leaving}, bytes_, from);
+    slot.admitting = false;
     if (head.what != wire::kind::pull) {
       wire::expect_sequence(head, slot.pulls, from);
       slot.done = true;
@@ -286,14 +345,14 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       return true;
     }
     wire::expect_sequence(head, ++slot.pulls, from);
-    comm_.wait(slot.answer, "easgd_async reply");  // the previous reply left long ago
+    serving_comm_.wait(slot.answer, "easgd_async reply");  // the previous reply (or the welcome) left long ago
     {
       std::lock_guard lock(centre_mutex_);
       elastic_difference(slot.incoming.template payload_as<float>(), slot.reply.template payload_as<float>());
     }
     const auto answer = slot.reply.write(wire::kind::reply, head.sequence, 0.0, bytes_);
     const traffic before = this_thread_traffic();
-    slot.answer = comm_.isend(answer, w, reply_tag);
+    slot.answer = serving_comm_.isend(answer, w, reply_tag);
     const traffic sent = this_thread_traffic() - before;
     served_bytes_.fetch_add(sent.bytes_sent, std::memory_order_relaxed);
     served_messages_.fetch_add(sent.messages_sent, std::memory_order_relaxed);
@@ -308,9 +367,12 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   wire::message message_;    // this rank's pulls (x) and goodbye
   wire::message reply_;      // d, the answer to a pull
   std::uint64_t pulls_ = 0;  // sent to the server
-  // Server only.
+  // Server only. Its serving side's view of the group, which grows by the
+  // joiners it admits (the trainer thread's comm_ does not).
+  Communicator serving_comm_;
+  admission::desk<Communicator> desk_;
   std::vector<float> centre_;
-  std::vector<worker_slot> workers_;
+  std::deque<worker_slot> workers_;  // by rank of serving_comm_; grows without moving a slot
   peer_losses losses_;
   std::mutex centre_mutex_;
   int workers_left_ = 0;  // the serving thread's alone

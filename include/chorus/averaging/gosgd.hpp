@@ -47,10 +47,24 @@
 // rank before handing over (so the last to go holds what they handed it);
 // at least one worker must stay.
 //
+// A process that joins the running job (CHORUS_JOIN; admission.hpp) and
+// makes the same gosgd is admitted by the group's rank 0, between its
+// steps: rank 0 sends it the group as rank 0 sees it (members, those gone,
+// the collectives' sequence number), tells every peer that does not leave
+// (a `joined` note in its stream, so every rank learns of joiners in the
+// one order rank 0 admitted them), and pushes it half its weight with its
+// model, from which the joiner starts (its own weight is 0). A peer that
+// learns of a joiner admits it and gossips with it; in quiesce() it sends
+// it a cut, and waits for its, once it has heard. Since rank 0 admits
+// outside quiesce() only, every rank has heard of the same joiners when it
+// has rank 0's cut: sum a = 1 holds over all, joiners included. A joiner
+// arriving once rank 0 has left or finished times out, alone.
+//
 // Cost: p (alpha + S beta) per step on average, one message to one peer,
 // whatever n is; chosen for many ranks and heterogeneous speeds.
 #pragma once
 
+#include <chorus/averaging/admission.hpp>
 #include <chorus/averaging/consensus.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/peer_loss.hpp>
@@ -61,9 +75,12 @@
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>
 
+#include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -90,13 +107,16 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   gosgd(Other& comm, parameters model, gosgd_options options = {})
       : gosgd(host_side<Other>::of(comm), std::move(model), std::move(options)) {}
 
+  // Collective. In a process that joined the running job: admission by
+  // the group's rank 0 (the class comment), starting from its model.
   gosgd(Communicator& comm, parameters model, gosgd_options options = {})
-      : comm_(comm.split(0, comm.rank())),
+      : comm_(comm.joined() ? admission::enter(comm, "gosgd") : comm.split(0, comm.rank())),
         group_(comm_),
         model_(std::move(model)),
         options_(std::move(options)),
-        weight_(1.0 / comm_.size()),
-        random_(options_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(comm_.rank())),
+        weight_(comm.joined() ? 0.0 : 1.0 / comm_.size()),
+        random_(options_.seed * 0x9e3779b97f4a7c15ull +
+                static_cast<std::uint64_t>(comm.joined() ? comm_.transport().rank() : comm_.rank())),
         payload_bytes_(options_.codec.encoded_bytes(model_.size())),
         peers_(static_cast<std::size_t>(comm_.size())),
         losses_(options_.on_peer_failure),
@@ -105,8 +125,14 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     if (!(options_.push_probability >= 0.0 && options_.push_probability <= 1.0))
       throw error(errc::invalid_argument,
                   "gosgd: push probability must be in [0, 1], got " + std::to_string(options_.push_probability));
-    for_each_peer([&](int peer, peer_state&) { post(peer); });
-    if (comm_.size() > 1) progress_ = comm_.progress_thread().add([] { return false; });
+    if (comm.joined()) {
+      join(comm);
+    } else {
+      admission::open(comm_, "gosgd");
+      if (comm_.rank() == 0) desk_.open(comm_);
+      for_each_peer([&](int peer, peer_state&) { post(peer); });
+    }
+    if (comm_.size() > 1 || desk_.is_open()) progress_ = comm_.progress_thread().add([] { return false; });
   }
 
   double weight() const noexcept { return weight_; }
@@ -125,12 +151,14 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     require_here("gosgd step");
     comm_.require_merged("gosgd step", unmerged_.key());
     unmerged_.open();
+    admit_joiners();
     merge_arrivals();
   }
 
   void end_step() {
     require_here("gosgd step");
     this->count_step();
+    admit_joiners();
     merge_arrivals();
     if (std::bernoulli_distribution(options_.push_probability)(random_)) push([&] { return random_peer(); });
   }
@@ -139,6 +167,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // sent before its own quiesce(), and none sent after.
   void quiesce() {
     require_here("gosgd quiesce");
+    cutting_ = true;  // a joiner heard of from here on gets its cut at once
     send_cuts();
     for (int waiting = peer_without_cut(); waiting >= 0; waiting = peer_without_cut()) {
       const auto cut_arrived = [&] {
@@ -155,8 +184,9 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       state.cut_in = false;
       post(peer);
     });
+    cutting_ = false;
     unmerged_.close();
-    if (!departed().empty() || losses_.count() > 0) group_ = group_.without(gone_world_ranks());
+    if (const std::vector<int> gone = gone_world_ranks(); !gone.empty()) group_ = group_.without(gone);
     if (losses_.tolerated()) renormalise();
   }
 
@@ -205,6 +235,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     bool departed = false;          // its done arrived: forgotten
     bool acked = false;             // (this rank leaving) its ack arrived
     bool stays = false;             // ... saying it stays
+    bool absent = false;            // (this rank joined) gone before it joined: never heard from
     wire::message cut_out;
     request cut_send;
     wire::message note_out;  // a leaving, an ack or a done (one at a time: each follows the one before)
@@ -222,15 +253,115 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   template <class F>
   void for_each_peer(F&& visit) {
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank() && !at(peer).lost && !at(peer).departed) visit(peer, at(peer));
+      if (peer != comm_.rank() && present(at(peer))) visit(peer, at(peer));
   }
+  static bool present(const peer_state& state) noexcept { return !state.lost && !state.departed && !state.absent; }
 
   void require_here(const char* operation) const { this->require_not_left(operation, comm_.world_rank(comm_.rank())); }
 
   std::vector<int> gone_world_ranks() const {
     std::vector<int> gone = losses_.ranks();
-    for (int peer : departed()) gone.push_back(comm_.world_rank(peer));
+    for (int peer = 0; peer < comm_.size(); ++peer)
+      if (peers_[static_cast<std::size_t>(peer)].departed || peers_[static_cast<std::size_t>(peer)].absent)
+        gone.push_back(comm_.world_rank(peer));
     return gone;
+  }
+
+  // --- joiners (the class comment) -------------------------------------------
+  // The group as rank 0 sends it to a joiner: the collectives' next
+  // sequence number, then each member's transport rank and whether it is
+  // gone (dead, departed or leaving), then the collectives' members.
+  std::vector<std::int64_t> describe_group() const {
+    std::vector<std::int64_t> words{group_.sequence(), comm_.size()};
+    for (int peer = 0; peer < comm_.size(); ++peer) {
+      const peer_state& state = peers_[static_cast<std::size_t>(peer)];
+      words.push_back(comm_.world_rank(peer));
+      words.push_back(peer != comm_.rank() && (!present(state) || state.leaving) ? 1 : 0);
+    }
+    words.push_back(group_.size());
+    for (int member : group_.world_ranks()) words.push_back(member);
+    return words;
+  }
+
+  // Rank 0, between steps: every joiner whose introduction arrived. From
+  // here on a joiner holds weight: its death is a peer's like any other.
+  void admit_joiners() {
+    while (const std::optional<int> joiner = desk_.next(comm_)) {
+      forget_sent_welcomes();
+      welcomes_.push_back({describe_group(), request{}});
+      const int newcomer = learn(*joiner);
+      welcomes_.back().handle = comm_.isend(std::span<const std::int64_t>(welcomes_.back().words), newcomer,
+                                            admission::welcome_tag, receive_kind::standing);
+      for_each_peer([&](int peer, peer_state& state) {
+        if (peer != newcomer && !state.leaving) note(peer, wire::kind::joined, static_cast<double>(*joiner));
+      });
+      push([&] { return newcomer; });  // half the weight: its start
+    }
+  }
+
+  // Welcomes sent, or whose joiner died (its death is noticed as a peer's).
+  void forget_sent_welcomes() {
+    std::erase_if(welcomes_, [&](welcome& sent) {
+      try {
+        return comm_.test(sent.handle);
+      } catch (const error&) {
+        return true;
+      }
+    });
+  }
+
+  // A joiner (transport rank), made a peer; returns its rank in comm_.
+  int learn(int joiner) {
+    comm_ = comm_.with(joiner);
+    group_ = group_.with(joiner);
+    const int peer = comm_.size() - 1;
+    peers_.emplace_back();
+    post(peer);
+    if (this->left()) note(peer, wire::kind::leaving, 0.0);  // it must ack too
+    if (cutting_) at(peer).cut_send = comm_.isend(at(peer).cut_out.write(wire::kind::cut, 0, 0.0, 0), peer, gossip_tag);
+    return peer;
+  }
+
+  // The joiner's side: introduced to rank 0, it takes the group as rank 0
+  // sees it, then rank 0's first push, its start.
+  void join(const Communicator& world) {
+    std::vector<std::int64_t> words(3 + 3 * static_cast<std::size_t>(comm_.transport().capacity()));
+    this->metered([&] {
+      std::array<request, 2> admission{comm_.irecv(std::span(words), 0, admission::welcome_tag),
+                                       admission::introduce(comm_, 0)};
+      comm_.wait_all(admission, "gosgd join, waiting for the welcome of the group's rank 0 (it admits joiners)");
+      words.resize(admission[0].received_bytes() / sizeof(std::int64_t));
+    });
+    const auto at_word = [&](std::size_t k) {
+      if (k >= words.size())
+        throw error(errc::mismatch, "gosgd join: rank 0's welcome is cut short",
+                    {comm_.transport().rank(), comm_.world_rank(0), "gosgd join"});
+      return static_cast<int>(words[k]);
+    };
+    const auto sequence = static_cast<std::uint32_t>(words.at(0));
+    std::vector<int> members, gone, collective;
+    const int count = at_word(1);
+    for (int k = 0; k < count; ++k) {
+      members.push_back(at_word(2 + 2 * static_cast<std::size_t>(k)));
+      if (at_word(3 + 2 * static_cast<std::size_t>(k)) != 0) gone.push_back(members.back());
+    }
+    const std::size_t after = 2 + 2 * static_cast<std::size_t>(count);
+    for (int k = 0; k < at_word(after); ++k) collective.push_back(at_word(after + 1 + static_cast<std::size_t>(k)));
+    comm_ = world.joined_group(comm_.id(), members);
+    group_ = world.joined_group(comm_.id(), collective, sequence);
+    peers_.resize(static_cast<std::size_t>(comm_.size()));
+    for (int peer = 0; peer + 1 < comm_.size(); ++peer)
+      at(peer).absent = std::find(gone.begin(), gone.end(), comm_.world_rank(peer)) != gone.end();
+    for_each_peer([&](int peer, peer_state&) {
+      comm_.admit(comm_.world_rank(peer));  // a joiner after this one's start
+      post(peer);
+    });
+    comm_.progress_until(
+        [&] {
+          merge_arrivals();
+          return at(0).merged_from > 0 || !present(at(0));
+        },
+        "gosgd join, waiting for rank 0's first push", 0);
   }
 
   void post(int peer) {
@@ -246,7 +377,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     if (live == 0) return -1;
     int pick = std::uniform_int_distribution<int>(0, live - 1)(random_);
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank() && !at(peer).lost && !at(peer).departed && !at(peer).leaving && pick-- == 0) return peer;
+      if (peer != comm_.rank() && present(at(peer)) && !at(peer).leaving && pick-- == 0) return peer;
     return -1;
   }
 
@@ -362,10 +493,10 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   void take(int peer, peer_state& state) {
     const wire::reader from{comm_.world_rank(comm_.rank()), comm_.world_rank(peer), "gosgd merge"};
-    const wire::header head =
-        state.incoming.read(state.receive.received_bytes(),
-                            {wire::kind::push, wire::kind::cut, wire::kind::leaving, wire::kind::ack, wire::kind::done},
-                            payload_bytes_, from);
+    const wire::header head = state.incoming.read(
+        state.receive.received_bytes(),
+        {wire::kind::push, wire::kind::cut, wire::kind::leaving, wire::kind::ack, wire::kind::done, wire::kind::joined},
+        payload_bytes_, from);
     if (head.what == wire::kind::cut) {
       wire::expect_sequence(head, state.merged_from, from);
       if (this->left()) return post(peer);  // a leaver takes part in no quiesce()
@@ -390,9 +521,17 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     ++this->stats_.merges;
   }
 
-  // A leaver's messages and the answers to them (the class comment's protocol).
+  // A leaver's messages and the answers to them (the class comment's
+  // protocol), and rank 0's word of a joiner.
   void take_leave_note(int peer, peer_state& state, const wire::header& head, const wire::reader& from) {
     wire::expect_sequence(head, state.merged_from, from);  // behind every push it sent
+    if (head.what == wire::kind::joined) {
+      const int joiner = static_cast<int>(head.value);
+      comm_.admit(joiner);
+      post(peer);  // before learn(): peers_ may grow, and `state` with it
+      learn(joiner);
+      return;
+    }
     if (head.what == wire::kind::leaving) {
       state.leaving = true;
       note(peer, wire::kind::ack, this->left() ? 0.0 : 1.0);
@@ -479,7 +618,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   int peer_without_cut() const {
     for (int peer = 0; peer < comm_.size(); ++peer) {
       const peer_state& state = peers_[static_cast<std::size_t>(peer)];
-      if (peer != comm_.rank() && !state.cut_in && !state.lost && !state.departed) return peer;
+      if (peer != comm_.rank() && !state.cut_in && present(state)) return peer;
     }
     return -1;
   }
@@ -493,8 +632,15 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   double weight_;
   std::mt19937_64 random_;
   std::size_t payload_bytes_;
-  std::vector<peer_state> peers_;
+  std::deque<peer_state> peers_;  // grows by joiners without moving a peer's posted receive
   std::deque<outgoing> in_flight_;
+  admission::desk<Communicator> desk_;  // rank 0: joiners' introductions
+  struct welcome {
+    std::vector<std::int64_t> words;  // describe_group()
+    request handle;
+  };
+  std::deque<welcome> welcomes_;
+  bool cutting_ = false;  // in quiesce(), cuts sent
   peer_losses losses_;
   std::vector<float> flat_;
   progress_thread::registration progress_;

@@ -52,8 +52,17 @@
 // the slowest clock, finish() waits only for the live. A dead server stays
 // an error on every worker: shards are not replicated, so its part of the
 // model is gone (with a shard on every rank, every death is a server's).
+//
+// In SSP and Downpour (pushing and fetching by messages) a process that
+// joins the running job (CHORUS_JOIN; admission.hpp) and makes the same
+// parameter_server becomes one more worker, serving no shard: every server
+// admits it on its progress thread and welcomes it with its shard, from
+// which it assembles its first model; it pushes and pulls like any worker,
+// and finish() waits for it and sends it the model (parameter_shard.hpp
+// says how its clock and pushes count).
 #pragma once
 
+#include <chorus/averaging/admission.hpp>
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/parameter_shard.hpp>
 #include <chorus/averaging/parameters.hpp>
@@ -102,16 +111,23 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
  public:
   using request = typename Communicator::request;
 
-  // Collective: every rank starts from rank 0's model.
+  // Collective: every rank starts from rank 0's model. In a process that
+  // joined the running job: admission by every server, starting from the
+  // model as the servers hold it.
   parameter_server(Communicator& comm, parameters model, parameters gradients, parameter_server_options options = {})
-      : comm_(comm.split(0, comm.rank())),
+      : comm_(comm.joined() ? admission::enter(comm, "parameter_server") : comm.split(0, comm.rank())),
         model_(std::move(model)),
         gradients_(std::move(gradients)),
         options_(options),
-        servers_(options_.dedicated_servers > 0 ? options_.dedicated_servers : comm_.size()),
+        servers_(options_.dedicated_servers > 0 ? options_.dedicated_servers : comm_.size() - (comm.joined() ? 1 : 0)),
         losses_(options_.on_peer_failure) {
     check_options();
     model_.require_same_shape(gradients_, "parameter_server gradients");
+    if (comm.joined()) {
+      join();
+      return;
+    }
+    admission::open(comm_, "parameter_server");
     std::vector<float> start = model_.snapshot();
     this->metered([&] { broadcast(comm_, std::span<float>(start), 0); });
     model_.copy_from(start);
@@ -223,6 +239,38 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
 
   void require_here(const char* operation) const { this->require_not_left(operation, comm_.world_rank(comm_.rank())); }
 
+  bool admits_joiners() const noexcept {
+    return options_.mode != consistency::bsp && !options_.fetch_by_get && !options_.push_by_accumulate;
+  }
+
+  // A joiner: introduced to every server, it assembles the model from
+  // their welcomes (each a shard as it is, with its version).
+  void join() {
+    if (!admits_joiners())
+      throw error(errc::invalid_argument,
+                  "parameter_server: a worker may join SSP and Downpour pushing and fetching by messages; " +
+                      std::string(to_string(options_.mode)) +
+                      (options_.mode == consistency::bsp ? " rounds need every worker from the start"
+                                                         : " with windows has a slot per worker fixed at the start"),
+                  {comm_.world_rank(comm_.rank()), -1, "parameter_server join"});
+    open_links();
+    this->metered([&] {
+      std::vector<request> admission;
+      for (int s = 0; s < servers_; ++s) {
+        admission.push_back(comm_.irecv(link(s).reply.buffer(), s, admission::welcome_tag));
+        admission.push_back(admission::introduce(comm_, s));
+      }
+      comm_.wait_all(admission, "parameter_server join, waiting for every server's welcome");
+      for (int s = 0; s < servers_; ++s) {
+        const wire::reader reader{comm_.world_rank(comm_.rank()), comm_.world_rank(s), "parameter_server join"};
+        const wire::header head = link(s).reply.read(admission[2 * static_cast<std::size_t>(s)].received_bytes(),
+                                                     {wire::kind::reply}, shard_bytes(s), reader);
+        take_shard(s, link(s).reply.template payload_as<float>(), static_cast<std::uint64_t>(head.value));
+      }
+    });
+    model_.copy_from(flat_);
+  }
+
   struct server_link {
     wire::message push, pull, reply, done;
     request push_send, pull_send, reply_receive, done_send;
@@ -241,10 +289,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     for (int s = 0; s < servers_; ++s)
       if (s != comm_.rank())
         moves.push_back(comm_.irecv(assembled.subspan(shard_offset(s), shard_size(s)), s, shard_tag));
-    if (is_server()) {
+    if (is_server()) {  // to every rank its server knows, joiners too
       const std::span<const float> mine = assembled.subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
-      for (int r = 0; r < comm_.size(); ++r)
-        if (r != comm_.rank() && !shard_->gone(r)) moves.push_back(comm_.isend(mine, r, shard_tag));
+      for (int r = 0; r < serving_comm_.size(); ++r)
+        if (r != comm_.rank() && !shard_->gone(r)) moves.push_back(serving_comm_.isend(mine, r, shard_tag));
     }
     comm_.wait_all(moves, "parameter_server finish, exchanging the shards");
   }
@@ -302,8 +350,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     const std::span<const float> mine = std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
     std::vector<int> workers;
     for (int w = first_worker(); w < comm_.size(); ++w) workers.push_back(w);
+    serving_comm_ = comm_;
+    if (admits_joiners()) desk_.open(serving_comm_);
     shard_ = std::make_unique<shard>(
-        comm_, mine, std::move(workers),
+        serving_comm_, mine, std::move(workers),
         shard_rules{options_.mode, options_.staleness, options_.optimiser, options_.push_by_accumulate}, losses_);
     serving_ = comm_.progress_thread().add([this] { return serve_counted(); });
   }
@@ -450,6 +500,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   bool serve_shard(bool may_wait = false) {
     const std::unique_lock lock = locked(own_shard_, may_wait);
     if (!lock) return false;
+    while (const std::optional<int> joiner = desk_.next(serving_comm_)) {
+      serving_comm_ = serving_comm_.with(*joiner);
+      shard_->admit(serving_comm_.size() - 1);
+    }
     const bool took = push_window_ && take_accumulated_pushes(may_wait);
     const bool worked = shard_->serve() || took;
     if (worked && shard_window_) publish_shard();
@@ -580,7 +634,10 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   bool fetching_ = false;
   worker_wait_stats waits_;
   peer_losses losses_;
-  // Server side.
+  // Server side. Its serving side's view of the group, which grows by the
+  // joiners it admits (the trainer thread's comm_ does not); the shard's.
+  Communicator serving_comm_;
+  admission::desk<Communicator> desk_;
   std::unique_ptr<shard> shard_;
   // fetch_by_get: the servers' published shards; this rank's shard, between
   // its server (progress thread) and its worker; what is published.

@@ -30,8 +30,16 @@
 // rounds and the slowest-clock computation; so do workers that died, when
 // the policy goes on without them (peer_loss.hpp): their pushes so far stay
 // applied.
+//
+// A worker that joins the running job (admission.hpp) gets a link of its
+// own once its server admits it, and the shard as it is for a welcome. Its
+// clock starts at the slowest live worker's (SSP holds no one back for it),
+// and its pushes are scaled, as every push, by 1/W with W the workers the
+// shard started with: the servers' learning rate does not change when
+// workers come and go.
 #pragma once
 
+#include <chorus/averaging/admission.hpp>
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/wire.hpp>
@@ -43,6 +51,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <span>
@@ -110,7 +119,8 @@ class parameter_shard {
         x_(start.begin(), start.end()),
         step_(x_.size()),
         workers_(std::move(workers)),
-        links_(workers_.size()) {
+        links_(workers_.size()),
+        initial_workers_(workers_.size()) {
     if (rules_.optimiser.momentum != 0.0) velocity_.assign(x_.size(), 0.0f);
     for (std::size_t w = 0; w < links_.size(); ++w) {
       links_[w].incoming = wire::message(bytes());
@@ -137,7 +147,11 @@ class parameter_shard {
         try {
           while (serve_one(w)) again = worked = true;
         } catch (const error& failure) {
-          drop(losses_.absorb(comm_, failure, stats().gradients_applied));
+          const std::optional<int> gone = admission::gone_member(comm_, failure);
+          if (gone && link_of(*gone) < links_.size() && links_[link_of(*gone)].admitting)
+            drop(*gone);  // a joiner that died during admission: never a member
+          else
+            drop(losses_.absorb(comm_, failure, stats().gradients_applied));
           again = true;  // a lost worker leaves the rounds and the slowest clock
         }
       }
@@ -155,6 +169,25 @@ class parameter_shard {
     record_staleness(static_cast<std::uint64_t>(std::llround(versions / static_cast<double>(pushes))), pushes);
     step_with(gradients);
     links_[w].clock += pushes;
+  }
+
+  // A joiner, rank `rank` of the communicator (grown to hold it): a link,
+  // and the shard as it is now (value: its version) as its welcome. Not
+  // in BSP, whose rounds need every worker from the start.
+  void admit(int rank) {
+    worker_link& link = links_.emplace_back();
+    workers_.push_back(rank);
+    const std::size_t w = links_.size() - 1;
+    link.incoming = wire::message(bytes());
+    link.reply = wire::message(bytes());
+    link.clock = link.joined_at = live_ > 0 ? slowest_clock() : 0;
+    link.admitting = true;
+    std::copy(x_.begin(), x_.end(), link.reply.template payload_as<float>().begin());
+    const auto welcome = link.reply.write(wire::kind::reply, 0, static_cast<double>(version_), bytes());
+    link.reply_send =  // standing: a joiner that dies before it takes it fails nothing else
+        comm_.isend(welcome, rank, admission::welcome_tag, transport::receive_kind::standing);
+    ++live_;
+    post(w);
   }
 
   // Whether `rank` is a worker this shard went on without, or one that left.
@@ -177,7 +210,9 @@ class parameter_shard {
     std::uint64_t replies = 0;
     bool done = false;  // said done or leaving, or lost
     bool lost = false;
-    bool departed = false;  // said leaving
+    bool departed = false;        // said leaving
+    std::uint64_t joined_at = 0;  // a joiner's clock when admitted (its pushes count from there)
+    bool admitting = false;       // a joiner not yet heard from (admission.hpp)
   };
 
   // The link of worker `rank` (a rank of the communicator), or links_.size().
@@ -220,6 +255,7 @@ class parameter_shard {
       link.head = link.incoming.read(link.receive.received_bytes(), kinds, reader_for(w));
       wire::expect_sequence(link.head, ++link.received, reader_for(w));
       link.holding = true;
+      link.admitting = false;
     }
     if (!try_serve(w)) return false;
     link.holding = false;
@@ -234,9 +270,10 @@ class parameter_shard {
       case wire::kind::push: return take_push(w, claimed);
       case wire::kind::pull: return answer_pull(w, claimed);
       default:  // done or leaving: every push it sent was taken once
-        if (claimed != link.clock)
+        if (claimed != link.clock - link.joined_at)
           reader_for(w).fail("parameter server: " + std::string(wire::to_string(link.head.what)) + " after " +
-                             std::to_string(claimed) + " pushes, " + std::to_string(link.clock) + " arrived");
+                             std::to_string(claimed) + " pushes, " + std::to_string(link.clock - link.joined_at) +
+                             " arrived");
         link.done = true;
         link.departed = link.head.what == wire::kind::leaving;
         --live_;
@@ -267,7 +304,7 @@ class parameter_shard {
 
   // SSP and Downpour: one optimiser step with a worker's share of `g`.
   void step_with(std::span<const float> g) {
-    const float share = 1.0f / static_cast<float>(workers_.size());
+    const float share = 1.0f / static_cast<float>(initial_workers_);
     for (std::size_t k = 0; k < step_.size(); ++k) step_[k] = g[k] * share;
     sgd_step(x_, step_, velocity_, rules_.optimiser);
     ++version_;
@@ -295,9 +332,9 @@ class parameter_shard {
 
   bool answer_pull(std::size_t w, std::uint64_t pushes) {
     worker_link& link = links_[w];
-    if (pushes != link.clock && !rules_.pushes_apart)
+    if (pushes != link.clock - link.joined_at && !rules_.pushes_apart)
       reader_for(w).fail("parameter server: a pull after " + std::to_string(pushes) + " pushes found " +
-                         std::to_string(link.clock) + " of them (a push lost or out of order)");
+                         std::to_string(link.clock - link.joined_at) + " of them (a push lost or out of order)");
     const std::uint64_t slowest = slowest_clock();
     switch (rules_.mode) {
       case consistency::bsp:
@@ -337,9 +374,10 @@ class parameter_shard {
   peer_losses& losses_;
   shard_rules rules_;
   std::vector<float> x_, velocity_, step_;
-  std::uint64_t version_ = 0;  // optimiser steps taken (BSP: rounds)
-  std::vector<int> workers_;   // their ranks
-  std::vector<worker_link> links_;
+  std::uint64_t version_ = 0;      // optimiser steps taken (BSP: rounds)
+  std::vector<int> workers_;       // their ranks
+  std::deque<worker_link> links_;  // grows by joiners without moving a link
+  std::size_t initial_workers_;    // W, of every push's 1/W
   std::size_t live_ = links_.size();
   mutable std::mutex stats_mutex_;
   shard_stats stats_;

@@ -31,6 +31,7 @@ enum class kind : std::uint32_t {
   done = 5,     // the sender sends no more
   leaving = 6,  // the sender leaves the job: push nothing more to it, answer with an ack
   ack = 7,      // the answer to a leaving
+  joined = 8,   // a process joined the group (value: its transport rank): admit it and gossip with it
 };
 
 constexpr std::string_view to_string(kind what) noexcept {
@@ -42,6 +43,7 @@ constexpr std::string_view to_string(kind what) noexcept {
     case kind::done: return "done";
     case kind::leaving: return "leaving";
     case kind::ack: return "ack";
+    case kind::joined: return "joined";
   }
   return "unknown";
 }
@@ -68,7 +70,7 @@ struct reader {
 
 // Whether a kind carries the scheme's payload (the others are a header alone).
 constexpr bool carries_payload(kind what) noexcept {
-  return what != kind::cut && what != kind::done && what != kind::leaving && what != kind::ack;
+  return what != kind::cut && what != kind::done && what != kind::leaving && what != kind::ack && what != kind::joined;
 }
 
 // A header and room for a payload of up to `capacity` bytes.
@@ -107,7 +109,7 @@ class message {
   // The header of a message of `received` bytes, checked: whole, of one of
   // the `expected` kinds, with exactly the payload it declares, and with a
   // payload of `payload_bytes` unless the kind carries none (cut, done,
-  // leaving, ack).
+  // leaving, ack, joined).
   header read(std::size_t received, std::initializer_list<kind> expected, std::size_t payload_bytes,
               const reader& from) const {
     std::vector<expected_kind> kinds;

@@ -7,6 +7,8 @@
 //   PMI_RANK / PMI_SIZE                 (MPICH Hydra, Intel MPI)
 //   SLURM_PROCID / SLURM_NTASKS         (srun)
 //   nothing: a single-rank job.
+// CHORUS_JOIN=1 with CHORUS_SIZE: this process joins a running job of that
+// many ranks (comm/connect.hpp); its rank comes from the store.
 // The rendezvous store is at CHORUS_ADDR (host:port), joined with the shared
 // CHORUS_TOKEN. Rank 0 hosts it unless CHORUS_LAUNCHER says a launcher does.
 // Ranks on this node: CHORUS_LOCAL_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
@@ -67,6 +69,7 @@ struct launch_info {
   bool launcher_hosts_store = false;
   std::string source = "single rank";  // which variables told us
   std::optional<store_rendezvous> rendezvous;
+  bool joining = false;  // joins a running job: `rank` is assigned at connect()
 };
 
 namespace detail {
@@ -97,9 +100,18 @@ inline int local_size(int size) {
 
 inline launch_info discover() {
   launch_info info;
-  (void)(detail::read_pair(info, "CHORUS_RANK", "CHORUS_SIZE") ||
-         detail::read_pair(info, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE") ||
-         detail::read_pair(info, "PMI_RANK", "PMI_SIZE") || detail::read_pair(info, "SLURM_PROCID", "SLURM_NTASKS"));
+  if (env::get_integer("CHORUS_JOIN", 0, 1).value_or(0) == 1) {
+    const auto size = env::get_integer("CHORUS_SIZE", 1, transport::max_ranks);
+    if (!size) throw error(errc::invalid_argument, "CHORUS_JOIN=1 needs CHORUS_SIZE, the running job's size");
+    info.joining = true;
+    info.size = static_cast<int>(*size);
+    info.rank = -1;
+    info.source = "CHORUS_JOIN/CHORUS_SIZE";
+  } else {
+    (void)(detail::read_pair(info, "CHORUS_RANK", "CHORUS_SIZE") ||
+           detail::read_pair(info, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE") ||
+           detail::read_pair(info, "PMI_RANK", "PMI_SIZE") || detail::read_pair(info, "SLURM_PROCID", "SLURM_NTASKS"));
+  }
   info.local_size = detail::local_size(info.size);
   if (const auto text = env::get("CHORUS_ADDR")) {
     try {
@@ -110,7 +122,7 @@ inline launch_info discover() {
   }
   info.token = env::get("CHORUS_TOKEN").value_or("");
   info.launcher_hosts_store = env::get("CHORUS_LAUNCHER").has_value();
-  if (info.size > 1 && !info.store)
+  if ((info.size > 1 || info.joining) && !info.store)
     throw error(errc::invalid_argument,
                 "CHORUS_ADDR is not set: a job of " + std::to_string(info.size) + " ranks (from " + info.source +
                     ") needs the rendezvous address host:port; chorus-run sets it, with mpirun "

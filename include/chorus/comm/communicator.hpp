@@ -22,6 +22,7 @@
 #include <chorus/core/log.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
+#include <chorus/transport/peer_process.hpp>
 #include <chorus/transport/transport.hpp>
 
 #include <algorithm>
@@ -33,8 +34,10 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -42,6 +45,11 @@
 namespace chorus {
 
 using transport::receive_kind;
+
+namespace detail {
+// Where each rank publishes its process identity and worker address (connect.hpp).
+inline std::string address_key(int rank) { return "chorus/address/" + std::to_string(rank); }
+}  // namespace detail
 
 // What every communicator of one job on this process shares.
 template <transport::Transport T>
@@ -58,6 +66,11 @@ struct world_state {
   // connect() learns it; empty means one host.
   std::vector<int> hosts;
   std::uint64_t job = 0;  // a hash of the job's token: names what this job makes on a host
+  // This process joined the job while it ran (CHORUS_JOIN; connect.hpp).
+  bool joined = false;
+  // What this rank published in the store: its process identity and UCX
+  // worker address; a joiner hands it to the ranks that admit it.
+  std::string introduction;
   // What collectives attach to a group of this job (a shared-memory
   // channel), by a key of their own; kept until the world ends.
   std::mutex attachments_mutex;
@@ -119,9 +132,12 @@ class basic_communicator {
   // connect.hpp: ranks that share a kernel and its namespaces, in groups of
   // CHORUS_LOCAL_SIZE). Collectives go through shared memory among ranks
   // of one host.
+  // A process that joined after connect() counts as a host of its own.
   int host(int rank) const {
     const std::vector<int>& hosts = world_->hosts;
-    return hosts.empty() ? 0 : hosts.at(static_cast<std::size_t>(world_rank(rank)));
+    const auto world = static_cast<std::size_t>(world_rank(rank));
+    if (hosts.empty()) return 0;
+    return world < hosts.size() ? hosts[world] : static_cast<int>(hosts.size() + world);
   }
   // All of it, worked out once per communicator (host_layout.hpp).
   const host_layout& layout() const {
@@ -154,6 +170,8 @@ class basic_communicator {
     return std::static_pointer_cast<Attachment>(world_->attachments.try_emplace(key, std::move(made)).first->second);
   }
 
+  // The sequence number the next collective call takes.
+  std::uint32_t sequence() const noexcept { return sequence_; }
   // A fresh sequence number for one collective call; see tag.hpp.
   std::uint32_t next_sequence() noexcept {
     const std::uint32_t current = sequence_;
@@ -211,8 +229,9 @@ class basic_communicator {
   std::vector<int> world_ranks() const { return members_; }  // rank -> transport rank
 
   // Raw tagged byte transfers, for collectives.
-  request isend_bytes(std::span<const std::byte> data, int peer, transport::tag_t wire) {
-    request handle = transport().isend(peer_world_rank(peer, "send"), wire, data);
+  request isend_bytes(std::span<const std::byte> data, int peer, transport::tag_t wire,
+                      receive_kind kind = receive_kind::awaited) {
+    request handle = transport().isend(peer_world_rank(peer, "send"), wire, data, kind);
     if (peer == rank_) return handle;  // traffic counts what leaves the rank (a server's own shard does not)
     traffic& counters = this_thread_traffic();
     counters.bytes_sent += data.size();
@@ -227,16 +246,17 @@ class basic_communicator {
   // Typed point-to-point; `user_tag` in [0, 65535] separates streams. A
   // receive posted ahead for a message that may never come (a scheme's
   // gossip, a server's next request) is `receive_kind::standing`: its
-  // peer's death or departure then fails only a wait or test on it.
+  // peer's death or departure then fails only a wait or test on it; so
+  // does a standing send's (a welcome to a joiner).
   // Non-blocking calls take memory the transport moves (host and pinned;
   // device memory only with a CUDA-built UCX, after the caller's pending
   // work on its stream); send and recv take any.
   template <class U, std::size_t E>
-  request isend(std::span<U, E> data, int peer, int user_tag = 0) {
+  request isend(std::span<U, E> data, int peer, int user_tag = 0, receive_kind kind = receive_kind::awaited) {
     static_assert(std::is_trivially_copyable_v<U>);
     const std::span<const std::byte> bytes = std::as_bytes(data);
     return start_moving(bytes, buffer_use::read, "isend", [&](std::span<const std::byte> moved) {
-      return isend_bytes(moved, peer, user_wire_tag(user_tag, "send"));
+      return isend_bytes(moved, peer, user_wire_tag(user_tag, "send"), kind);
     });
   }
   template <class U, std::size_t E>
@@ -368,6 +388,61 @@ class basic_communicator {
     if (survivors.rank_ < 0)
       throw error(errc::invalid_argument, "without: this rank is among the lost", {transport().rank(), -1, "without"});
     return survivors;
+  }
+
+  // Whether this process joined the job while it ran (CHORUS_JOIN=1): its
+  // world holds the ranks it found, but they never run a collective with
+  // it; an asynchronous scheme admits it instead (averaging/admission.hpp).
+  bool joined() const noexcept { return world_->joined; }
+  // This rank's process identity and worker address, as published in the
+  // store: what a joiner sends the ranks that admit it.
+  std::span<const std::byte> introduction() const noexcept { return std::as_bytes(std::span(world_->introduction)); }
+
+  // Makes a joiner (transport rank `world_rank`) reachable from this
+  // process, from the introduction it sent. Any thread.
+  void admit(int world_rank, std::span<const std::byte> introduction) {
+    const std::string_view text(reinterpret_cast<const char*>(introduction.data()), introduction.size());
+    const std::size_t split = text.find('\n');
+    const auto process =
+        split == std::string_view::npos ? std::nullopt : transport::process_identity::decode(text.substr(0, split));
+    if (!process)
+      throw error(errc::mismatch, "a joiner's introduction does not parse", {transport().rank(), world_rank, "admit"});
+    transport().admit(world_rank, *process, introduction.subspan(split + 1));
+  }
+  // The same from what the joiner published in the job's store, unless
+  // this process reaches it already.
+  void admit(int world_rank) {
+    if (transport().connected(world_rank)) return;
+    if (store() == nullptr)
+      throw error(errc::invalid_argument, "admitting a joiner needs the job's store",
+                  {transport().rank(), world_rank, "admit"});
+    const std::string published = store()->wait(detail::address_key(world_rank), timeout());
+    admit(world_rank, std::as_bytes(std::span(published)));
+  }
+
+  // The group with one more member at the end, transport rank `world_rank`
+  // (a joiner this process admitted): the mirror of without(), made
+  // locally; same id, same sequence numbers. Not collective.
+  basic_communicator with(int world_rank) const {
+    basic_communicator grown = *this;
+    grown.members_.push_back(world_rank);
+    grown.layout_.reset();
+    return grown;
+  }
+
+  // A joiner's view of a group it joins: communicator `id` whose members
+  // (transport ranks) are `members`, then this process, last. Point to
+  // point only: the members' own view holds it once they admit it.
+  // `sequence`: the members' next sequence number, for collectives.
+  basic_communicator joined_group(std::uint32_t id, std::vector<int> members, std::uint32_t sequence = 1) const {
+    basic_communicator group;
+    group.world_ = world_;
+    group.id_ = id;
+    group.sequence_ = sequence;
+    group.members_ = std::move(members);
+    group.rank_ = static_cast<int>(group.members_.size());
+    group.members_.push_back(transport().rank());
+    return group;
   }
 
   // Ranks with the same color form a new communicator, ordered by (key, old

@@ -7,6 +7,14 @@
 // does; join the store; create the UCX context and worker; publish this
 // worker's address; fetch every peer's address and create endpoints; finish
 // with a barrier so that every rank is known to be reachable.
+//
+// A process started with CHORUS_JOIN=1 joins a running job instead: it
+// takes the next rank above the job's (an atomic add in the store, up to
+// the CHORUS_JOINERS slots rank 0 published), publishes its address,
+// connects to every rank whose address is in the store, and returns at
+// once (no barrier: the job does not stop for it). Its ranks reach it only
+// once a scheme admits it (averaging/admission.hpp), and its store
+// connection is not the job's: its death never fails the others' waits.
 #pragma once
 
 #include <chorus/bootstrap/environment.hpp>
@@ -27,7 +35,8 @@ namespace chorus {
 
 namespace detail {
 
-inline std::string address_key(int rank) { return "chorus/address/" + std::to_string(rank); }
+inline constexpr std::string_view capacity_key = "chorus/capacity";  // ranks the job can reach: size + joiners
+inline constexpr std::string_view joiners_key = "chorus/joiners";    // processes that took a rank by joining
 
 inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
   if (info.size == 1 && !info.store) return;
@@ -55,6 +64,7 @@ inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::
   joining.timeout = world.config.timeout;
   joining.rank = info.rank;
   world.store = store::join_store(std::move(joining));
+  if (info.joining) return;         // a joiner's death is its own (admission.hpp)
   world.store->join_as(info.rank);  // a death before the job is complete fails the others' waits at once
 }
 
@@ -74,6 +84,14 @@ inline std::vector<int> number_hosts(const std::vector<std::string>& keys, int p
   return hosts;
 }
 
+inline const std::string& publish_address(world_state<ucx::ucx_transport>& world, int rank) {
+  const auto own = world.transport->address();
+  world.introduction = transport::process_identity::self().encode() + "\n";
+  world.introduction.append(reinterpret_cast<const char*>(own.data()), own.size());
+  world.store->set(address_key(rank), world.introduction);
+  return world.introduction;
+}
+
 // Each rank publishes "<process identity>\n<UCX worker address>", so a peer
 // on the same host can watch its process (see transport/peer_process.hpp).
 // Every address is in before the first endpoint is made: a rank that died
@@ -87,9 +105,7 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
     return;
   }
   std::vector<std::string> host_keys(static_cast<std::size_t>(info.size));
-  std::string published = transport::process_identity::self().encode() + "\n";
-  published.append(reinterpret_cast<const char*>(own.data()), own.size());
-  world.store->set(address_key(info.rank), published);
+  const std::string& published = publish_address(world, info.rank);
   std::vector<std::string> values(static_cast<std::size_t>(info.size));
   for (int peer = 0; peer < info.size; ++peer)
     values[static_cast<std::size_t>(peer)] = peer == info.rank ? published : world.store->wait(address_key(peer));
@@ -105,6 +121,47 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
     transport.connect(peer, std::as_bytes(std::span(value).subspan(split + 1)));
   }
   world.hosts = number_hosts(host_keys, world.config.ranks_per_host);
+}
+
+// A joiner: the next free rank, then endpoints to every rank of the job
+// (waiting for their addresses: a joiner may start before the job is
+// complete) and to every earlier joiner that published one (one that took
+// a rank and died before publishing is skipped). A peer that died since
+// fails later, as a peer.
+inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::launch_info& info) {
+  store::connection& store = *world.store;
+  const auto capacity = static_cast<int>(std::stoll(store.wait(capacity_key)));
+  const auto number = store.add(joiners_key, 1);
+  info.rank = info.size - 1 + static_cast<int>(number);
+  if (info.rank >= capacity)
+    throw error(errc::invalid_argument,
+                "the job takes " + std::to_string(capacity - info.size) +
+                    " joiners (CHORUS_JOINERS where it started); this is joiner " + std::to_string(number),
+                {info.rank, -1, "join"});
+  world.transport =
+      std::make_shared<ucx::ucx_transport>(ucx::config{info.rank, info.rank + 1, world.config.progress, capacity});
+  world.joined = true;
+  publish_address(world, info.rank);
+  std::vector<std::string> host_keys(static_cast<std::size_t>(info.rank + 1));
+  host_keys.back() = transport::process_identity::self().host;
+  for (int peer = 0; peer < info.rank; ++peer) {
+    const std::optional<std::string> value =
+        peer < info.size ? std::optional(store.wait(address_key(peer))) : store.get(address_key(peer));
+    if (!value) continue;
+    const std::size_t split = value->find('\n');
+    const auto process = transport::process_identity::decode(std::string_view(*value).substr(0, split));
+    if (split == std::string::npos || !process) continue;
+    host_keys[static_cast<std::size_t>(peer)] = process->host;
+    world.transport->watch_process(peer, *process);
+    try {
+      world.transport->connect(peer, std::as_bytes(std::span(*value).subspan(split + 1)));
+    } catch (const error& failure) {
+      if (failure.category() != errc::peer_failure) throw;  // a peer gone since: its failure when addressed
+    }
+  }
+  world.hosts = number_hosts(host_keys, world.config.ranks_per_host);
+  log::debug(info.rank,
+             "joined a running job of " + std::to_string(info.size) + " ranks as rank " + std::to_string(info.rank));
 }
 
 }  // namespace detail
@@ -123,7 +180,15 @@ inline communicator connect(const bootstrap::launch_info& info, const options& g
                             std::to_string(world->config.timeout.count()) + " ms");
   world->job = std::hash<std::string>{}(info.token);
   detail::join_store(*world, info);
-  world->transport = std::make_shared<ucx::ucx_transport>(ucx::config{info.rank, info.size, world->config.progress});
+  if (info.joining) {
+    bootstrap::launch_info joiner = info;
+    detail::join_running_job(*world, joiner);
+    return communicator(world);
+  }
+  const int capacity = info.size + world->config.joiners;
+  if (world->store && info.rank == 0) world->store->set(detail::capacity_key, std::to_string(capacity));
+  world->transport =
+      std::make_shared<ucx::ucx_transport>(ucx::config{info.rank, info.size, world->config.progress, capacity});
   detail::exchange_addresses(*world, info);
   communicator world_communicator(world);
   world_communicator.barrier();

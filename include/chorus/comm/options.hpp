@@ -9,6 +9,8 @@
 //             first (one small allgather)  default 1, 0 with NDEBUG
 //   tune      CHORUS_TUNE      rules that override the algorithm tables
 //             (core/tuning.hpp), parsed once here
+//   joiners   CHORUS_JOINERS   processes that may join while the job runs
+//             (a peer slot each on every rank)          default 16
 //   CHORUS_ALLREDUCE_ALGO is parsed here too, once, for the collectives
 //   (see collective/selection.hpp); every other CHORUS_* variable is
 //   checked here (core/variables.hpp), so a bad one fails init().
@@ -40,6 +42,7 @@ struct options {
   // machine form hosts of this many, in rank order, for shared-memory and
   // hierarchical collectives; run_threads uses it to simulate hosts.
   std::optional<int> local_size;
+  std::optional<int> joiners;  // CHORUS_JOINERS's role
 };
 
 struct settings {
@@ -50,6 +53,7 @@ struct settings {
   algorithm allreduce_algorithm = algorithm::automatic;  // CHORUS_ALLREDUCE_ALGO
   tuning tune;                                           // CHORUS_TUNE
   int ranks_per_host = 1 << 20;                          // see options::local_size
+  int joiners = 16;                                      // see options::joiners
 };
 
 inline bool check_by_default() {
@@ -77,6 +81,8 @@ inline settings resolve(const options& given, int local_ranks) {
   chosen.tune = given.tune ? parse_tuning(*given.tune, "options.tune") : tuning_from_environment();
   chosen.ranks_per_host = given.local_size.value_or(local_ranks);
   if (chosen.ranks_per_host < 1) throw error(errc::invalid_argument, "options.local_size must be at least 1");
+  chosen.joiners = given.joiners.value_or(static_cast<int>(env::get_integer("CHORUS_JOINERS", 0, 65536).value_or(16)));
+  if (chosen.joiners < 0) throw error(errc::invalid_argument, "options.joiners must not be negative");
   chosen.check = given.check.value_or(env::get_integer("CHORUS_CHECK", 0, 1).value_or(check_by_default() ? 1 : 0) == 1);
   using transport::progress_mode;
   if (given.progress) {

@@ -50,7 +50,7 @@ inline void any_value() {}
 
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
-inline constexpr std::array<variable, 17> catalogue{{
+inline constexpr std::array<variable, 19> catalogue{{
     {"CHORUS_RANK", any_value, "this rank", "from MPI/PMI/Slurm, else 0"},
     {"CHORUS_SIZE", any_value, "the job size", "from MPI/PMI/Slurm, else 1"},
     {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); },
@@ -63,6 +63,12 @@ inline constexpr std::array<variable, 17> catalogue{{
     {"CHORUS_ADDR", any_value, "rendezvous store `host:port` (`[v6]:port` works)", "required when size > 1"},
     {"CHORUS_TOKEN", any_value, "shared secret a store client must present", "empty"},
     {"CHORUS_LAUNCHER", any_value, "set by chorus-run: the launcher hosts the store, not rank 0", "unset"},
+    {"CHORUS_JOIN", [] { env::get_integer("CHORUS_JOIN", 0, 1); },
+     "`1`: this process joins a running job (docs/averaging.md, workers that join) of `CHORUS_SIZE` ranks through "
+     "the store at `CHORUS_ADDR`; it takes the next free rank; no `CHORUS_RANK`",
+     "unset"},
+    {"CHORUS_JOINERS", [] { env::get_integer("CHORUS_JOINERS", 0, 65536); },
+     "how many processes may join the job while it runs (each rank keeps a slot for each)", "`16`"},
     {"CHORUS_TIMEOUT", [] { env::get_duration("CHORUS_TIMEOUT"); }, "bound on every wait: `30`, `30s`, `500ms`, `2m`",
      "`180s`"},
     {"CHORUS_PROGRESS", [] { env::get_choice("CHORUS_PROGRESS", progress_choices); },

@@ -53,6 +53,7 @@ struct config {
   int rank = 0;
   int size = 1;
   progress_mode progress = progress_mode::spin;
+  int capacity = 0;  // peer slots, at least size: ranks above it are processes that join later (admit)
 };
 
 class ucx_transport {
@@ -62,8 +63,9 @@ class ucx_transport {
   explicit ucx_transport(const config& settings)
       : rank_(checked_rank(settings)),
         size_(settings.size),
+        capacity_(std::max(settings.size, settings.capacity)),
         mode_(settings.progress),
-        peers_(size_),
+        peers_(capacity_),
         context_(rank_, size_, mode_ == progress_mode::block) {}
 
   ucx_transport(const ucx_transport&) = delete;
@@ -72,6 +74,8 @@ class ucx_transport {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
+  // Ranks it can reach: the job's first size, then those that may join.
+  int capacity() const noexcept { return capacity_; }
   progress_mode mode() const noexcept { return mode_; }
   chorus::memory_kinds memory_kinds() const noexcept { return context_.memory_kinds(); }
 
@@ -109,6 +113,26 @@ class ucx_transport {
     peers_[peer].process = process;
   }
 
+  // Whether an endpoint to `peer` was made (connect or admit).
+  bool connected(int peer) {
+    check_peer(peer, "admit");
+    std::lock_guard lock(mutex_);
+    return peers_[peer].endpoint != nullptr || peer == rank_;
+  }
+
+  // A process that joined the running job (rank at or above size()):
+  // watched and connected like a peer of the start, from any thread, once
+  // (a second admission of the same rank changes nothing).
+  void admit(int peer, const transport::process_identity& process, std::span<const std::byte> peer_address) {
+    {
+      check_peer(peer, "admit");
+      std::lock_guard lock(mutex_);
+      if (peers_[peer].endpoint != nullptr) return;
+    }
+    watch_process(peer, process);
+    connect(peer, peer_address);
+  }
+
   // True once an operation failed or timed out: the transport is being torn
   // down, and whoever hosts shared services should not wait for its peers.
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
@@ -135,12 +159,16 @@ class ucx_transport {
     return peers_.failure(peer);
   }
 
-  request isend(int peer, tag_t tag, std::span<const std::byte> data) {
+  // A standing send (transport.hpp, receive_kind) is one nothing else
+  // depends on: its peer's death fails a wait or test on it alone.
+  request isend(int peer, tag_t tag, std::span<const std::byte> data,
+                transport::receive_kind kind = transport::receive_kind::awaited) {
     check_tag(tag, peer, "send");
-    return outgoing(peer, tag, "send", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
-      return ucp_tag_send_nbx(endpoint, data.empty() ? static_cast<const void*>(&empty_) : data.data(), data.size(),
-                              wire_tag(rank_, tag), &params);
-    });
+    return outgoing(peer, tag, "send", kind == transport::receive_kind::standing,
+                    [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+                      return ucp_tag_send_nbx(endpoint, data.empty() ? static_cast<const void*>(&empty_) : data.data(),
+                                              data.size(), wire_tag(rank_, tag), &params);
+                    });
   }
 
   request irecv(int peer, tag_t tag, std::span<std::byte> data,
@@ -203,12 +231,12 @@ class ucx_transport {
   }
 
   request put(int peer, const remote_memory& to, std::size_t offset, std::span<const std::byte> data) {
-    return outgoing(peer, 0, "window put", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+    return outgoing(peer, 0, "window put", false, [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
       return ucp_put_nbx(endpoint, data.data(), data.size(), to.address(offset), to.key(), &params);
     });
   }
   request get(int peer, const remote_memory& from, std::size_t offset, std::span<std::byte> out) {
-    return outgoing(peer, 0, "window get", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+    return outgoing(peer, 0, "window get", false, [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
       return ucp_get_nbx(endpoint, out.data(), out.size(), from.address(offset), from.key(), &params);
     });
   }
@@ -216,7 +244,7 @@ class ucx_transport {
   // returns the word's previous value there once the request completes.
   request atomic_add(int peer, const remote_memory& to, std::size_t offset, const std::uint64_t& value,
                      std::uint64_t* fetched = nullptr) {
-    return outgoing(peer, 0, "window atomic", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+    return outgoing(peer, 0, "window atomic", false, [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
       params.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
       params.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
       if (fetched != nullptr) {
@@ -234,7 +262,7 @@ class ucx_transport {
                   {rank_, -1, "window fence"});
   }
   request flush(int peer) {
-    return outgoing(peer, 0, "window flush", [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
+    return outgoing(peer, 0, "window flush", false, [&](ucp_ep_h endpoint, ucp_request_param_t& params) {
       return ucp_ep_flush_nbx(endpoint, &params);
     });
   }
@@ -345,14 +373,14 @@ class ucx_transport {
   // atomic, a flush): call(endpoint, params) makes the UCP call, tracked
   // with the send callback and counted in flight with the peer.
   template <class Call>
-  request outgoing(int peer, tag_t tag, const char* operation, Call&& call) {
+  request outgoing(int peer, tag_t tag, const char* operation, bool standing, Call&& call) {
     check_peer(peer, operation);
     if (peer_failure(peer)) raise_gone(peer, operation);
-    ucp_request_param_t params = operation_params(peers_[peer].in_flight);
+    ucp_request_param_t params = operation_params(counter(peer, standing));
     params.cb.send = &detail::on_send_done;
     std::lock_guard lock(mutex_);
     ucp_ep_h endpoint = endpoint_of(peer, operation);
-    request handle = start(peer, tag, false, false);
+    request handle = start(peer, tag, false, standing);
     track(handle, call(endpoint, params));
     return handle;
   }
@@ -418,7 +446,7 @@ class ucx_transport {
     ucp_request_free(state);
   }
 
-  void check_peer(int peer, const char* operation) const { ucx::check_peer(rank_, size_, peer, operation); }
+  void check_peer(int peer, const char* operation) const { ucx::check_peer(rank_, capacity_, peer, operation); }
   void check_tag(tag_t tag, int peer, const char* operation) const {
     ucx::check_tag(rank_, tag, transport::user_tag_mask, peer, operation);
   }
@@ -525,6 +553,7 @@ class ucx_transport {
 
   int rank_;
   int size_;
+  int capacity_;
   progress_mode mode_;
   // Declared before the context, so it outlives the worker: destroying the
   // worker purges the requests still pending, and their callbacks and the

@@ -6,6 +6,8 @@
 // Invariants: sum a = 1 and sum a x are unchanged by every exchange once the
 // messages in flight have landed (weights are doubles). No global barrier:
 // the communicator's progress thread receives while the trainer computes.
+// No rank waits for a slow receiver either: with max_in_flight pushes still
+// unmerged, a push is skipped (stats().exchanges counts those sent).
 //
 // quiesce() is collective and takes a consistent cut: each rank sends every
 // peer a cut message behind its pushes, on the pushes' tag, so the peer
@@ -318,7 +320,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     peers_.emplace_back();
     post(peer);
     if (this->left()) note(peer, wire::kind::leaving, 0.0);  // it must ack too
-    if (cutting_) at(peer).cut_send = comm_.isend(at(peer).cut_out.write(wire::kind::cut, 0, 0.0, 0), peer, gossip_tag);
+    if (cutting_) send_cut(peer, at(peer));
     return peer;
   }
 
@@ -338,7 +340,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
                     {comm_.transport().rank(), comm_.world_rank(0), "gosgd join"});
       return static_cast<int>(words[k]);
     };
-    const auto sequence = static_cast<std::uint32_t>(words.at(0));
+    const auto sequence = static_cast<std::uint32_t>(at_word(0));
     std::vector<int> members, gone, collective;
     const int count = at_word(1);
     for (int k = 0; k < count; ++k) {
@@ -382,22 +384,28 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   }
 
   // Sends half this rank's weight with its model (all of it when leaving)
-  // to the peer `choose` names (none: -1). The peer is chosen once a buffer
-  // is free: waiting for one merges arrivals, and a peer's leaving among
-  // them must rule it out (a push behind this rank's ack would be lost).
+  // to the peer `choose` names (none: -1). With every buffer still in flight
+  // (a receiver slow to merge) an ordinary push is skipped, not waited for:
+  // GoSGD exchanges at random, so a skipped push loses nothing, and a fast
+  // rank never waits on a slow one's trainer. The leaver's whole-weight push
+  // waits. The peer is chosen once a buffer is free: waiting for one merges
+  // arrivals, and a peer's leaving among them must rule it out (a push behind
+  // this rank's ack would be lost).
   template <class Choose>
   void push(Choose&& choose, bool whole = false) {
-    outgoing& message = free_buffer();  // may merge arrivals: before the halving
+    outgoing* message = free_buffer();
+    if (message == nullptr && !whole) return;
+    if (message == nullptr) message = &oldest_sent();  // may merge arrivals: before the halving
     const int peer = choose();
     if (peer < 0) return;
     const double sent = whole ? weight_ : weight_ / 2;
     weight_ -= sent;
-    if (message.bytes.capacity() != payload_bytes_) message.bytes = wire::message(payload_bytes_);
-    encode(message.bytes.payload());
-    const auto bytes = message.bytes.write(wire::kind::push, ++at(peer).pushed_to, sent, payload_bytes_);
-    message.peer = peer;
+    if (message->bytes.capacity() != payload_bytes_) message->bytes = wire::message(payload_bytes_);
+    encode(message->bytes.payload());
+    const auto bytes = message->bytes.write(wire::kind::push, ++at(peer).pushed_to, sent, payload_bytes_);
+    message->peer = peer;
     try {
-      this->metered([&] { message.handle = comm_.isend(bytes, peer, gossip_tag); });
+      this->metered([&] { message->handle = comm_.isend(bytes, peer, gossip_tag); });
     } catch (const error& failure) {
       drop_named(failure);  // the halved weight went with it
       return;
@@ -405,15 +413,19 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     ++this->stats_.exchanges;
   }
 
-  outgoing& free_buffer() {
+  // A buffer whose push is done (or a new one, up to max_in_flight), or null.
+  outgoing* free_buffer() {
     for (outgoing& sent : in_flight_)
-      if (sent_or_lost(sent)) return sent;
-    if (in_flight_.size() < max_in_flight) return in_flight_.emplace_back();
-    // A slow receiver: wait for the oldest push, merging meanwhile. Two ranks
-    // pushing to each other each hold the other's previous model unmerged
-    // (their one posted receive is full), so a large push completes only
-    // once the receiver merges and posts again: waiting without merging
-    // would deadlock.
+      if (sent_or_lost(sent)) return &sent;
+    if (in_flight_.size() < max_in_flight) return &in_flight_.emplace_back();
+    return nullptr;
+  }
+
+  // The oldest push's buffer, once it is sent. Two ranks pushing to each
+  // other each hold the other's previous model unmerged (their one posted
+  // receive is full), so a large push completes only once the receiver
+  // merges and posts again: waiting without merging would deadlock.
+  outgoing& oldest_sent() {
     outgoing& oldest = in_flight_.front();
     const auto sent = [&] {
       merge_arrivals();
@@ -607,11 +619,16 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     for_each_peer([&](int peer, peer_state& state) {
       if (state.leaving) return;  // it takes part in no quiesce()
       try {
-        state.cut_send = comm_.isend(state.cut_out.write(wire::kind::cut, state.pushed_to, 0.0, 0), peer, gossip_tag);
+        send_cut(peer, state);
       } catch (const error& failure) {
         drop_named(failure);
       }
     });
+  }
+
+  // A cut tells the peer how many pushes this rank sent it in all.
+  void send_cut(int peer, peer_state& state) {
+    state.cut_send = comm_.isend(state.cut_out.write(wire::kind::cut, state.pushed_to, 0.0, 0), peer, gossip_tag);
   }
 
   // The first peer whose cut (or, leaving, its done) has not arrived, or -1.

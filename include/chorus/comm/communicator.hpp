@@ -49,6 +49,20 @@ using transport::receive_kind;
 namespace detail {
 // Where each rank publishes its process identity and worker address (connect.hpp).
 inline std::string address_key(int rank) { return "chorus/address/" + std::to_string(rank); }
+
+// What a rank publishes there, its introduction: "<process identity>\n<UCX
+// worker address>". Empty when the text does not parse.
+struct introduction_parts {
+  transport::process_identity process;
+  std::span<const std::byte> address;  // into the parsed text
+};
+inline std::optional<introduction_parts> parse_introduction(std::string_view text) {
+  const std::size_t split = text.find('\n');
+  if (split == std::string_view::npos) return std::nullopt;
+  auto process = transport::process_identity::decode(text.substr(0, split));
+  if (!process) return std::nullopt;
+  return introduction_parts{std::move(*process), std::as_bytes(std::span(text.substr(split + 1)))};
+}
 }  // namespace detail
 
 // What every communicator of one job on this process shares.
@@ -401,13 +415,11 @@ class basic_communicator {
   // Makes a joiner (transport rank `world_rank`) reachable from this
   // process, from the introduction it sent. Any thread.
   void admit(int world_rank, std::span<const std::byte> introduction) {
-    const std::string_view text(reinterpret_cast<const char*>(introduction.data()), introduction.size());
-    const std::size_t split = text.find('\n');
-    const auto process =
-        split == std::string_view::npos ? std::nullopt : transport::process_identity::decode(text.substr(0, split));
-    if (!process)
+    const auto parts =
+        detail::parse_introduction({reinterpret_cast<const char*>(introduction.data()), introduction.size()});
+    if (!parts)
       throw error(errc::mismatch, "a joiner's introduction does not parse", {transport().rank(), world_rank, "admit"});
-    transport().admit(world_rank, *process, introduction.subspan(split + 1));
+    transport().admit(world_rank, parts->process, parts->address);
   }
   // The same from what the joiner published in the job's store, unless
   // this process reaches it already.

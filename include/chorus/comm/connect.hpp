@@ -110,15 +110,13 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
   for (int peer = 0; peer < info.size; ++peer)
     values[static_cast<std::size_t>(peer)] = peer == info.rank ? published : world.store->wait(address_key(peer));
   for (int peer = 0; peer < info.size; ++peer) {
-    const std::string& value = values[static_cast<std::size_t>(peer)];
-    const std::size_t split = value.find('\n');
-    const auto process = transport::process_identity::decode(std::string_view(value).substr(0, split));
-    if (split == std::string::npos || !process)
+    const auto parts = parse_introduction(values[static_cast<std::size_t>(peer)]);
+    if (!parts)
       throw error(errc::mismatch, "the address rank " + std::to_string(peer) + " published does not parse",
                   {info.rank, peer, "connect"});
-    host_keys[static_cast<std::size_t>(peer)] = process->host;
-    transport.watch_process(peer, *process);  // first: failing to reach a dead peer is its failure
-    transport.connect(peer, std::as_bytes(std::span(value).subspan(split + 1)));
+    host_keys[static_cast<std::size_t>(peer)] = parts->process.host;
+    transport.watch_process(peer, parts->process);  // first: failing to reach a dead peer is its failure
+    transport.connect(peer, parts->address);
   }
   world.hosts = number_hosts(host_keys, world.config.ranks_per_host);
 }
@@ -147,14 +145,12 @@ inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::
   for (int peer = 0; peer < info.rank; ++peer) {
     const std::optional<std::string> value =
         peer < info.size ? std::optional(store.wait(address_key(peer))) : store.get(address_key(peer));
-    if (!value) continue;
-    const std::size_t split = value->find('\n');
-    const auto process = transport::process_identity::decode(std::string_view(*value).substr(0, split));
-    if (split == std::string::npos || !process) continue;
-    host_keys[static_cast<std::size_t>(peer)] = process->host;
-    world.transport->watch_process(peer, *process);
+    const auto parts = value ? parse_introduction(*value) : std::nullopt;
+    if (!parts) continue;
+    host_keys[static_cast<std::size_t>(peer)] = parts->process.host;
+    world.transport->watch_process(peer, parts->process);
     try {
-      world.transport->connect(peer, std::as_bytes(std::span(*value).subspan(split + 1)));
+      world.transport->connect(peer, parts->address);
     } catch (const error& failure) {
       if (failure.category() != errc::peer_failure) throw;  // a peer gone since: its failure when addressed
     }

@@ -569,6 +569,46 @@ TEST_CASE("one-sided gossip keeps sum p = n and the p-weighted mean, and finish(
   }
 }
 
+TEST_CASE("one-sided gossip: ranks that step on long after their in-neighbours stopped keep their models") {
+  // Ranks 0 and 1 step 2000 times while rank 2 waits in quiesce(): with
+  // nothing coming back their weights halve every step. Mixing only takes
+  // convex combinations, so every model stays inside the starting models'
+  // range, element by element; finish() is still the mean.
+  const int n = 3;
+  wrong = 0;
+  std::vector<float> low(model(0).flat()), high(low);
+  std::vector<double> mean(low.size(), 0.0);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<float> x = model(r).flat();
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      low[k] = std::min(low[k], x[k]);
+      high[k] = std::max(high[k], x[k]);
+      mean[k] += static_cast<double>(x[k]) / n;
+    }
+  }
+  std::atomic<std::size_t> outside{0};
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        model mine(comm.rank());
+        avg::one_sided_gossip scheme(comm, mine.view());
+        if (comm.rank() < 2)
+          for (int step = 0; step < 2000; ++step) scheme.step([] {}, [] {});
+        scheme.quiesce();
+        const std::vector<float> x = mine.flat();
+        std::size_t count = 0;
+        for (std::size_t k = 0; k < x.size(); ++k)
+          count += x[k] >= low[k] - 1e-5f * std::fabs(low[k]) && x[k] <= high[k] + 1e-5f * std::fabs(high[k]) ? 0 : 1;
+        outside += count;
+        scheme.finish();
+        const std::vector<float> final_model = mine.flat();
+        for (std::size_t k = 0; k < final_model.size(); ++k) expect_close(final_model[k], mean[k], 1e-5);
+      },
+      quick());
+  CHECK(outside == 0);
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("one-sided gossip drives the models together without finish() (steps in lockstep, so they overlap)") {
   const int n = 4;
   wrong = 0;

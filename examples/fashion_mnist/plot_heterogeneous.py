@@ -94,9 +94,13 @@ def main() -> None:
     columns = min(count, 3)
     rows = (count + columns - 1) // columns
     figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
+    # One colour per scheme in every panel, whichever schemes a condition runs.
+    schemes = sorted({scheme for by_scheme in runs.values() for scheme in by_scheme})
+    palette = plt.get_cmap("tab10")
+    colour = {scheme: palette(k % 10) for k, scheme in enumerate(schemes)}
     for panel, (condition, by_scheme) in zip(axes.flat, runs.items()):
         for scheme, run in by_scheme.items():
-            panel.plot(run["wall"], run["accuracy"], marker=".", label=scheme)
+            panel.plot(run["wall"], run["accuracy"], marker=".", label=scheme, color=colour[scheme])
         for threshold in THRESHOLDS:
             panel.axhline(threshold, color="grey", linewidth=0.5, linestyle=":")
         panel.set_title(CONDITIONS[condition], fontsize=10)

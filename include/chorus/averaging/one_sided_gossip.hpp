@@ -6,7 +6,9 @@
 //   pushes:               accumulate W_ji p x (and W_ji p) into each
 //                         out-neighbour j's slot,  p <- W_ii p
 // along a column-stochastic topology (default: one-peer exponential: half
-// to one peer per round). It never waits for a neighbour: an accumulate
+// to one peer per round); a rank whose p fell below 1e-6 (its in-neighbours
+// stopped) skips its push, so its float numerator never underflows. It
+// never waits for a neighbour: an accumulate
 // lands in the target's memory without the target's help (or waits here,
 // summed, while the target has two unread: window.hpp), and the target
 // merges whatever has landed at its next step. Invariants: the numerators
@@ -126,7 +128,14 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
   }
 
   // Accumulates W_ji p x into each out-neighbour j's slot, keeps W_ii p.
+  // Not below minimum_weight: a rank whose in-neighbours stopped pushing
+  // (finished, or far slower) would halve p every step until the float
+  // numerator p x underflowed while p did not, and merging that zero at a
+  // real weight collapsed the receiver's model (rank 0 at test accuracy 0.1
+  // in run_heterogeneous, where the fast ranks finish first). It holds its
+  // weight instead until some arrives.
   void push() {
+    if (window_.p() < minimum_weight) return;
     const mixing_matrix& w = topology_.at(round_);
     const int me = group_.rank();
     std::vector<neighbour_weight> to;
@@ -161,6 +170,8 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
     allreduce(group_, std::span<double>(&total, 1), op::sum{});
     window_.set_p(window_.p() * static_cast<double>(group_.size()) / total);
   }
+
+  static constexpr double minimum_weight = 1e-6;  // p x a normal float for any |x| > 1e-32
 
   Communicator group_;  // collectives: the survivors
   parameters model_;

@@ -162,7 +162,13 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     this->count_step();
     admit_joiners();
     merge_arrivals();
-    if (std::bernoulli_distribution(options_.push_probability)(random_)) push([&] { return random_peer(); });
+    // With every buffer still in flight (a receiver slow to merge) the push
+    // is skipped, not waited for: GoSGD exchanges at random, so a skipped
+    // push loses nothing, and a fast rank never waits on a slow one's trainer.
+    // (A buffer free here is the one push() takes.) Rank 0's push to a joiner
+    // and a leaver's hand-over wait for a buffer: they must go.
+    if (std::bernoulli_distribution(options_.push_probability)(random_) && free_buffer() != nullptr)
+      push([&] { return random_peer(); });
   }
 
   // Collective: returns once this rank has merged every push that a peer
@@ -384,17 +390,12 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   }
 
   // Sends half this rank's weight with its model (all of it when leaving)
-  // to the peer `choose` names (none: -1). With every buffer still in flight
-  // (a receiver slow to merge) an ordinary push is skipped, not waited for:
-  // GoSGD exchanges at random, so a skipped push loses nothing, and a fast
-  // rank never waits on a slow one's trainer. The leaver's whole-weight push
-  // waits. The peer is chosen once a buffer is free: waiting for one merges
-  // arrivals, and a peer's leaving among them must rule it out (a push behind
-  // this rank's ack would be lost).
+  // to the peer `choose` names (none: -1). The peer is chosen once a buffer
+  // is free: waiting for one merges arrivals, and a peer's leaving among
+  // them must rule it out (a push behind this rank's ack would be lost).
   template <class Choose>
   void push(Choose&& choose, bool whole = false) {
     outgoing* message = free_buffer();
-    if (message == nullptr && !whole) return;
     if (message == nullptr) message = &oldest_sent();  // may merge arrivals: before the halving
     const int peer = choose();
     if (peer < 0) return;

@@ -18,8 +18,12 @@
 //
 // quiesce() (collective) lands and merges every push; finish() is
 // quiesce() and then the consensus x = sum p x / sum p on every rank (p
-// back to 1). Cost: one message of S bytes per out-neighbour per step, no
-// synchronisation; memory: the window's slots (2 entries per in-neighbour).
+// back to 1). Known limitation: a rank waiting in quiesce() takes in
+// pushes and sends none, so it soon holds nearly all the weight, and the
+// consensus under-weights what the others train after it stopped
+// (docs/averaging.md, Results). Cost: one message of S bytes per
+// out-neighbour per step, no synchronisation; memory: the window's slots
+// (2 entries per in-neighbour).
 //
 // on_peer_failure = continue_ drops a dead neighbour (peer_loss.hpp): its
 // weight and the pushes it never merged are lost; quiesce() scales the

@@ -155,6 +155,11 @@ class Window:
     def wait_versions(self, count: int = 1, sources: Optional[Iterable[int]] = None) -> None:
         self._impl.wait_versions(count, None if sources is None else list(sources))
 
+    def in_quiesce(self, target: int) -> bool:
+        """Whether the target has entered quiesce() while this rank has not yet returned from its own
+        (it only reads until every rank is in: a push-sum writer keeps the weight it would send there)."""
+        return self._impl.in_quiesce(target)
+
     def flush(self) -> None:
         self._impl.flush()
 

@@ -195,6 +195,11 @@ void bind_windows(nb::module_& m) {
           nb::arg("count") = 1, nb::arg("sources").none() = nb::none(),
           "Waits (bounded by the timeout) for count new versions from each source.")
       .def(
+          "in_quiesce",
+          [](py_window& self, int target) { return without_gil([&] { return self.get().in_quiesce(target); }); },
+          nb::arg("target"),
+          "Whether the target has entered quiesce() while this rank has not yet returned from its own.")
+      .def(
           "flush", [](py_window& self) { without_gil([&] { self.get().flush(); }); },
           "Every entry written so far has landed at its target.")
       .def(

@@ -6,24 +6,25 @@
 //   pushes:               accumulate W_ji p x (and W_ji p) into each
 //                         out-neighbour j's slot,  p <- W_ii p
 // along a column-stochastic topology (default: one-peer exponential: half
-// to one peer per round); a rank whose p fell below 1e-6 (its in-neighbours
-// stopped) skips its push, so its float numerator never underflows. It
-// never waits for a neighbour: an accumulate
-// lands in the target's memory without the target's help (or waits here,
-// summed, while the target has two unread: window.hpp), and the target
-// merges whatever has landed at its next step. Invariants: the numerators
-// p x and the weights p, summed over ranks and slots, are unchanged by
-// every push and merge, so sum p = n and the p-weighted mean of the models
-// holds still while nobody steps.
+// to one peer per round). An out-neighbour waiting in quiesce() (it
+// finished first: window.hpp's in_quiesce) only takes weight in until
+// every rank is in, so its share W_ji p is kept here instead (p <- p (W_ii
+// + W_ji)): the consensus then weighs what the others train after it
+// stopped as it weighs theirs before. A rank whose p fell below 1e-6 (its
+// in-neighbours far slower) skips its push, so its float numerator never
+// underflows. It never waits for a neighbour: an accumulate lands in the
+// target's memory without the target's help (or waits here, summed, while
+// the target has two unread or the link still carries the last one:
+// window.hpp), and the target merges whatever has landed at its next step.
+// Invariants: the numerators p x and the weights p, summed over ranks,
+// slots and pending sums, are unchanged by every push and merge, so
+// sum p = n and the p-weighted mean of the models holds still while nobody
+// steps.
 //
 // quiesce() (collective) lands and merges every push; finish() is
 // quiesce() and then the consensus x = sum p x / sum p on every rank (p
-// back to 1). Known limitation: a rank waiting in quiesce() takes in
-// pushes and sends none, so it soon holds nearly all the weight, and the
-// consensus under-weights what the others train after it stopped
-// (docs/averaging.md, Results). Cost: one message of S bytes per
-// out-neighbour per step, no synchronisation; memory: the window's slots
-// (2 entries per in-neighbour).
+// back to 1). Cost: one message of S bytes per out-neighbour per step, no
+// synchronisation; memory: the window's slots (2 entries per in-neighbour).
 //
 // on_peer_failure = continue_ drops a dead neighbour (peer_loss.hpp): its
 // weight and the pushes it never merged are lost; quiesce() scales the
@@ -131,7 +132,8 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
     this->stats_.merges += 1;
   }
 
-  // Accumulates W_ji p x into each out-neighbour j's slot, keeps W_ii p.
+  // Accumulates W_ji p x into each out-neighbour j's slot, keeps W_ii p
+  // and the shares of the out-neighbours in quiesce().
   // Not below minimum_weight: a rank whose in-neighbours stopped pushing
   // (finished, or far slower) would halve p every step until the float
   // numerator p x underflowed while p did not, and merging that zero at a
@@ -145,8 +147,8 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
     std::vector<neighbour_weight> to;
     double kept = 0.0;
     for (const weighted_peer& entry : w.column(me)) {
-      if (entry.peer == me)
-        kept = entry.weight;
+      if (entry.peer == me || window_.in_quiesce(entry.peer))
+        kept += entry.weight;
       else if (!window_.lost(entry.peer))
         to.push_back({entry.peer, entry.weight});
     }
@@ -154,7 +156,7 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
     numerator_ = model_.snapshot();
     const auto p = static_cast<float>(window_.p());
     for (float& value : numerator_) value *= p;
-    window_.accumulate(numerator_, to);
+    (void)window_.accumulate_nonblocking(numerator_, to);  // copied: numerator_ may change at once
     note_losses();
     window_.set_p(window_.p() * kept);
     ++this->stats_.exchanges;

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -92,6 +93,22 @@ class peer_region {
     return value;
   }
 
+  // The same without waiting: true, with `value`, once a load of the
+  // counter at `offset` started by an earlier call (or this one) has come
+  // back; false while it is on its way. One at a time per region.
+  bool try_load(std::size_t offset, std::uint64_t& value) {
+    if (direct_ != nullptr) {
+      value = load(offset, {});
+      return true;
+    }
+    if (!loading_) start_load(offset);
+    for (request& part : loading_->exchange)
+      if (!network_->test(part)) return false;  // an unused one is done
+    value = loading_->value;
+    loading_.reset();
+    return true;
+  }
+
   void read(std::size_t offset, std::span<std::byte> out, transport::clock::time_point deadline) {
     if (direct_ != nullptr) return copy_racing(out.data(), direct_ + offset, out.size());
     if (how_ == reach::messages) return ask({relay_kind::read, 0, offset, out.size()}, out, deadline, "window read");
@@ -123,7 +140,10 @@ class peer_region {
   }
 
   // Lets go of the operations in flight (a dead peer's: they cannot complete).
-  void abandon() noexcept { sent_done(); }
+  void abandon() noexcept {
+    sent_done();
+    loading_.reset();
+  }
 
  private:
   static constexpr std::uint64_t one = 1;  // what increment() adds: it must outlive the request
@@ -144,6 +164,25 @@ class peer_region {
     in_flight_.clear();
     ops_.clear();
   }
+  // A load's request(s): its reply lands in `value` (a node: it must not
+  // move while in flight). Relay replies come in the order asked, so one
+  // overtaken by a blocking ask() is still matched to its own receive.
+  struct pending_load {
+    std::uint64_t value = 0;
+    request exchange[2];
+    relay_op op{};
+  };
+  void start_load(std::size_t offset) {
+    loading_ = std::make_unique<pending_load>();
+    pending_load& load = *loading_;
+    if (how_ == reach::messages) {
+      load.op = {relay_kind::load, 0, offset, sizeof load.value};
+      load.exchange[0] = network_->irecv(peer_, tags_.reply, std::as_writable_bytes(std::span(&load.value, 1)));
+      load.exchange[1] = network_->isend(peer_, tags_.request, std::as_bytes(std::span(&load.op, 1)));
+      return;
+    }
+    load.exchange[0] = network_->atomic_add(peer_, memory_, offset, zero, &load.value);
+  }
 
   Transport* network_;
   int peer_;
@@ -152,7 +191,8 @@ class peer_region {
   reach how_;
   relay_tags tags_;
   std::vector<request> in_flight_;
-  std::deque<relay_op> ops_;  // the relay ops in flight
+  std::deque<relay_op> ops_;               // the relay ops in flight
+  std::unique_ptr<pending_load> loading_;  // try_load()'s, while on its way
 };
 
 }  // namespace chorus::windows

@@ -9,6 +9,7 @@
 //   win.update(model, 1.0 / 3, {});          // model = model/3 + slots/3 each
 //   win.get();                               // the sources' published tensors
 //   win.wait_versions(1);                    // a new entry from every source
+//   win.in_quiesce(target);                  // whether it waits in quiesce()
 //   win.free();                              // collective
 //
 // Semantics (docs/windows.md): slot (t, s) on rank t is written by s alone;
@@ -19,7 +20,9 @@
 // counts the entries landed in s's slot since the last update. A put never
 // waits for its target; an accumulate whose target has not yet applied the
 // one two before it is kept (summed) here and written at the next window
-// call that finds room, or at quiesce().
+// call that finds room, or at quiesce(). The non-blocking forms keep an
+// entry so too while the link still carries the last one (a slow link
+// then carries sums at its pace); the blocking forms wait for the link.
 //
 // Elements are float, a flat vector (a model's tensors concatenated: the
 // averaging schemes flatten). The window's own communicator is split off
@@ -124,6 +127,7 @@ class window {
         ordered_(options.ordered) {
     agree_on_graph(options.sources, options.error_feedback);
     expose(initial);
+    listen_for_quiesce();
   }
 
   window(const window&) = delete;
@@ -148,13 +152,13 @@ class window {
   // holds), every target with weight 1 when `to` is empty.
   void put(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
     in_order();
-    write_to_targets(windows::entry_kind::put, values, to);
+    write_to_targets(windows::entry_kind::put, values, to, link_busy::wait);
     wait_written();
   }
   // Adds weight * values to each target's slot.
   void accumulate(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
     in_order();
-    write_to_targets(windows::entry_kind::accumulate, values, to);
+    write_to_targets(windows::entry_kind::accumulate, values, to, link_busy::wait);
     wait_written();
   }
   // The same, returning before the bytes on their way over the network are
@@ -163,12 +167,12 @@ class window {
   // enough to make room).
   window_request put_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
     in_order();
-    write_to_targets(windows::entry_kind::put, values, to);
+    write_to_targets(windows::entry_kind::put, values, to, link_busy::keep_pending);
     return sent_request();
   }
   window_request accumulate_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
     in_order();
-    write_to_targets(windows::entry_kind::accumulate, values, to);
+    write_to_targets(windows::entry_kind::accumulate, values, to, link_busy::keep_pending);
     return sent_request();
   }
   // Whether everything written so far has been sent (and pending sums written).
@@ -318,13 +322,18 @@ class window {
 
   // Collective over the window's ranks: returns once every put and
   // accumulate any rank made before its quiesce() has landed and been read
-  // into this rank's slot values. Each rank writes its pending sums (reading
-  // its own slots meanwhile, so that ranks writing to each other make room
-  // for each other), flushes, and tells its targets it is drained; it reads
-  // until every source has said so. A tag message may overtake RMA, hence
-  // the flush before it.
+  // into this rank's slot values. Each rank tells its sources it is in
+  // quiesce() (in_quiesce()), writes its pending sums (reading its own
+  // slots meanwhile, so that ranks writing to each other make room for each
+  // other), flushes, and tells its targets it is drained; it reads until
+  // every source has said so, and until every target has said it is in
+  // quiesce() too. A tag message may overtake RMA, hence the flush before
+  // the drained mark.
   void quiesce() {
     in_order();
+    each_live(sources_, [&](source_state& source) {
+      source.quiescing = comm_.isend_bytes({}, source.rank, comm_.wire_tag(quiesce_notice_, 0));
+    });
     const std::uint32_t sequence = comm_.next_sequence();
     each_live(sources_, [&](source_state& source) {
       source.drained = comm_.irecv_bytes({}, source.rank, comm_.wire_tag(sequence, 0));
@@ -349,6 +358,28 @@ class window {
     comm_.poll_until(heard_all, "window quiesce (a source is not in quiesce())");
     read_all();
     each_live(targets_, [&](target_state& target) { comm_.wait(target.drained, "window quiesce"); });
+    each_live(targets_, [&](target_state& target) {
+      comm_.wait(target.quiescing, "window quiesce (a target is not in quiesce())");
+    });
+    each_live(sources_, [&](source_state& source) { comm_.wait(source.quiescing, "window quiesce"); });
+    listen_for_quiesce();
+  }
+
+  // Whether `target` has entered quiesce() (its notice arrived) while this
+  // rank has not yet returned from its own: the target only reads until
+  // every rank is in, so what is written to it now stays there until then.
+  // A push-sum writer keeps that weight instead (one_sided_gossip), lest a
+  // rank that finished first soak up the others' weight. A lost target is
+  // not in quiesce().
+  bool in_quiesce(int target) {
+    in_order();
+    for (target_state& state : targets_)
+      if (state.rank == target) {
+        bool heard = false;
+        if (!state.lost) guarded([&] { heard = comm_.test(state.quiescing); });
+        return heard && !state.lost;
+      }
+    throw error(errc::invalid_argument, "window in_quiesce: rank " + std::to_string(target) + " is not a target");
   }
 
   // Forgets a dead neighbour: operations skip it from here on.
@@ -358,12 +389,14 @@ class window {
       if (source.rank == rank) {
         source.lost = true;
         source.drained = {};
+        source.quiescing = {};
       }
     for (auto& target : targets_)
       if (target.rank == rank) {
         target.lost = true;
         target.pending.clear();
         target.drained = {};
+        target.quiescing = {};
       }
     if (const auto found = links_.find(rank); found != links_.end()) found->second->abandon();
   }
@@ -401,6 +434,7 @@ class window {
       retire();
       throw;
     }
+    for (target_state& target : targets_) target.quiescing = {};  // no notice comes after free()
     progress_.release();
     relay_thread_ = nullptr;
     relay_.reset();
@@ -415,10 +449,11 @@ class window {
     std::vector<float> value;
     std::vector<float> spare;  // a put is copied here, then swapped in (try_read_put_in_place)
     double p = 0.0;
-    std::uint64_t consumed = 0;              // entries applied to value
-    std::uint64_t seen = 0;                  // consumed at the last update or collect
-    std::uint64_t gets = 0;                  // gets since then
-    typename Communicator::request drained;  // quiesce(): its "drained" mark
+    std::uint64_t consumed = 0;                // entries applied to value
+    std::uint64_t seen = 0;                    // consumed at the last update or collect
+    std::uint64_t gets = 0;                    // gets since then
+    typename Communicator::request drained;    // quiesce(): its "drained" mark
+    typename Communicator::request quiescing;  // quiesce(): this rank's notice that it is in
     bool lost = false;
   };
   struct pending_entry {
@@ -434,7 +469,8 @@ class window {
     std::deque<pending_entry> pending;  // one at most, unless ordered
     std::vector<std::byte> staging;     // an entry on its way over the network
     std::unique_ptr<codec::any_error_feedback> feedback;
-    typename Communicator::request drained;  // quiesce(): this rank's "drained" mark
+    typename Communicator::request drained;    // quiesce(): this rank's "drained" mark
+    typename Communicator::request quiescing;  // its notice that it is in quiesce() (posted receive)
     bool lost = false;
     bool has_pending() const noexcept { return !lost && !pending.empty(); }
   };
@@ -707,6 +743,16 @@ class window {
     return ways;
   }
 
+  // Posts the receives for each target's notice that it entered the next
+  // quiesce(), on a sequence every rank reserves here (at creation and at
+  // the end of each quiesce(), which is collective).
+  void listen_for_quiesce() {
+    quiesce_notice_ = comm_.next_sequence();
+    each_live(targets_, [&](target_state& target) {
+      target.quiescing = comm_.irecv_bytes({}, target.rank, comm_.wire_tag(quiesce_notice_, 0));
+    });
+  }
+
   region& link(int rank) { return *links_.at(rank); }
 
   // After a failure (or a window dropped without free()), a peer may still
@@ -797,8 +843,15 @@ class window {
 
   // Writer side ----------------------------------------------------------
 
-  void write_to_targets(windows::entry_kind kind, std::span<const float> given,
-                        const std::vector<neighbour_weight>& to) {
+  // What a write does while the link still sends this rank's previous
+  // entry to the target (over the network: its staging buffer is busy).
+  enum class link_busy {
+    wait,          // the blocking forms: wait for it
+    keep_pending,  // the non-blocking forms and later calls: keep the entry pending (summed, or superseded)
+  };
+
+  void write_to_targets(windows::entry_kind kind, std::span<const float> given, const std::vector<neighbour_weight>& to,
+                        link_busy busy) {
     require_size(given.size(), kind == windows::entry_kind::put ? "put" : "accumulate");
     write_pending();
     on_host(given, buffer_use::read, [&](std::span<const float> values) {
@@ -806,9 +859,10 @@ class window {
                         [&](target_state& target, double weight) {
                           // Straight from the caller's values when nothing waits
                           // (one pass: no scaled copy), else through the queue.
-                          if (target.pending.empty() && weight == 1.0 && write_entry(target, kind, values, p_)) return;
+                          if (target.pending.empty() && weight == 1.0 && write_entry(target, kind, values, p_, busy))
+                            return;
                           add_pending(target, kind, values, weight);
-                          write_entry_if_room(target);
+                          write_entry_if_room(target, busy);
                         });
     });
   }
@@ -872,26 +926,30 @@ class window {
   void write_pending() {
     progress_.rethrow_if_failed();  // a neighbour's malformed request, found by the relay
     each_live(targets_, [&](target_state& target) {
-      while (target.has_pending() && write_entry_if_room(target)) {}
+      while (target.has_pending() && write_entry_if_room(target, link_busy::keep_pending)) {}
     });
   }
 
   // Writes the oldest pending entry if the target has room for it.
-  bool write_entry_if_room(target_state& target) {
+  bool write_entry_if_room(target_state& target, link_busy busy) {
     const pending_entry& next = target.pending.front();
-    if (!write_entry(target, next.kind, next.values, next.p)) return false;
+    if (!write_entry(target, next.kind, next.values, next.p, busy)) return false;
     target.pending.pop_front();
     return true;
   }
 
-  // Writes an entry unless the target has no room for it yet: an
+  // Writes an entry unless the target has no room for it yet (an
   // accumulate needs consumed >= k - 2 (slot.hpp), any entry of an ordered
-  // window consumed >= k - 1. True if it wrote.
-  bool write_entry(target_state& target, windows::entry_kind kind, std::span<const float> values, double p) {
+  // window consumed >= k - 1) or, with keep_pending, the link still sends
+  // the previous one: a writer behind a slow link then sends sums of its
+  // pushes at the link's pace instead of waiting for it. True if it wrote.
+  bool write_entry(target_state& target, windows::entry_kind kind, std::span<const float> values, double p,
+                   link_busy busy) {
     region& to = link(target.rank);
+    if (busy == link_busy::keep_pending && !to.test()) return false;
     const std::uint64_t number = target.written + 1;
     const std::uint64_t lag = ordered_ ? 1 : kind == windows::entry_kind::accumulate ? 2 : number;
-    if (!consumed_at_least(target, number > lag ? number - lag : 0)) return false;
+    if (!consumed_at_least(target, number > lag ? number - lag : 0, busy)) return false;
     if (neighbour_gone(target.rank)) gone(target.rank, "window write");
     to.wait(comm_.deadline());  // the staging buffer is free again
     const std::size_t at = target.offset + slot_.entry_at(number);
@@ -914,10 +972,19 @@ class window {
   }
 
   // Whether the target has applied `entries` of this rank's entries; its
-  // counter is read again only when the one last read says no.
-  bool consumed_at_least(target_state& target, std::uint64_t entries) {
-    if (target.consumed < entries)
-      target.consumed = link(target.rank).load(target.offset + windows::consumed_at, comm_.deadline());
+  // counter is read again only when the one last read says no. With
+  // keep_pending the read does not wait (over the network it is a round
+  // trip, behind whatever the link carries): false until it comes back.
+  bool consumed_at_least(target_state& target, std::uint64_t entries, link_busy busy = link_busy::wait) {
+    if (target.consumed >= entries) return true;
+    const std::size_t counter = target.offset + windows::consumed_at;
+    if (busy == link_busy::wait) {
+      target.consumed = link(target.rank).load(counter, comm_.deadline());
+    } else {
+      std::uint64_t consumed = 0;
+      if (!link(target.rank).try_load(counter, consumed)) return false;
+      target.consumed = std::max(target.consumed, consumed);  // it may have been started before a blocking load
+    }
     return target.consumed >= entries;
   }
 
@@ -1096,6 +1163,7 @@ class window {
   bool drop_dead_;
   bool ordered_;
   double p_ = 1.0;
+  std::uint32_t quiesce_notice_ = 0;  // the sequence of the next quiesce()'s notices
   std::uint64_t published_count_ = 0;
   transport::clock::time_point next_watch_{};
   bool freed_ = false;

@@ -8,6 +8,8 @@ hull of the starting models)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 import chorus
@@ -289,6 +291,17 @@ def test_windows() -> None:
         close("Window non-blocking get", [value], [flat(start(s))], tolerance=0)
     comm.barrier()  # every rank has read its get before this put lands
     assert win.put(blocking=True) is None
+
+    # in_quiesce: rank 0 enters quiesce() at once; a rank that writes to it sees it there, then enters.
+    assert not any(win.in_quiesce(t) for t in win.targets)  # nobody has passed the barrier below
+    comm.barrier()
+    if rank != 0 and 0 in win.targets:
+        deadline = time.monotonic() + 30
+        while not win.in_quiesce(0) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert win.in_quiesce(0), "rank 0's notice that it entered quiesce() never came"
+    win.quiesce()
+    assert not any(win.in_quiesce(t) for t in win.targets)  # free() below is a barrier: none is in again
     win.free()
     checks += 1
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chorus/core/error.hpp>
+#include <chorus/transport/transport.hpp>
 #include <chorus/transport/ucx/remote_memory.hpp>
 #include <chorus/window/relay.hpp>
 #include <chorus/window/slot.hpp>
@@ -177,8 +178,12 @@ class peer_region {
     pending_load& load = *loading_;
     if (how_ == reach::messages) {
       load.op = {relay_kind::load, 0, offset, sizeof load.value};
-      load.exchange[0] = network_->irecv(peer_, tags_.reply, std::as_writable_bytes(std::span(&load.value, 1)));
-      load.exchange[1] = network_->isend(peer_, tags_.request, std::as_bytes(std::span(&load.op, 1)));
+      // Standing: the window may go on to other waits while it is out, and a
+      // peer that dies meanwhile fails a test of it alone (transport.hpp).
+      constexpr auto standing = transport::receive_kind::standing;
+      load.exchange[0] =
+          network_->irecv(peer_, tags_.reply, std::as_writable_bytes(std::span(&load.value, 1)), standing);
+      load.exchange[1] = network_->isend(peer_, tags_.request, std::as_bytes(std::span(&load.op, 1)), standing);
       return;
     }
     load.exchange[0] = network_->atomic_add(peer_, memory_, offset, zero, &load.value);

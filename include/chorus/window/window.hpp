@@ -745,11 +745,14 @@ class window {
 
   // Posts the receives for each target's notice that it entered the next
   // quiesce(), on a sequence every rank reserves here (at creation and at
-  // the end of each quiesce(), which is collective).
+  // the end of each quiesce(), which is collective). Standing: a target
+  // that leaves (its job done) or dies while one is posted fails no other
+  // wait (transport.hpp).
   void listen_for_quiesce() {
     quiesce_notice_ = comm_.next_sequence();
     each_live(targets_, [&](target_state& target) {
-      target.quiescing = comm_.irecv_bytes({}, target.rank, comm_.wire_tag(quiesce_notice_, 0));
+      target.quiescing =
+          comm_.irecv_bytes({}, target.rank, comm_.wire_tag(quiesce_notice_, 0), transport::receive_kind::standing);
     });
   }
 

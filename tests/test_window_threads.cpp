@@ -561,17 +561,23 @@ struct model {
   }
 };
 
+// The mean of the n ranks' starting models, element by element.
+std::vector<double> starting_mean(int n) {
+  std::vector<double> mean(model(0).flat().size(), 0.0);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<float> x = model(r).flat();
+    for (std::size_t k = 0; k < mean.size(); ++k) mean[k] += static_cast<double>(x[k]) / n;
+  }
+  return mean;
+}
+
 }  // namespace
 
 TEST_CASE("one-sided gossip keeps sum p = n and the p-weighted mean, and finish() reaches the mean") {
   for (int n : {3, 4, 5}) {
     CAPTURE(n);
     wrong = 0;
-    std::vector<double> mean(model(0).flat().size(), 0.0);
-    for (int r = 0; r < n; ++r) {
-      const std::vector<float> x = model(r).flat();
-      for (std::size_t k = 0; k < mean.size(); ++k) mean[k] += static_cast<double>(x[k]) / n;
-    }
+    const std::vector<double> mean = starting_mean(n);
     std::mutex lock;
     double weights = 0;
     std::vector<double> weighted(mean.size(), 0.0);
@@ -667,11 +673,7 @@ TEST_CASE("one-sided gossip: pushes skip a rank waiting in quiesce(), so the con
   // before it would still go to rank 2, legitimately).
   const int n = 3, steps = 300;
   wrong = 0;
-  std::vector<double> mean(model(0).flat().size(), 0.0);
-  for (int r = 0; r < n; ++r) {
-    const std::vector<float> x = model(r).flat();
-    for (std::size_t k = 0; k < mean.size(); ++k) mean[k] += static_cast<double>(x[k]) / n;
-  }
+  const std::vector<double> mean = starting_mean(n);
   std::atomic<bool> rank2_stopped{false};
   std::barrier in_step(2);  // ranks 0 and 1 step side by side, whatever the scheduler does
   std::atomic<int> low_rise{0};

@@ -357,8 +357,8 @@ class window {
     };
     comm_.poll_until(heard_all, "window quiesce (a source is not in quiesce())");
     read_all();
-    each_live(targets_, [&](target_state& target) { comm_.wait(target.drained, "window quiesce"); });
     each_live(targets_, [&](target_state& target) {
+      comm_.wait(target.drained, "window quiesce");
       comm_.wait(target.quiescing, "window quiesce (a target is not in quiesce())");
     });
     each_live(sources_, [&](source_state& source) { comm_.wait(source.quiescing, "window quiesce"); });
@@ -373,13 +373,10 @@ class window {
   // not in quiesce().
   bool in_quiesce(int target) {
     in_order();
-    for (target_state& state : targets_)
-      if (state.rank == target) {
-        bool heard = false;
-        if (!state.lost) guarded([&] { heard = comm_.test(state.quiescing); });
-        return heard && !state.lost;
-      }
-    throw error(errc::invalid_argument, "window in_quiesce: rank " + std::to_string(target) + " is not a target");
+    target_state& state = named(targets_, target, "a target", "in_quiesce");
+    bool heard = false;
+    if (!state.lost) guarded([&] { heard = comm_.test(state.quiescing); });
+    return heard && !state.lost;
   }
 
   // Forgets a dead neighbour: operations skip it from here on.

@@ -947,10 +947,13 @@ class window {
                    link_busy busy) {
     region& to = link(target.rank);
     if (busy == link_busy::keep_pending && !to.test()) return false;
+    // First: a dead target reads no more, so "no room" would keep the
+    // entry pending for good, and a writer that never waits would never
+    // learn of the death.
+    if (neighbour_gone(target.rank)) gone(target.rank, "window write");
     const std::uint64_t number = target.written + 1;
     const std::uint64_t lag = ordered_ ? 1 : kind == windows::entry_kind::accumulate ? 2 : number;
     if (!consumed_at_least(target, number > lag ? number - lag : 0, busy)) return false;
-    if (neighbour_gone(target.rank)) gone(target.rank, "window write");
     to.wait(comm_.deadline());  // the staging buffer is free again
     const std::size_t at = target.offset + slot_.entry_at(number);
     std::byte* entry = to.mapped_at(at);

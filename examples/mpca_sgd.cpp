@@ -47,8 +47,9 @@ class mpca_sgd : public avg::scheme_base<mpca_sgd<Communicator>> {
  private:
   void exchange() {
     std::vector<float> mean = model_.snapshot();
-    this->metered(
-        [&] { chorus::allreduce(comm_, std::span<float>(mean), chorus::op::avg{}, chorus::algorithm::tree); });
+    this->metered(comm_, "mpca_sgd exchange", [&] {
+      chorus::allreduce(comm_, std::span<float>(mean), chorus::op::avg{}, chorus::algorithm::tree);
+    });
     const auto gamma = static_cast<float>(options_.gamma), rho = static_cast<float>(options_.rho);
     for (std::size_t k = 0; k < mean.size(); ++k) consensus_[k] = mean[k] + gamma * (mean[k] - consensus_[k]);
     model_.for_each_part(std::span<const float>(consensus_), [&](std::span<float> x, std::span<const float> c) {

@@ -30,7 +30,7 @@ class pull_gossip : public avg::scheme_base<pull_gossip<Communicator>> {
     const std::vector<int> sources = window_.sources();
     if (sources.empty()) return;
     const int from = sources[std::uniform_int_distribution<std::size_t>(0, sources.size() - 1)(random_)];
-    this->metered([&] { window_.get({{from, 1.0}}); });
+    this->metered(window_.communicator(), "pull_gossip get", [&] { window_.get({{from, 1.0}}); });
     window_.update(model_, 0.5, {{from, 0.5}});  // x = (x + x_from) / 2
     this->count_step();
   }

@@ -1,7 +1,7 @@
 // chorus-run: start N local ranks of a chorus program.
 //
-//   chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT]
-//              [--no-prefix] [--keep-going] [--join K[@SECONDS]]
+//   chorus-run -n N [--timeout SECONDS] [--stall-after SECONDS] [--bind HOST]
+//              [--port PORT] [--no-prefix] [--keep-going] [--join K[@SECONDS]]
 //              [--job-file PATH] [--] program [args...]
 //
 // It hosts the rendezvous store, spawns N processes with CHORUS_RANK,
@@ -21,6 +21,12 @@
 // outside (CHORUS_ADDR, CHORUS_TOKEN, CHORUS_SIZE, CHORUS_LAUNCHER), one
 // per line, readable by the owner only:
 //   env $(cat PATH) CHORUS_JOIN=1 program [args...]
+// Flight records (record/journal.hpp): the ranks write them to
+// CHORUS_RECORD_DIR (a directory of /tmp made for the job where it is
+// unset; removed when the job succeeds). When the job fails (a rank exits
+// with an error, --timeout) or no rank finishes a call for --stall-after
+// SECONDS, chorus-run asks every running rank for its record (SIGUSR1),
+// prints chorus-trace's report of them, then ends the job as above.
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/token.hpp>
 #include <chorus/core/env.hpp>
@@ -41,6 +47,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -63,6 +70,7 @@ struct arguments {
   int joiners = 0;
   std::chrono::milliseconds join_after{0};
   std::string job_file;
+  std::optional<std::chrono::milliseconds> stall_after;
   std::vector<std::string> command;
 };
 
@@ -71,11 +79,13 @@ struct arguments {
   std::FILE* out = problem.empty() ? stdout : stderr;
   if (!problem.empty()) std::fprintf(out, "chorus-run: %s\n", problem.c_str());
   std::fprintf(out,
-               "usage: chorus-run -n N [--timeout SECONDS] [--bind HOST] [--port PORT] "
+               "usage: chorus-run -n N [--timeout SECONDS] [--stall-after SECONDS] [--bind HOST] [--port PORT] "
                "[--no-prefix] [--keep-going] [--join K[@SECONDS]] [--job-file PATH] [--] program [args...]\n"
                "Starts N ranks of the program on this machine, hosts the rendezvous store, prefixes\n"
                "output lines with [rank], and ends the job with the first failing rank's exit code.\n"
                "--keep-going: a rank killed by a signal does not end the others (fault-tolerant training).\n"
+               "--stall-after SECONDS: when no rank finishes a call for that long, report what each rank\n"
+               "  was doing (its flight record, also printed when the job fails) and end the job.\n"
                "--join K@SECONDS: K more processes join the running job after SECONDS (CHORUS_JOIN=1).\n"
                "--job-file PATH: writes what a process needs to join from outside:\n"
                "  env $(cat PATH) CHORUS_JOIN=1 program [args...]\n");
@@ -105,6 +115,11 @@ arguments parse(int argc, char** argv) {
       const std::string text = value(flag);
       parsed.timeout = chorus::env::parse_duration(text);
       if (!parsed.timeout || parsed.timeout->count() <= 0) usage("--timeout needs a duration (30, 30s, 2m)");
+    } else if (flag == "--stall-after") {
+      const std::string text = value(flag);
+      parsed.stall_after = chorus::env::parse_duration(text);
+      if (!parsed.stall_after || parsed.stall_after->count() <= 0)
+        usage("--stall-after needs a duration (30, 30s, 2m)");
     } else if (flag == "--bind") {
       parsed.bind_host = value(flag);
     } else if (flag == "--port") {
@@ -160,6 +175,7 @@ class launcher {
     address_ = address;
     token_ = token;
     if (!args_.job_file.empty()) write_job_file();
+    prepare_records();
     std::signal(SIGINT, remember_signal);
     std::signal(SIGTERM, remember_signal);
     std::signal(SIGPIPE, SIG_IGN);
@@ -174,14 +190,121 @@ class launcher {
     if (args_.timeout) deadline_ = clock_type::now() + *args_.timeout;
     if (args_.joiners > 0) join_at_ = clock_type::now() + args_.join_after;
     supervise();
+    if (exit_code_.value_or(0) != 0 && !reported_) report_records();
+    if (own_record_directory_ && exit_code_.value_or(0) == 0) std::filesystem::remove_all(record_directory_);
     return exit_code_.value_or(0);
   }
 
  private:
   // What a process needs to join the job: CHORUS_JOIN=1 and these.
   std::vector<std::string> job_variables(const std::string& address, const std::string& token) const {
-    return {"CHORUS_SIZE=" + std::to_string(args_.ranks), "CHORUS_ADDR=" + address, "CHORUS_TOKEN=" + token,
-            "CHORUS_LAUNCHER=chorus-run"};
+    std::vector<std::string> variables{"CHORUS_SIZE=" + std::to_string(args_.ranks), "CHORUS_ADDR=" + address,
+                                       "CHORUS_TOKEN=" + token, "CHORUS_LAUNCHER=chorus-run"};
+    if (own_record_directory_) variables.push_back("CHORUS_RECORD_DIR=" + record_directory_.string());
+    return variables;
+  }
+
+  // Where the ranks' flight records go: CHORUS_RECORD_DIR, cleared of an
+  // earlier job's records, else a directory of our own; none where
+  // CHORUS_RECORD=0.
+  void prepare_records() {
+    if (const auto entries = chorus::env::get("CHORUS_RECORD"); entries && *entries == "0") return;
+    if (const auto given = chorus::env::get("CHORUS_RECORD_DIR"); given && !given->empty()) {
+      record_directory_ = *given;
+      std::error_code ignored;
+      for (const auto& file : std::filesystem::directory_iterator(record_directory_, ignored)) {
+        const std::string name = file.path().filename().string();
+        if (name.starts_with("rank-") && (name.ends_with(".json") || name.ends_with(".progress")))
+          std::filesystem::remove(file.path(), ignored);
+      }
+      return;
+    }
+    std::string pattern = (std::filesystem::temp_directory_path() / "chorus-run-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) return;
+    record_directory_ = pattern;
+    own_record_directory_ = true;
+  }
+
+  std::filesystem::path record_path(int rank, const char* suffix) const {
+    return record_directory_ / ("rank-" + std::to_string(rank) + suffix);
+  }
+
+  // The job failed or stalled: ask the running ranks for their records
+  // (SIGUSR1), then (collect_records) report and end the job.
+  void end_job(int code) {
+    finish_with(code);
+    if (record_directory_.empty() || terminating_ || records_due_) {
+      if (!records_due_) terminate_all();
+      return;
+    }
+    asked_at_ = std::filesystem::file_time_type::clock::now();
+    for (int rank = 0; rank < processes(); ++rank)
+      if (ranks_[static_cast<std::size_t>(rank)].running) kill(ranks_[static_cast<std::size_t>(rank)].pid, SIGUSR1);
+    records_due_ = clock_type::now() + std::chrono::seconds(5);
+  }
+
+  // Once every rank asked has written its record (or 5 s have passed).
+  void collect_records() {
+    if (!records_due_) return;
+    bool all_written = true;
+    for (int rank = 0; rank < args_.ranks; ++rank) {
+      if (!ranks_[static_cast<std::size_t>(rank)].running) continue;
+      std::error_code missing;
+      const auto written = std::filesystem::last_write_time(record_path(rank, ".json"), missing);
+      if (missing || written < asked_at_) all_written = false;
+    }
+    if (!all_written && clock_type::now() < *records_due_) return;
+    records_due_.reset();
+    report_records();
+    terminate_all();
+  }
+
+  // chorus-trace's report (installed beside chorus-run) on stderr.
+  void report_records() {
+    reported_ = true;
+    if (record_directory_.empty()) return;
+    for (int rank = 0; rank < processes(); ++rank)
+      for (int stream = 0; stream < 2; ++stream) flush_partial(rank, stream);
+    std::error_code ignored;
+    const std::filesystem::path trace =
+        std::filesystem::read_symlink("/proc/self/exe", ignored).parent_path() / "chorus-trace";
+    std::fprintf(stderr, "chorus-run: flight records in %s\n", record_directory_.c_str());
+    std::fflush(stderr);
+    if (!std::filesystem::exists(trace)) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, 2, 1);
+    std::string program = trace.string(), command = "report", directory = record_directory_.string();
+    char* argv[] = {program.data(), command.data(), directory.data(), nullptr};
+    pid_t pid = -1;
+    if (posix_spawn(&pid, argv[0], &actions, nullptr, argv, environ) == 0) {
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    }
+    posix_spawn_file_actions_destroy(&actions);
+  }
+
+  // --stall-after: the ranks' counts of finished calls (rank-<rank>.progress).
+  void watch_for_stall() {
+    if (!args_.stall_after || record_directory_.empty() || terminating_ || records_due_) return;
+    const auto now = clock_type::now();
+    std::uint64_t total = 0;
+    for (int rank = 0; rank < args_.ranks; ++rank) {
+      const int fd = open(record_path(rank, ".progress").c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      std::uint64_t count = 0;
+      if (pread(fd, &count, sizeof count, 0) == static_cast<ssize_t>(sizeof count)) total += count;
+      close(fd);
+    }
+    if (!progress_seen_ || total != progress_total_) {
+      progress_total_ = total;
+      progress_seen_ = now;
+      return;
+    }
+    if (now - *progress_seen_ < *args_.stall_after || running_count() == 0) return;
+    std::fprintf(stderr, "chorus-run: no rank finished a call for %lld ms; asking the ranks for their flight records\n",
+                 static_cast<long long>(args_.stall_after->count()));
+    end_job(124);
   }
 
   void write_job_file() const {
@@ -291,6 +414,8 @@ class launcher {
       reap();
       handle_signals();
       handle_deadlines();
+      watch_for_stall();
+      collect_records();
       start_joiners();
       if (running_count() == 0 && open_pipe_count() == 0) break;
       if (running_count() == 0 && !drain_until_) drain_until_ = clock_type::now() + std::chrono::seconds(1);
@@ -378,8 +503,7 @@ class launcher {
           std::fprintf(stderr, "chorus-run: rank %d %s %d; ending the other ranks\n", rank,
                        WIFEXITED(status) ? "exited with code" : "was killed by signal",
                        WIFEXITED(status) ? code : WTERMSIG(status));
-          finish_with(code);
-          terminate_all();
+          end_job(code);
         }
       }
     }
@@ -394,11 +518,10 @@ class launcher {
 
   void handle_deadlines() {
     const auto now = clock_type::now();
-    if (deadline_ && now > *deadline_ && !terminating_ && running_count() > 0) {
+    if (deadline_ && now > *deadline_ && !terminating_ && !records_due_ && running_count() > 0) {
       std::fprintf(stderr, "chorus-run: timeout after %lld ms; ending all ranks\n",
                    static_cast<long long>(args_.timeout->count()));
-      finish_with(124);
-      terminate_all();
+      end_job(124);
     }
     if (kill_at_ && now > *kill_at_) {
       for (auto& process : ranks_)
@@ -441,6 +564,13 @@ class launcher {
   std::optional<clock_type::time_point> deadline_;
   std::optional<clock_type::time_point> kill_at_;
   std::optional<clock_type::time_point> drain_until_;
+  std::filesystem::path record_directory_;  // empty: no flight records
+  bool own_record_directory_ = false;
+  bool reported_ = false;
+  std::optional<clock_type::time_point> records_due_;  // asked for records, report by then
+  std::filesystem::file_time_type asked_at_;
+  std::uint64_t progress_total_ = 0;
+  std::optional<clock_type::time_point> progress_seen_;  // when progress_total_ last changed
 };
 
 }  // namespace

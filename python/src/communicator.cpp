@@ -101,7 +101,8 @@ std::unique_ptr<pending_request> start_collective(py_communicator& self, const c
                                                   nb::object keep, nb::object callback) {
   chorus::communicator& comm = self.get(operation);
   collective_request started =
-      collective::start(comm, operation, completing(std::move(work), std::move(keep), std::move(callback)));
+      collective::start(comm, record::collective(operation),
+                        completing(std::move(work), std::move(keep), std::move(callback)), false);
   return std::make_unique<pending_request>(std::move(started));
 }
 

@@ -59,7 +59,7 @@ class allreduce_sgd : public scheme_base<allreduce_sgd<Communicator>> {
   }
 
   void reduce_gradients() {
-    this->metered([&] {
+    this->metered(comm_, "allreduce_sgd reduce_gradients", [&] {
       if (low_rank_)
         average_low_rank();
       else if (feedback_)

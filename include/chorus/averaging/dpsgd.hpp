@@ -66,17 +66,17 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
 
   void begin_step() {
     comm_.require_merged("dpsgd step");
-    if (on_device_) return this->metered([&] { on_device_->start(topology_.at(round_)); });
+    if (on_device_) return this->metered(comm_, "dpsgd begin_step", [&] { on_device_->start(topology_.at(round_)); });
     snapshot_.resize(model_.size());
     model_.copy_to(snapshot_);
     with_exchange([&](auto& exchange) {
-      this->metered([&] { exchange.start(topology_.at(round_), snapshot_); });
+      this->metered(comm_, "dpsgd begin_step", [&] { exchange.start(topology_.at(round_), snapshot_); });
       if (exchange.wire()) exchange.decoded_self(snapshot_);
     });
   }
 
   void end_step() {
-    this->metered([&] {
+    this->metered(comm_, "dpsgd end_step", [&] {
       if (on_device_) return on_device_->finish();
       with_exchange([&](auto& exchange) {
         exchange.finish([&](int, double weight, std::span<const float> neighbour) {
@@ -91,7 +91,7 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
 
   // Exact average for evaluation; every rank ends with the same model.
   void finish() {
-    this->metered([&] { average_models(comm_, model_); });
+    this->metered(comm_, "dpsgd finish", [&] { average_models(comm_, model_); });
   }
 
  private:

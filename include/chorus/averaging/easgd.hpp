@@ -58,7 +58,7 @@ class easgd : public scheme_base<easgd<Communicator>> {
     require_elastic(options_.alpha, options_.tau, "easgd");
     codec::require_model_codec(options_.codec, "easgd");
     centre_ = model_.snapshot();
-    this->metered([&] { allreduce(comm_, std::span<float>(centre_), op::avg{}); });
+    this->metered(comm_, "easgd start", [&] { allreduce(comm_, std::span<float>(centre_), op::avg{}); });
   }
 
   std::span<const float> centre() const noexcept { return centre_; }
@@ -85,7 +85,7 @@ class easgd : public scheme_base<easgd<Communicator>> {
     model_.for_each_part(std::span<const float>(difference_), [&](std::span<float> tensor, std::span<const float> d) {
       for (std::size_t k = 0; k < tensor.size(); ++k) tensor[k] -= alpha * d[k];
     });
-    this->metered([&] {
+    this->metered(comm_, "easgd elastic_step", [&] {
       if (options_.codec)
         codec::visit(options_.codec,
                      [&](auto coder) { allreduce(comm_, std::span<float>(difference_), op::sum{}, coder); });

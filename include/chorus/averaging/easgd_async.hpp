@@ -94,7 +94,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     }
     admission::open(comm_, "easgd_async");
     std::vector<float> start = model_.snapshot();
-    this->metered([&] { broadcast(comm_, std::span<float>(start), options_.server); });
+    this->metered(comm_, "easgd_async start", [&] { broadcast(comm_, std::span<float>(start), options_.server); });
     model_.copy_from(start);
     if (is_server()) start_serving(std::move(start));
   }
@@ -133,7 +133,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
                   {comm_.world_rank(comm_.rank()), -1, "easgd_async leave"});
     pull();
     const auto goodbye = message_.write(wire::kind::leaving, pulls_, static_cast<double>(this->stats_.steps), 0);
-    this->metered([&] { comm_.send(goodbye, options_.server, request_tag); });
+    this->metered(comm_, "easgd_async leave", [&] { comm_.send(goodbye, options_.server, request_tag); });
     this->mark_left();
   }
 
@@ -152,10 +152,10 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       };
       serving_comm_.progress_until(all_gone, "easgd_async finish, waiting for every worker's last pull and goodbye");
       centre = centre_;
-      this->metered([&] { send_centre(centre); });
+      this->metered(comm_, "easgd_async finish", [&] { send_centre(centre); });
     } else {
       const auto goodbye = message_.write(wire::kind::done, pulls_, static_cast<double>(this->stats_.steps), 0);
-      this->metered([&] {
+      this->metered(comm_, "easgd_async finish", [&] {
         comm_.send(goodbye, options_.server, request_tag);
         comm_.recv(std::span<float>(centre), options_.server, centre_tag);
       });
@@ -194,7 +194,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   // A joiner: introduced to the server, it starts from the centre.
   void join() {
     std::vector<float> centre(elements_);
-    this->metered([&] {
+    this->metered(comm_, "easgd_async join", [&] {
       std::array<request, 2> admission{comm_.irecv(std::span(centre), options_.server, admission::welcome_tag),
                                        admission::introduce(comm_, options_.server)};
       comm_.wait_all(admission, "easgd_async join, waiting for the server's welcome");
@@ -210,7 +210,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       pull_locally(x);
     } else {
       const auto sent = message_.write(wire::kind::pull, ++pulls_, static_cast<double>(this->stats_.steps), bytes_);
-      this->metered([&] {
+      this->metered(comm_, "easgd_async pull", [&] {
         std::array<request, 2> round_trip{comm_.irecv(reply_.buffer(), options_.server, reply_tag),
                                           comm_.isend(sent, options_.server, request_tag)};
         comm_.wait_all(round_trip, "easgd_async pull");

@@ -206,7 +206,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void leave() {
     require_here("gosgd leave");
     this->mark_left();  // from here on: no step, no quiesce(), and a cut is not waited for
-    this->metered([&] {
+    this->metered(comm_, "gosgd leave", [&] {
       announce_leaving();
       const auto answered = [&] {
         merge_arrivals();
@@ -222,7 +222,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // Collective: drain, then every rank takes the consensus sum a x / sum a.
   void finish() {
     require_here("gosgd finish");
-    this->metered([&] {
+    this->metered(comm_, "gosgd finish", [&] {
       quiesce();
       weighted_consensus(group_, model_, weight_);
     });
@@ -334,7 +334,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // sees it, then rank 0's first push, its start.
   void join(const Communicator& world) {
     std::vector<std::int64_t> words(3 + 3 * static_cast<std::size_t>(comm_.transport().capacity()));
-    this->metered([&] {
+    this->metered(comm_, "gosgd join", [&] {
       std::array<request, 2> admission{comm_.irecv(std::span(words), 0, admission::welcome_tag),
                                        admission::introduce(comm_, 0)};
       comm_.wait_all(admission, "gosgd join, waiting for the welcome of the group's rank 0 (it admits joiners)");
@@ -406,7 +406,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     const auto bytes = message->bytes.write(wire::kind::push, ++at(peer).pushed_to, sent, payload_bytes_);
     message->peer = peer;
     try {
-      this->metered([&] { message->handle = comm_.isend(bytes, peer, gossip_tag); });
+      this->metered(comm_, "gosgd push", [&] { message->handle = comm_.isend(bytes, peer, gossip_tag); });
     } catch (const error& failure) {
       drop_named(failure);  // the halved weight went with it
       return;
@@ -481,7 +481,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // lost and departed), who agree on who is lost (quiesce's cuts).
   void renormalise() {
     double total = weight_;
-    this->metered([&] { allreduce(group_, std::span<double>(&total, 1), op::sum{}); });
+    this->metered(comm_, "gosgd renormalise", [&] { allreduce(group_, std::span<double>(&total, 1), op::sum{}); });
     weight_ /= total;
   }
 

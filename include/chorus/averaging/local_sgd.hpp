@@ -50,7 +50,8 @@ class local_sgd : public scheme_base<local_sgd<Communicator>> {
 
  private:
   void average() {
-    this->metered([&] { average_models(comm_, model_, options_.codec, options_.bucket_bytes); });
+    this->metered(comm_, "local_sgd average",
+                  [&] { average_models(comm_, model_, options_.codec, options_.bucket_bytes); });
     ++this->stats_.exchanges;
     averaged_at_ = this->stats_.steps;
   }

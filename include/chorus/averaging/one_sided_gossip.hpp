@@ -78,7 +78,7 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
   std::vector<lost_peer> lost_peers() const { return losses_.list(); }
 
   void end_step() {
-    this->metered([&] {
+    this->metered(group_, "one_sided_gossip end_step", [&] {
       merge();
       push();
     });
@@ -88,7 +88,7 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
 
   // Collective: every push made before any rank's quiesce() is merged.
   void quiesce() {
-    this->metered([&] {
+    this->metered(group_, "one_sided_gossip quiesce", [&] {
       window_.quiesce();
       merge();
       if (losses_.tolerated()) renormalise();
@@ -98,7 +98,7 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
   // Collective: quiesce, then every rank takes the consensus sum p x / sum p.
   void finish() {
     quiesce();
-    this->metered([&] { weighted_consensus(group_, model_, window_.p()); });
+    this->metered(group_, "one_sided_gossip finish", [&] { weighted_consensus(group_, model_, window_.p()); });
     window_.set_p(1.0);
   }
 

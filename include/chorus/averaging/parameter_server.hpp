@@ -129,7 +129,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     }
     admission::open(comm_, "parameter_server");
     std::vector<float> start = model_.snapshot();
-    this->metered([&] { broadcast(comm_, std::span<float>(start), 0); });
+    this->metered(comm_, "parameter_server start", [&] { broadcast(comm_, std::span<float>(start), 0); });
     model_.copy_from(start);
     if (is_worker()) open_links();
     if (options_.push_by_accumulate) open_push_window();
@@ -216,7 +216,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
       const std::span<const float> mine = shard_->values();
       std::copy(mine.begin(), mine.end(), assembled.begin() + static_cast<std::ptrdiff_t>(shard_offset(comm_.rank())));
     }
-    this->metered([&] { exchange_shards(assembled); });
+    this->metered(comm_, "parameter_server finish", [&] { exchange_shards(assembled); });
     model_.copy_from(assembled);
   }
 
@@ -254,7 +254,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
                                                          : " with windows has a slot per worker fixed at the start"),
                   {comm_.world_rank(comm_.rank()), -1, "parameter_server join"});
     open_links();
-    this->metered([&] {
+    this->metered(comm_, "parameter_server join", [&] {
       std::vector<request> admission;
       for (int s = 0; s < servers_; ++s) {
         admission.push_back(comm_.irecv(link(s).reply.buffer(), s, admission::welcome_tag));
@@ -371,7 +371,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   server_link& link(int s) { return links_[static_cast<std::size_t>(s)]; }
 
   void push(std::span<const float> gradient) {
-    this->metered([&] {
+    this->metered(comm_, "parameter_server push", [&] {
       for (int s = 0; s < servers_; ++s) {
         server_link& to = link(s);
         const std::span<const float> part = gradient.subspan(shard_offset(s), shard_size(s));
@@ -397,7 +397,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     if (is_server())
       for (int w = first_worker(); w < comm_.size(); ++w)
         if (w != comm_.rank()) pushers_.push_back(w);
-    this->metered([&] {
+    this->metered(comm_, "parameter_server open", [&] {
       push_window_ = std::make_unique<window<Communicator>>(
           comm_, push_part_,
           window_options{.sources = pushers_,
@@ -460,7 +460,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
 
   // Asks every server for its shard; the replies land in the links.
   void start_fetch() {
-    this->metered([&] {
+    this->metered(comm_, "parameter_server fetch", [&] {
       for (int s = 0; s < servers_; ++s) {
         server_link& to = link(s);
         comm_.wait(to.pull_send, "parameter_server pull");
@@ -486,7 +486,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
           std::span(start).subspan(shard_offset(comm_.rank()), shard_size(comm_.rank()));
       std::copy(mine.begin(), mine.end(), published_.begin());
     }
-    this->metered([&] {
+    this->metered(comm_, "parameter_server open", [&] {
       shard_window_ = std::make_unique<window<Communicator>>(comm_, published_, window_options{.sources = sources});
     });
     shard_window_->set_p(0.0);  // version 0, the start
@@ -524,7 +524,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // Every shard as its server last published it (this rank's own from its
   // server directly): no server is asked or waited for.
   void fetch_published() {
-    this->metered([&] {
+    this->metered(comm_, "parameter_server fetch", [&] {
       shard_window_->get();
       shard_window_->collect([&](int s, std::span<const float> part, double version) {
         take_shard(s, part, static_cast<std::uint64_t>(version));
@@ -608,7 +608,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
         take_fetch();
       }
     }
-    this->metered([&] {
+    this->metered(comm_, "parameter_server finish", [&] {
       std::vector<request> sends;
       for (int s = 0; s < servers_; ++s) {
         server_link& to = link(s);

@@ -16,14 +16,17 @@
 // or, the same loop body: scheme.step(compute_gradients, apply_update).
 // Schemes derive from scheme_base<Derived>, which supplies step(), no-op
 // hooks and the statistics; a hook wrapped in `metered` has the bytes and
-// messages this thread sends during it counted.
+// messages this thread sends during it counted and, given its communicator
+// and a name, is an entry of the flight record (record/call.hpp).
 #pragma once
 
 #include <chorus/comm/traffic.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/record/call.hpp>
 
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 
 namespace chorus::averaging {
@@ -99,6 +102,14 @@ class scheme_base {
       }
     } guard{stats_, before};
     return std::forward<Work>(work)();
+  }
+  // The same, as a scheme entry named `what` in the flight record of `comm`
+  // (record/call.hpp): the collectives and messages `work` makes are
+  // entries of their own within it.
+  template <class Communicator, class Work>
+  decltype(auto) metered(const Communicator& comm, std::string_view what, Work&& work) {
+    const record::recorded_call recorded(record::recorder_of(comm), record::scheme_call(what));
+    return metered(std::forward<Work>(work));
   }
   void count_step() noexcept { ++stats_.steps; }
 

@@ -66,7 +66,7 @@ class tree_easgd : public scheme_base<tree_easgd<Communicator>> {
       throw error(errc::invalid_argument,
                   "tree_easgd: fan-out must be at least 1, got " + std::to_string(options_.fanout));
     std::vector<float> start = model_.snapshot();
-    this->metered([&] { broadcast(comm_, std::span<float>(start), 0); });
+    this->metered(comm_, "tree_easgd start", [&] { broadcast(comm_, std::span<float>(start), 0); });
     model_.copy_from(start);
   }
 
@@ -95,7 +95,7 @@ class tree_easgd : public scheme_base<tree_easgd<Communicator>> {
   // Collective: every rank's model becomes the root's.
   void finish() {
     std::vector<float> root = model_.snapshot();
-    this->metered([&] { broadcast(comm_, std::span<float>(root), 0); });
+    this->metered(comm_, "tree_easgd finish", [&] { broadcast(comm_, std::span<float>(root), 0); });
     model_.copy_from(root);
   }
 
@@ -113,7 +113,7 @@ class tree_easgd : public scheme_base<tree_easgd<Communicator>> {
     model_.copy_to(asked_.payload_as<float>());
     const auto sent =
         asked_.write(wire::kind::pull, ++exchanges_with(peer), static_cast<double>(this->stats_.steps), bytes_);
-    this->metered([&] {
+    this->metered(comm_, "tree_easgd ask", [&] {
       std::array<request, 2> round_trip{comm_.irecv(answer_.buffer(), peer, answer_tag), comm_.isend(sent, peer, tag)};
       comm_.wait_all(round_trip, "tree_easgd exchange");
       const wire::reader from = reader_for(peer, "tree_easgd exchange");
@@ -130,7 +130,7 @@ class tree_easgd : public scheme_base<tree_easgd<Communicator>> {
   // Waits for `peer`'s model, moves this node toward it, answers with d.
   void answer(int peer, int tag) {
     const wire::reader from = reader_for(peer, "tree_easgd answer");
-    this->metered([&] {
+    this->metered(comm_, "tree_easgd answer", [&] {
       request arrival = comm_.irecv(incoming_.buffer(), peer, tag);
       comm_.wait(arrival, "tree_easgd answer, waiting for the neighbour's model");
       wire::expect_sequence(incoming_.read(arrival.received_bytes(), {wire::kind::pull}, bytes_, from),

@@ -20,6 +20,7 @@
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -58,6 +59,7 @@ bool allgather_goes_direct(memory_router& router, Communicator& comm, std::span<
 // copy, so the direct path needs no device kernels.
 template <class Communicator, element T>
 algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = algorithm::automatic) {
+  const record::recorded_call recorded(record::recorder_of(comm), record::collective("allgather", all));
   const std::size_t block = collective::allgather_block(comm, all);
   memory_router* const router = routed(all);
   const choice made =

@@ -19,6 +19,7 @@
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -44,6 +45,8 @@ namespace collective {
 // others whole. The path is reported (CHORUS_DEBUG=1).
 template <class Communicator, element T, class Op>
 algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
+  const record::recorded_call recorded(record::recorder_of(comm),
+                                       record::collective("allreduce", data, op::name_of<Op>()));
   const choice made =
       choose(comm, entry_of<collective::allreduce_algorithms>(),
              {.ranks = comm.size(), .bytes = data.size_bytes(), .host_memory = router == nullptr}, forced);
@@ -55,7 +58,8 @@ algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<T> d
     // op over one contribution is that contribution (avg divides by 1): the
     // buffer stays where it is, no copy through the host and back.
     check_and_report();
-    report_path(comm, "allreduce", data.size_bytes(), "not moved (one rank: the result is the input)");
+    report_path(comm, "allreduce", data.size_bytes(), "not moved (one rank: the result is the input)",
+                record::path::not_moved);
     return made.chosen;
   }
   // Set where a staged ring runs this call over its host copy: the ring

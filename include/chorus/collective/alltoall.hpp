@@ -14,6 +14,7 @@
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -79,6 +80,7 @@ struct alltoall_algorithms : algorithm_list<algorithms::alltoall_pairwise> {
 // direct path needs no device kernels.
 template <class Communicator, element T>
 algorithm alltoall(Communicator& comm, std::span<const T> input, std::span<T> output) {
+  const record::recorded_call recorded(record::recorder_of(comm), record::collective("alltoall", input));
   const std::size_t block = collective::alltoall_block(comm, input, output);
   memory_router* const router = routed(input, output);
   const choice made = choose(comm, entry_of<collective::alltoall_algorithms>(),

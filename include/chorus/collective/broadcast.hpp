@@ -18,6 +18,7 @@
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -30,6 +31,7 @@ namespace chorus {
 // read and the others' written.
 template <class Communicator, element T>
 algorithm broadcast(Communicator& comm, std::span<T> data, int root, algorithm forced = algorithm::automatic) {
+  const record::recorded_call recorded(record::recorder_of(comm), record::collective("broadcast", data, {}, root));
   collective::check_root(root, comm.size(), comm.transport().rank(), "broadcast");
   memory_router* const router = routed(data);
   const choice made =

@@ -11,6 +11,7 @@
 #include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -59,6 +60,7 @@ void gather_by(X& ex, Communicator& comm, std::span<const T> mine, std::span<T> 
 // and the root's output written.
 template <class Communicator, element T>
 void gather(Communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
+  const record::recorded_call recorded(record::recorder_of(comm), record::collective("gather", mine, {}, root));
   collective::check_gather(comm, mine, all, root);
   const std::size_t filled = comm.rank() == root ? mine.size() * static_cast<std::size_t>(comm.size()) : 0;
   memory_router* const router = routed(mine, all);

@@ -20,6 +20,7 @@
 #include <chorus/collective/check.hpp>
 #include <chorus/comm/background.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/memory_router.hpp>
 
 #include <chrono>
@@ -67,12 +68,21 @@ std::uint32_t sequences_per_call(const Communicator& comm) {
   return check_enabled(comm) ? 2 : 1;
 }
 
+// Posts the call's flight-record entry now, in call order, and runs it on
+// the background thread, where the front door it calls is part of it.
+// `described` false: `call` is a name only, and the front door that `work`
+// calls describes it (the Python binding's calls).
 template <class Communicator, class Work>
-collective_request start(Communicator& comm, const char* operation, Work work) {
+collective_request start(Communicator& comm, const record::call_description& call, Work work,
+                         bool described = true) {
+  record::posted_call posted = record::post(record::recorder_of(comm), call, described);
   Communicator forked = comm.fork_sequences(sequences_per_call(comm));
   // Device buffers order on the caller's stream, not the worker's (route/memory_router.hpp).
-  return {comm.background().submit(on_callers_stream([forked, work]() mutable { work(forked); })), comm.timeout(),
-          operation};
+  return {comm.background().submit(on_callers_stream([forked, work, posted]() mutable {
+            const record::recorded_call recorded(std::move(posted));
+            work(forked);
+          })),
+          comm.timeout(), std::string(call.name.view())};
 }
 
 }  // namespace collective
@@ -80,25 +90,26 @@ collective_request start(Communicator& comm, const char* operation, Work work) {
 template <class Communicator, element T, reduction_operator Op = op::sum>
 collective_request iallreduce(Communicator& comm, std::span<T> data, Op op = {},
                               algorithm forced = algorithm::automatic) {
-  return collective::start(comm, "iallreduce", [data, op, forced](Communicator& c) { allreduce(c, data, op, forced); });
+  return collective::start(comm, record::collective("iallreduce", data, op::name_of<Op>()),
+                           [data, op, forced](Communicator& c) { allreduce(c, data, op, forced); });
 }
 
 template <class Communicator, element T>
 collective_request ibroadcast(Communicator& comm, std::span<T> data, int root,
                               algorithm forced = algorithm::automatic) {
-  return collective::start(comm, "ibroadcast",
+  return collective::start(comm, record::collective("ibroadcast", data, {}, root),
                            [data, root, forced](Communicator& c) { broadcast(c, data, root, forced); });
 }
 
 template <class Communicator>
 collective_request ibarrier(Communicator& comm) {
-  return collective::start(comm, "ibarrier", [](Communicator& c) { c.barrier(); });
+  return collective::start(comm, record::collective("ibarrier"), [](Communicator& c) { c.barrier(); });
 }
 
 template <class Communicator, element T>
 collective_request iallgather(Communicator& comm, std::span<const T> mine, std::span<T> all,
                               algorithm forced = algorithm::automatic) {
-  return collective::start(comm, "iallgather",
+  return collective::start(comm, record::collective("iallgather", mine),
                            [mine, all, forced](Communicator& c) { allgather(c, mine, all, forced); });
 }
 

@@ -14,6 +14,7 @@
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -41,6 +42,8 @@ struct reduce_algorithms : algorithm_list<algorithms::reduce_tree> {
 // once. Staged: the input read, the root's output written.
 template <class Communicator, element T, class Op = op::sum>
 algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> output, int root, Op op = {}) {
+  const record::recorded_call recorded(record::recorder_of(comm),
+                                       record::collective("reduce", input, op::name_of<Op>(), root));
   const int rank = comm.transport().rank();
   collective::check_root(root, comm.size(), rank, "reduce");
   const bool at_root = comm.rank() == root;

@@ -20,6 +20,7 @@
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -55,6 +56,8 @@ template <class Communicator, element T, class Op = op::sum>
   requires(!std::same_as<Op, algorithm>)
 algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
                          algorithm forced = algorithm::automatic) {
+  const record::recorded_call recorded(record::recorder_of(comm),
+                                       record::collective("reduce_scatter", input, op::name_of<Op>()));
   const auto n = static_cast<std::size_t>(comm.size());
   const std::size_t block = collective::reduce_scatter_block(comm, input, output);
   memory_router* const router = routed(input, output);

@@ -11,6 +11,7 @@
 #include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/core/element_type.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -64,6 +65,7 @@ void scatter_by(X& ex, Communicator& comm, std::span<const T> all, std::span<T> 
 // and this rank's block written.
 template <class Communicator, element T>
 void scatter(Communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
+  const record::recorded_call recorded(record::recorder_of(comm), record::collective("scatter", mine, {}, root));
   collective::check_scatter(comm, all, mine, root);
   const std::size_t used = comm.rank() == root ? mine.size() * static_cast<std::size_t>(comm.size()) : 0;
   memory_router* const router = routed(all, mine);

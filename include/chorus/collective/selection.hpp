@@ -11,7 +11,8 @@
 // Every call says what ran and why: the collective returns the algorithm,
 // chorus::choose() predicts it with its reason ("caller", the rule's text,
 // "CHORUS_ALLREDUCE_ALGO", "cost model ..."), and CHORUS_DEBUG=1 logs a
-// line per call. Backends (NCCL) register below so that they report alike.
+// line per call, and the flight recorder keeps it with the call
+// (record/call.hpp). Backends (NCCL) register below so that they report alike.
 #pragma once
 
 #include <chorus/collective/algorithm_list.hpp>
@@ -21,6 +22,7 @@
 #include <chorus/core/log.hpp>
 #include <chorus/core/tuning.hpp>
 #include <chorus/core/variables.hpp>
+#include <chorus/record/call.hpp>
 
 #include <array>
 #include <cstddef>
@@ -203,6 +205,7 @@ inline choice choose_backend(std::string_view backend, std::string_view collecti
 template <class Communicator>
 void report(const Communicator& comm, std::string_view collective, std::size_t bytes, dtype type, const choice& made,
             int between_hosts = 0) {
+  record::recorded_call::chose(to_string(made.chosen));
   if (!log::debug_enabled()) return;
   const std::string what = between_hosts > 0
                                ? std::string(collective) + " between hosts of " + std::to_string(bytes) + " B over " +

@@ -20,6 +20,8 @@
 #include <chorus/comm/traffic.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/log.hpp>
+#include <chorus/record/call.hpp>
+#include <chorus/record/dump_signal.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 #include <chorus/transport/peer_process.hpp>
@@ -91,6 +93,8 @@ struct world_state {
   std::map<std::string, std::shared_ptr<void>> attachments;
   // Asynchronous schemes open on this process (comm/pending_merges.hpp).
   chorus::pending_merges pending_merges;
+  // This rank's flight record: a ring per communicator (record/journal.hpp).
+  std::shared_ptr<record::journal> journal;
 
   world_state() = default;
   world_state(const world_state&) = delete;
@@ -104,6 +108,8 @@ struct world_state {
   // it (store_protocol.hpp).
   ~world_state() {
     const bool failing = std::uncaught_exceptions() > 0 || (transport && transport->failed());
+    if (journal && journal->enabled() && !journal->settings().directory.empty())
+      record::dump(*journal, journal->failure().empty() ? "exit" : "error");
     if (failing && transport) transport->abandon();
     background.reset();  // finishes queued collectives while the transport lives
     progress.reset();
@@ -128,6 +134,8 @@ class basic_communicator {
       : world_(std::move(world)), rank_(world_->transport->rank()) {
     members_.resize(static_cast<std::size_t>(world_->transport->size()));
     std::iota(members_.begin(), members_.end(), 0);
+    if (!world_->journal) world_->journal = record::open_journal(world_->job, rank_, size(), world_->config.record);
+    open_ring();
   }
 
   bool valid() const noexcept { return world_ != nullptr; }
@@ -167,6 +175,11 @@ class basic_communicator {
   // since they run in another order than the caller's.
   bool is_background_copy() const noexcept { return forked_; }
   std::uint64_t job() const noexcept { return world_->job; }
+
+  // Where this communicator's calls are recorded (record/call.hpp): its
+  // flight ring and the world's journal; null where CHORUS_RECORD=0.
+  record::target recorder() const noexcept { return {ring_.get(), world_ ? world_->journal.get() : nullptr}; }
+  record::journal* journal() const noexcept { return world_ ? world_->journal.get() : nullptr; }
 
   // What a collective keeps for this group of ranks under `key` (its
   // shared-memory channel), made by `make()` on first use.
@@ -268,6 +281,7 @@ class basic_communicator {
   template <class U, std::size_t E>
   request isend(std::span<U, E> data, int peer, int user_tag = 0, receive_kind kind = receive_kind::awaited) {
     static_assert(std::is_trivially_copyable_v<U>);
+    const record::recorded_call recorded(recorder(), record::point_to_point("isend", data, peer));
     const std::span<const std::byte> bytes = std::as_bytes(data);
     return start_moving(bytes, buffer_use::read, "isend", [&](std::span<const std::byte> moved) {
       return isend_bytes(moved, peer, user_wire_tag(user_tag, "send"), kind);
@@ -276,6 +290,7 @@ class basic_communicator {
   template <class U, std::size_t E>
   request irecv(std::span<U, E> data, int peer, int user_tag = 0, receive_kind kind = receive_kind::awaited) {
     static_assert(std::is_trivially_copyable_v<U> && !std::is_const_v<U>);
+    const record::recorded_call recorded(recorder(), record::point_to_point("irecv", data, peer));
     const std::span<std::byte> bytes = std::as_writable_bytes(data);
     return start_moving(bytes, buffer_use::write, "irecv", [&](std::span<std::byte> moved) {
       return irecv_bytes(moved, peer, user_wire_tag(user_tag, "recv"), kind);
@@ -287,6 +302,7 @@ class basic_communicator {
   template <class U, std::size_t E>
   request irecv_any(std::span<U, E> data, int user_tag = 0) {
     static_assert(std::is_trivially_copyable_v<U> && !std::is_const_v<U>);
+    const record::recorded_call recorded(recorder(), record::point_to_point("irecv_any", data, -1));
     const std::span<std::byte> bytes = std::as_writable_bytes(data);
     return start_moving(bytes, buffer_use::write, "irecv", [&](std::span<std::byte> moved) {
       return transport().irecv_any(user_wire_tag(user_tag, "recv"), moved);
@@ -305,6 +321,7 @@ class basic_communicator {
   // that moves CUDA memory, route/direct_path.hpp), else through pinned memory.
   template <class U, std::size_t E>
   void send(std::span<U, E> data, int peer, int user_tag = 0) {
+    const record::recorded_call recorded(recorder(), record::point_to_point("send", data, peer));
     move_blocking(std::span<const std::byte>(std::as_bytes(data)), buffer_use::read, "send",
                   [&](std::span<const std::byte> moved) {
                     request handle = isend_bytes(moved, peer, user_wire_tag(user_tag, "send"));
@@ -318,6 +335,7 @@ class basic_communicator {
   template <class U, std::size_t E>
   void recv(std::span<U, E> data, int peer, int user_tag = 0) {
     static_assert(!std::is_const_v<U>);
+    const record::recorded_call recorded(recorder(), record::point_to_point("recv", data, peer));
     move_blocking(std::span<std::byte>(std::as_writable_bytes(data)), buffer_use::write, "recv",
                   [&](std::span<std::byte> moved) {
                     request handle = irecv_bytes(moved, peer, user_wire_tag(user_tag, "recv"));
@@ -366,6 +384,7 @@ class basic_communicator {
   // Dissemination barrier: ceil(log2 n) rounds; in round k rank r signals
   // r + 2^k and hears from r - 2^k (mod n). Cost: ceil(log2 n) alpha.
   void barrier() {
+    const record::recorded_call recorded(recorder(), record::collective("barrier"));
     require_merged("barrier");
     const std::uint32_t sequence = next_sequence();
     const int n = size();
@@ -401,6 +420,7 @@ class basic_communicator {
     }
     if (survivors.rank_ < 0)
       throw error(errc::invalid_argument, "without: this rank is among the lost", {transport().rank(), -1, "without"});
+    if (ring_) ring_->set_members(survivors.members_, survivors.rank_);
     return survivors;
   }
 
@@ -439,6 +459,7 @@ class basic_communicator {
     basic_communicator grown = *this;
     grown.members_.push_back(world_rank);
     grown.layout_.reset();
+    if (ring_) ring_->set_members(grown.members_, grown.rank_);
     return grown;
   }
 
@@ -454,6 +475,7 @@ class basic_communicator {
     group.members_ = std::move(members);
     group.rank_ = static_cast<int>(group.members_.size());
     group.members_.push_back(transport().rank());
+    group.open_ring();
     return group;
   }
 
@@ -461,6 +483,7 @@ class basic_communicator {
   // rank). A negative color yields an empty communicator (valid() false).
   // Collective over this communicator.
   basic_communicator split(int color, int key) {
+    const record::recorded_call recorded(recorder(), record::collective("split"));
     const std::uint32_t sequence = next_sequence();
     const std::array<std::int32_t, 2> mine{color, key};
     if (rank_ != 0) {
@@ -604,11 +627,17 @@ class basic_communicator {
     child.id_ = static_cast<std::uint32_t>(header[0]);
     child.rank_ = header[1];
     for (std::int32_t parent_rank : group) child.members_.push_back(members_[static_cast<std::size_t>(parent_rank)]);
+    child.open_ring();
     return child;
   }
 
+  void open_ring() {
+    if (world_->journal) ring_ = world_->journal->ring_of(id_, members_, rank_);
+  }
+
   std::shared_ptr<world_state<T>> world_;
-  std::vector<int> members_;  // this communicator's rank -> transport rank
+  std::shared_ptr<record::ring> ring_;  // this communicator's flight ring (null: recording off)
+  std::vector<int> members_;            // this communicator's rank -> transport rank
   int rank_ = -1;
   std::uint32_t id_ = 0;
   std::uint32_t sequence_ = 1;

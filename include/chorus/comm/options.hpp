@@ -11,6 +11,8 @@
 //             (core/tuning.hpp), parsed once here
 //   joiners   CHORUS_JOINERS   processes that may join while the job runs
 //             (a peer slot each on every rank)          default 16
+//   record    CHORUS_RECORD    flight-record entries per communicator
+//             (record/journal.hpp); 0 records nothing    default 2048
 //   CHORUS_ALLREDUCE_ALGO is parsed here too, once, for the collectives
 //   (see collective/selection.hpp); every other CHORUS_* variable is
 //   checked here (core/variables.hpp), so a bad one fails init().
@@ -19,6 +21,7 @@
 #include <chorus/core/env.hpp>
 #include <chorus/core/tuning.hpp>
 #include <chorus/core/variables.hpp>
+#include <chorus/record/journal.hpp>
 #include <chorus/transport/transport.hpp>
 
 #include <sched.h>
@@ -42,7 +45,8 @@ struct options {
   // machine form hosts of this many, in rank order, for shared-memory and
   // hierarchical collectives; run_threads uses it to simulate hosts.
   std::optional<int> local_size;
-  std::optional<int> joiners;  // CHORUS_JOINERS's role
+  std::optional<int> joiners;         // CHORUS_JOINERS's role
+  std::optional<std::size_t> record;  // CHORUS_RECORD's role
 };
 
 struct settings {
@@ -54,6 +58,7 @@ struct settings {
   tuning tune;                                           // CHORUS_TUNE
   int ranks_per_host = 1 << 20;                          // see options::local_size
   int joiners = 16;                                      // see options::joiners
+  record::journal_settings record;                       // CHORUS_RECORD, CHORUS_RECORD_DIR
 };
 
 inline bool check_by_default() {
@@ -83,6 +88,8 @@ inline settings resolve(const options& given, int local_ranks) {
   if (chosen.ranks_per_host < 1) throw error(errc::invalid_argument, "options.local_size must be at least 1");
   chosen.joiners = given.joiners.value_or(static_cast<int>(env::get_integer("CHORUS_JOINERS", 0, 65536).value_or(16)));
   if (chosen.joiners < 0) throw error(errc::invalid_argument, "options.joiners must not be negative");
+  chosen.record = record::journal_settings::from_environment();
+  if (given.record) chosen.record.entries = *given.record;
   chosen.check = given.check.value_or(env::get_integer("CHORUS_CHECK", 0, 1).value_or(check_by_default() ? 1 : 0) == 1);
   using transport::progress_mode;
   if (given.progress) {

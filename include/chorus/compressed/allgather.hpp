@@ -20,6 +20,7 @@
 #include <chorus/collective/arguments.hpp>
 #include <chorus/collective/broadcast.hpp>
 #include <chorus/compressed/codec_steps.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -65,6 +66,7 @@ void broadcast_with(Communicator& comm, std::span<float> data, int root, const S
 // all[r * mine.size() + i] = decode(encode(rank r's mine))[i].
 template <class Communicator, codec::codec Codec>
 void allgather(Communicator& comm, std::span<const float> mine, std::span<float> all, const Codec& c) {
+  const record::recorded_call recorded(record::recorder_of(comm), record::collective("compressed_allgather", mine));
   const auto n = static_cast<std::size_t>(comm.size());
   if (memory_router* router = routed(mine, all)) {
     const std::span<float> output = all.first(std::min(all.size(), mine.size() * n));
@@ -83,6 +85,8 @@ void allgather(Communicator& comm, std::span<const float> mine, std::span<float>
 // data = decode(encode(root's data)) on every rank, the root included.
 template <class Communicator, codec::codec Codec>
 void broadcast(Communicator& comm, std::span<float> data, int root, const Codec& c) {
+  const record::recorded_call recorded(record::recorder_of(comm),
+                                       record::collective("compressed_broadcast", data, {}, root));
   if (memory_router* router = routed(data)) {
     if (compressed::run_codec_direct(*router, comm, "compressed broadcast",
                                      {{data.data(), data.size_bytes(), buffer_use::read_write}}, c,

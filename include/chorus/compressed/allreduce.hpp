@@ -36,6 +36,7 @@
 #include <chorus/compressed/options.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -102,6 +103,8 @@ algorithm allreduce_with(Communicator& comm, std::span<float> data, const Steps&
 template <class Communicator, class Op, codec::codec_or_feedback Codec>
 algorithm allreduce(Communicator& comm, std::span<float> data, Op, Codec&& coder, compression_options options = {}) {
   static_assert(compressed::supported_op<Op>, "a compressed allreduce sums (op::sum) or averages (op::avg)");
+  const record::recorded_call recorded(record::recorder_of(comm),
+                                       record::collective("compressed_allreduce", data, op::name_of<Op>()));
   if (memory_router* router = routed(data)) {
     algorithm ran = algorithm::automatic;
     if (compressed::run_codec_direct(

@@ -42,13 +42,24 @@ struct error_context {
   std::string operation;
 };
 
+namespace detail {
+// The text of the last error made on this thread: the flight recorder
+// (record/call.hpp) keeps it with a call that failed.
+inline std::string& latest_error() {
+  thread_local std::string text;
+  return text;
+}
+}  // namespace detail
+
 class error : public std::runtime_error {
  public:
   error(errc category, std::string detail, error_context context = {})
       : std::runtime_error(format(category, detail, context)),
         category_(category),
         context_(std::move(context)),
-        detail_(std::move(detail)) {}
+        detail_(std::move(detail)) {
+    detail::latest_error() = what();
+  }
 
   errc category() const noexcept { return category_; }
   int rank() const noexcept { return context_.rank; }

@@ -17,6 +17,7 @@
 
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/log.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/memory_router.hpp>
 
 #include <initializer_list>
@@ -27,9 +28,12 @@
 
 namespace chorus {
 
-// The debug line for a call whose buffers are not host memory.
+// The debug line for a call whose buffers are not host memory, and the
+// path its flight-record entry names.
 template <class Communicator>
-void report_path(const Communicator& comm, std::string_view collective, std::size_t bytes, std::string_view why) {
+void report_path(const Communicator& comm, std::string_view collective, std::size_t bytes, std::string_view why,
+                 record::path where = record::path::staged) {
+  record::recorded_call::moved(where);
   if (log::debug_enabled())
     log::debug(comm.transport().rank(),
                std::string(collective) + " of " + std::to_string(bytes) + " B not in host memory: " + std::string(why));
@@ -64,7 +68,7 @@ bool run_direct_if(memory_router& router, Communicator& comm, std::string_view c
     if (path.reason.empty() || path.direct) path = ask(view);
   }
   if (first == nullptr) return false;
-  report_path(comm, collective, bytes, path.reason);
+  report_path(comm, collective, bytes, path.reason, path.direct ? record::path::direct : record::path::staged);
   if (!path.direct) return false;
   router.through_direct(*first, body, waiting_on(comm));
   return true;

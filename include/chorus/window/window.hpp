@@ -61,6 +61,7 @@
 #include <chorus/comm/traffic.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/variables.hpp>
+#include <chorus/record/call.hpp>
 #include <chorus/route/memory_router.hpp>
 #include <chorus/window/peer_region.hpp>
 #include <chorus/window/relay.hpp>
@@ -151,12 +152,14 @@ class window {
   // Writes weight * values into each target's slot (replacing what it
   // holds), every target with weight 1 when `to` is empty.
   void put(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    const record::recorded_call recorded(record::recorder_of(comm_), record::window_call("put", values.size()));
     in_order();
     write_to_targets(windows::entry_kind::put, values, to, link_busy::wait);
     wait_written();
   }
   // Adds weight * values to each target's slot.
   void accumulate(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    const record::recorded_call recorded(record::recorder_of(comm_), record::window_call("accumulate", values.size()));
     in_order();
     write_to_targets(windows::entry_kind::accumulate, values, to, link_busy::wait);
     wait_written();
@@ -166,11 +169,15 @@ class window {
   // sent and, for an accumulate kept pending, written (its target read
   // enough to make room).
   window_request put_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    const record::recorded_call recorded(record::recorder_of(comm_),
+                                         record::window_call("put_nonblocking", values.size()));
     in_order();
     write_to_targets(windows::entry_kind::put, values, to, link_busy::keep_pending);
     return sent_request();
   }
   window_request accumulate_nonblocking(std::span<const float> values, const std::vector<neighbour_weight>& to = {}) {
+    const record::recorded_call recorded(record::recorder_of(comm_),
+                                         record::window_call("accumulate_nonblocking", values.size()));
     in_order();
     write_to_targets(windows::entry_kind::accumulate, values, to, link_busy::keep_pending);
     return sent_request();
@@ -191,6 +198,7 @@ class window {
   // Reads each source's published tensor into its slot's value, times its
   // weight (every source with weight 1 when `from` is empty).
   void get(const std::vector<neighbour_weight>& from = {}) {
+    const record::recorded_call recorded(record::recorder_of(comm_), record::window_call("get", 0));
     in_order();
     get_now(from);
   }
@@ -203,6 +211,7 @@ class window {
   // out = (out + the sum of the sources' values) / (sources + 1), and p
   // likewise: uniform weights.
   void update(std::span<float> out, bool reset = false) {
+    const record::recorded_call recorded(record::recorder_of(comm_), record::window_call("update", out.size()));
     in_order();
     require_size(out.size(), "update");
     update_now(out, std::nullopt, {}, reset);
@@ -212,6 +221,7 @@ class window {
   // `from` (the others weigh 0), and p likewise. With reset every slot's
   // value (and p) becomes 0 afterwards.
   void update(std::span<float> out, double self_weight, const std::vector<neighbour_weight>& from, bool reset = false) {
+    const record::recorded_call recorded(record::recorder_of(comm_), record::window_call("update", out.size()));
     in_order();
     require_size(out.size(), "update");
     update_now(out, self_weight, from, reset);
@@ -316,6 +326,7 @@ class window {
   // Waits until every entry written so far has landed at its target (not
   // the pending sums: they wait for their targets to read; see quiesce()).
   void flush() {
+    const record::recorded_call recorded(record::recorder_of(comm_), record::window_call("flush", 0));
     in_order();
     each_live(targets_, [&](target_state& target) { link(target.rank).flush(comm_.deadline()); });
   }
@@ -330,6 +341,7 @@ class window {
   // quiesce() too. A tag message may overtake RMA, hence the flush before
   // the drained mark.
   void quiesce() {
+    const record::recorded_call recorded(record::recorder_of(comm_), record::window_call("quiesce", 0));
     in_order();
     each_live(sources_, [&](source_state& source) {
       source.quiescing = comm_.isend_bytes({}, source.rank, comm_.wire_tag(quiesce_notice_, 0));

@@ -1,0 +1,96 @@
+// SIGUSR1 asks every rank for its flight record: the handler only writes a
+// byte to a pipe (all a handler may safely do); a thread that sleeps on the
+// pipe dumps every live journal of the process (dump.hpp). chorus-run
+// sends it to every rank when a job stalls. The handler is installed once
+// per process, with the first journal that records, and only where
+// SIGUSR1 still has its default action (a program's own handler stays).
+#pragma once
+
+#include <chorus/record/dump.hpp>
+#include <chorus/record/journal.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace chorus::record {
+
+namespace detail {
+
+struct live_journals {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<journal>> all;
+
+  std::vector<std::shared_ptr<journal>> alive() {
+    std::lock_guard lock(mutex);
+    std::vector<std::shared_ptr<journal>> found;
+    std::erase_if(all, [](const std::weak_ptr<journal>& held) { return held.expired(); });
+    for (const std::weak_ptr<journal>& held : all)
+      if (auto live = held.lock()) found.push_back(std::move(live));
+    return found;
+  }
+};
+
+inline live_journals& journals() {
+  static live_journals* const listed = new live_journals;  // never destroyed: the dump thread outlives main
+  return *listed;
+}
+
+inline int signal_pipe[2] = {-1, -1};
+
+inline void on_dump_signal(int) {
+  const int saved = errno;
+  const char byte = 1;
+  [[maybe_unused]] const auto written = ::write(signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+inline void dump_on_request() {
+  char bytes[64];
+  while (true) {
+    const auto got = ::read(signal_pipe[0], bytes, sizeof bytes);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return;
+    for (const auto& live : journals().alive()) {
+      const auto written = dump(*live, "signal");
+      if (!written.empty())
+        std::fprintf(stderr, "chorus: rank %d wrote its flight record to %s\n", live->rank(), written.c_str());
+    }
+  }
+}
+
+inline void install_dump_signal() {
+  struct sigaction current{};
+  if (::sigaction(SIGUSR1, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+  if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return;
+  ::fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
+  std::thread(dump_on_request).detach();
+  struct sigaction handler{};
+  handler.sa_handler = on_dump_signal;
+  ::sigemptyset(&handler.sa_mask);
+  handler.sa_flags = SA_RESTART;
+  ::sigaction(SIGUSR1, &handler, nullptr);
+}
+
+}  // namespace detail
+
+// A journal for rank `rank` of job `job`, listed for SIGUSR1's dumps.
+inline std::shared_ptr<journal> open_journal(std::uint64_t job, int rank, int size,
+                                             journal_settings settings = journal_settings::from_environment()) {
+  auto opened = std::make_shared<journal>(job, rank, size, std::move(settings));
+  if (!opened->enabled()) return opened;
+  static std::once_flag installed;
+  std::call_once(installed, detail::install_dump_signal);
+  std::lock_guard lock(detail::journals().mutex);
+  detail::journals().all.push_back(opened);
+  return opened;
+}
+
+}  // namespace chorus::record

@@ -238,3 +238,16 @@ TEST_CASE("a call posted with its name only is described by the front door it ru
     CHECK(!last.algorithm.empty());
   });
 }
+
+TEST_CASE("recording can be paused and resumed") {
+  chorus::run_threads(2, [](chorus::communicator& comm) {
+    std::vector<float> data(4);
+    const std::uint64_t before = comm.recorder().on->recorded();
+    comm.journal()->set_recording(false);
+    CHECK(comm.recorder().on == nullptr);
+    chorus::allreduce(comm, data);
+    comm.journal()->set_recording(true);
+    chorus::allreduce(comm, data);
+    CHECK(comm.recorder().on->recorded() == before + 1);
+  });
+}

@@ -177,8 +177,12 @@ class basic_communicator {
   std::uint64_t job() const noexcept { return world_->job; }
 
   // Where this communicator's calls are recorded (record/call.hpp): its
-  // flight ring and the world's journal; null where CHORUS_RECORD=0.
-  record::target recorder() const noexcept { return {ring_.get(), world_ ? world_->journal.get() : nullptr}; }
+  // flight ring and the world's journal; null where CHORUS_RECORD=0 or
+  // while the journal's recording is off (journal()->set_recording).
+  record::target recorder() const noexcept {
+    if (!ring_ || !world_->journal->recording()) return {};
+    return {ring_.get(), world_->journal.get()};
+  }
   record::journal* journal() const noexcept { return world_ ? world_->journal.get() : nullptr; }
 
   // What a collective keeps for this group of ranks under `key` (its

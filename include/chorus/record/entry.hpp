@@ -44,7 +44,7 @@ struct short_name {
 
   short_name() = default;
   short_name(std::string_view name) noexcept {  // NOLINT: implicit, as a string would be
-    std::memcpy(text.data(), name.data(), std::min(name.size(), N - 1));
+    if (!name.empty()) std::memcpy(text.data(), name.data(), std::min(name.size(), N - 1));  // data() may be null
   }
   short_name(const char* name) noexcept : short_name(std::string_view(name)) {}  // NOLINT: as above
   std::string_view view() const noexcept { return {text.data(), ::strnlen(text.data(), N)}; }

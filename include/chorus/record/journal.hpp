@@ -71,6 +71,10 @@ class journal {
   }
 
   bool enabled() const noexcept { return settings_.entries > 0; }
+  // Whether calls are recorded now: a program may record only the steps it
+  // wants to see (bench/record_overhead compares the two in one run).
+  bool recording() const noexcept { return recording_.load(std::memory_order_relaxed); }
+  void set_recording(bool on) noexcept { recording_.store(on, std::memory_order_relaxed); }
   std::uint64_t job() const noexcept { return job_; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
@@ -141,6 +145,7 @@ class journal {
   std::map<std::uint32_t, std::shared_ptr<ring>> rings_;
   std::string failure_;
   std::atomic<std::uint64_t>* progress_ = nullptr;
+  std::atomic<bool> recording_{true};
 };
 
 }  // namespace chorus::record

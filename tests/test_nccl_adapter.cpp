@@ -222,6 +222,11 @@ TEST_CASE("nccl: split, host memory through UCX, and bad calls") {
         const auto ran = chorus::allreduce(gpus, std::span(device_like));
         wrong += ran != chorus::algo::nccl;
         wrong += device_like[0] != 10.0f;  // 0 + 1 + 2 + 3 + 4
+        // Recorded on its chorus communicator, as NCCL's (record/call.hpp).
+        const chorus::record::entry recorded = gpus.host().recorder().on->snapshot().back();
+        wrong += recorded.call.name.view() != "allreduce" || recorded.where != chorus::record::path::nccl ||
+                 recorded.algorithm.view() != "nccl" || recorded.call.count != 6 ||
+                 recorded.status != chorus::record::state::completed;
         std::vector<float> host(6, 1.0f);
         wrong += chorus::allreduce(gpus, std::span(host)) == chorus::algo::nccl;  // one of chorus's algorithms
         wrong += host[5] != 5.0f;

@@ -7,10 +7,12 @@
 #include <chorus/chorus.hpp>
 #include <chorus/core/version.hpp>
 #include <chorus/record/dump.hpp>
+#include <chorus/record/trace.hpp>
 #include <chorus/window.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -249,5 +251,93 @@ TEST_CASE("recording can be paused and resumed") {
     comm.journal()->set_recording(true);
     chorus::allreduce(comm, data);
     CHECK(comm.recorder().on->recorded() == before + 1);
+  });
+}
+
+// CHORUS_TRACE: every recorded call is a span on its thread's track, the
+// phases its algorithm marks lie inside it, and each rank writes its part.
+namespace {
+
+using chorus::record::trace_event;
+
+// Whether every phase on a track lies inside a call of that track, and no
+// two spans of a track overlap without one holding the other.
+bool nested(std::vector<trace_event> events) {
+  std::sort(events.begin(), events.end(), [](const trace_event& a, const trace_event& b) {
+    return a.thread != b.thread ? a.thread < b.thread : a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+  });
+  std::vector<const trace_event*> open;
+  std::uint32_t track = ~0u;
+  for (const trace_event& event : events) {
+    if (event.end < event.begin) return false;
+    if (event.thread != track) open.clear();
+    track = event.thread;
+    while (!open.empty() && open.back()->end <= event.begin) open.pop_back();
+    if (!open.empty() && open.back()->end < event.end) return false;  // overlaps without holding it
+    if (!event.is_call && open.empty()) return false;                 // a phase outside any call
+    open.push_back(&event);
+  }
+  return true;
+}
+
+std::size_t spans_named(const std::vector<trace_event>& events, std::string_view name) {
+  return static_cast<std::size_t>(std::count_if(events.begin(), events.end(), [&](const trace_event& event) {
+    return (event.is_call ? event.call.call.name.view() : event.phase.view()) == name;
+  }));
+}
+
+}  // namespace
+
+TEST_CASE("CHORUS_TRACE: calls are spans, their algorithms' phases nest inside, each rank writes its part") {
+  const std::filesystem::path directory =
+      std::filesystem::temp_directory_path() / ("chorus-test-trace-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(directory);
+  ::setenv("CHORUS_TRACE", (directory / "timeline.json").c_str(), 1);
+  std::mutex mutex;
+  std::size_t doubling_rounds = 0;
+  chorus::run_threads(3, [&](chorus::communicator& comm) {
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{300'001}}) {
+      std::vector<float> data(count, 1.0f);
+      chorus::allreduce(comm, std::span(data), chorus::algo::shm);
+      chorus::allreduce(comm, std::span(data), chorus::algo::ring);
+      chorus::allreduce(comm, std::span(data), chorus::algo::rd);
+      chorus::allreduce(comm, std::span(data), chorus::op::sum{}, chorus::codec::fp16{});
+      for (const float value : data) REQUIRE(value == 81.0f);  // 3^4: every rank's ones, four times
+    }
+    const std::vector<trace_event> events = comm.journal()->trace()->events();
+    const std::lock_guard lock(mutex);
+    CHECK(nested(events));
+    CHECK(spans_named(events, "allreduce") == 12);
+    CHECK(spans_named(events, "compressed_allreduce") == 4);
+    CHECK(spans_named(events, "shared-memory reduce") >= 2);   // 300,001 floats: two slots' steps
+    CHECK(spans_named(events, "ring reduce hop") >= 2);        // n - 1 hops
+    doubling_rounds += spans_named(events, "doubling round");  // the rank folded out of 3 has none
+    CHECK(spans_named(events, "encode") >= 1);
+    CHECK(spans_named(events, "decode") >= 1);
+  });
+  ::unsetenv("CHORUS_TRACE");
+  CHECK(doubling_rounds >= 2);
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string text = read_file(directory / ("timeline.rank-" + std::to_string(rank) + ".json"));
+    CHECK(text.find("\"format\":\"chorus-trace\"") != std::string::npos);
+    CHECK(text.find("\"rank\":" + std::to_string(rank) + ",") != std::string::npos);
+    CHECK(text.find("\"name\":\"shared-memory reduce\",\"cat\":\"phase\",\"ph\":\"X\"") != std::string::npos);
+    CHECK(text.find("\"algorithm\":\"ring\"") != std::string::npos);
+  }
+  std::filesystem::remove_all(directory);
+}
+
+TEST_CASE("a binding's caller name replaces the names of its outermost calls while it is set") {
+  chorus::run_threads(2, [](chorus::communicator& comm) {
+    std::vector<float> data(5, 1.0f);
+    chorus::record::caller_name() = "allreduce_coalesced";
+    chorus::allreduce(comm, std::span(data));
+    chorus::record::caller_name() = {};
+    chorus::allreduce(comm, std::span(data));
+    const std::vector<entry> entries = entries_of(comm);
+    REQUIRE(entries.size() >= 2);
+    CHECK(entries[entries.size() - 2].call.name.view() == "allreduce_coalesced");
+    CHECK(entries[entries.size() - 2].call.count == 5);
+    CHECK(entries.back().call.name.view() == "allreduce");
   });
 }

@@ -27,6 +27,9 @@
 // with an error, --timeout) or no rank finishes a call for --stall-after
 // SECONDS, chorus-run asks every running rank for its record (SIGUSR1),
 // prints chorus-trace's report of them, then ends the job as above.
+// Timelines (record/trace_file.hpp): under CHORUS_TRACE=FILE each rank
+// writes its own part beside FILE; chorus-run merges them into FILE
+// (chorus-trace merge) when the job ends.
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/token.hpp>
 #include <chorus/core/env.hpp>
@@ -88,7 +91,8 @@ struct arguments {
                "  was doing (its flight record, also printed when the job fails) and end the job.\n"
                "--join K@SECONDS: K more processes join the running job after SECONDS (CHORUS_JOIN=1).\n"
                "--job-file PATH: writes what a process needs to join from outside:\n"
-               "  env $(cat PATH) CHORUS_JOIN=1 program [args...]\n");
+               "  env $(cat PATH) CHORUS_JOIN=1 program [args...]\n"
+               "CHORUS_TRACE=FILE: the ranks' timelines, merged into FILE when the job ends.\n");
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -191,6 +195,7 @@ class launcher {
     if (args_.joiners > 0) join_at_ = clock_type::now() + args_.join_after;
     supervise();
     if (exit_code_.value_or(0) != 0 && !reported_) report_records();
+    merge_timelines();
     if (own_record_directory_ && exit_code_.value_or(0) == 0) std::filesystem::remove_all(record_directory_);
     return exit_code_.value_or(0);
   }
@@ -265,23 +270,52 @@ class launcher {
     if (record_directory_.empty()) return;
     for (int rank = 0; rank < processes(); ++rank)
       for (int stream = 0; stream < 2; ++stream) flush_partial(rank, stream);
+    std::fprintf(stderr, "chorus-run: flight records in %s\n", record_directory_.c_str());
+    std::fflush(stderr);
+    run_chorus_trace({"report", record_directory_.string()});
+  }
+
+  // CHORUS_TRACE=FILE and several ranks: their parts (FILE's stem.rank-N
+  // and extension) merged into FILE, then removed.
+  void merge_timelines() {
+    const auto file = chorus::env::get("CHORUS_TRACE");
+    if (!file || file->empty() || processes() < 2) return;
+    const std::filesystem::path target = *file;
+    std::vector<std::string> command{"merge"};
+    for (int rank = 0; rank < processes(); ++rank) {
+      const std::filesystem::path part = target.parent_path() / (target.stem().string() + ".rank-" +
+                                                                 std::to_string(rank) + target.extension().string());
+      if (std::filesystem::exists(part)) command.push_back(part.string());
+    }
+    if (command.size() == 1) return;
+    const std::vector<std::string> parts(command.begin() + 1, command.end());
+    command.insert(command.end(), {"-o", target.string()});
+    if (run_chorus_trace(command) != 0) return;
+    std::error_code ignored;
+    for (const std::string& part : parts) std::filesystem::remove(part, ignored);
+  }
+
+  // chorus-trace (installed beside chorus-run) with `arguments`, its output
+  // on stderr; its exit status, or -1 where it could not run.
+  int run_chorus_trace(std::vector<std::string> arguments) {
     std::error_code ignored;
     const std::filesystem::path trace =
         std::filesystem::read_symlink("/proc/self/exe", ignored).parent_path() / "chorus-trace";
-    std::fprintf(stderr, "chorus-run: flight records in %s\n", record_directory_.c_str());
-    std::fflush(stderr);
-    if (!std::filesystem::exists(trace)) return;
+    if (!std::filesystem::exists(trace)) return -1;
+    arguments.insert(arguments.begin(), trace.string());
+    std::vector<char*> argv;
+    for (std::string& argument : arguments) argv.push_back(argument.data());
+    argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, 2, 1);
-    std::string program = trace.string(), command = "report", directory = record_directory_.string();
-    char* argv[] = {program.data(), command.data(), directory.data(), nullptr};
     pid_t pid = -1;
-    if (posix_spawn(&pid, argv[0], &actions, nullptr, argv, environ) == 0) {
-      int status = 0;
+    int status = -1;
+    if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     }
     posix_spawn_file_actions_destroy(&actions);
+    return pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
   // --stall-after: the ranks' counts of finished calls (rank-<rank>.progress).

@@ -6,6 +6,7 @@
 
 #include <chorus/collective/monitored_barrier.hpp>
 #include <chorus/comm/connect.hpp>
+#include <chorus/record/dump.hpp>
 
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
@@ -14,6 +15,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 namespace chorus::python {
@@ -100,9 +104,8 @@ std::function<void(chorus::communicator&)> completing(work_on work, nb::object k
 std::unique_ptr<pending_request> start_collective(py_communicator& self, const char* operation, work_on work,
                                                   nb::object keep, nb::object callback) {
   chorus::communicator& comm = self.get(operation);
-  collective_request started =
-      collective::start(comm, record::collective(operation),
-                        completing(std::move(work), std::move(keep), std::move(callback)), false);
+  collective_request started = collective::start(
+      comm, record::collective(operation), completing(std::move(work), std::move(keep), std::move(callback)), false);
   return std::make_unique<pending_request>(std::move(started));
 }
 
@@ -142,7 +145,34 @@ py_communicator* made(chorus::communicator comm) { return new py_communicator(st
 
 }  // namespace
 
+namespace {
+
+// A journal's dump (record/dump.hpp), as text.
+std::string journal_text(const record::journal& book) {
+  char* text = nullptr;
+  std::size_t length = 0;
+  std::FILE* out = ::open_memstream(&text, &length);
+  if (out == nullptr) throw error(errc::unavailable, "no memory for the flight record", {-1, -1, "record_json"});
+  record::detail::write_journal(out, book, "request");
+  std::fclose(out);
+  std::string written(text, length);
+  std::free(text);
+  return written;
+}
+
+}  // namespace
+
 void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator) {
+  m.def(
+      "record_as",
+      [](const std::string& name) {
+        const std::string before(record::caller_name().view());
+        record::caller_name() = std::string_view(name);
+        return before;
+      },
+      nb::arg("name"),
+      "The calls this thread makes from now on are recorded as `name` (the torch backend records torch's names); "
+      "'' ends it. Returns the name set before.");
   m.def(
       "init",
       [](std::optional<double> timeout, std::optional<std::string> progress, std::optional<bool> check) {
@@ -245,6 +275,34 @@ void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator
           nb::arg("color"), nb::arg("key"),
           "Collective: the ranks that pass the same color form a communicator, ordered by key; a negative "
           "color gets a closed one.")
+      .def_prop_ro(
+          "record_id",
+          [](py_communicator& self) {
+            const record::target where = self.get("record_id").recorder();
+            return where.on == nullptr ? -1 : static_cast<std::int64_t>(where.on->id());
+          },
+          "This communicator's id in the flight record, or -1 when nothing is recorded.")
+      .def(
+          "record_json",
+          [](py_communicator& self) -> std::optional<std::string> {
+            record::journal* book = self.get("record_json").journal();
+            if (book == nullptr || !book->enabled()) return std::nullopt;
+            return without_gil([&] { return journal_text(*book); });
+          },
+          "This rank's flight record as the JSON of its dump, or None when CHORUS_RECORD=0.")
+      .def(
+          "record_dump",
+          [](py_communicator& self) -> std::optional<std::string> {
+            record::journal* book = self.get("record_dump").journal();
+            if (book == nullptr || !book->enabled()) return std::nullopt;
+            const std::filesystem::path written = without_gil([&] { return record::dump(*book, "request"); });
+            if (written.empty())
+              throw error(errc::unavailable, "could not write the flight record (see stderr)",
+                          {self.comm.transport().rank(), -1, "record_dump"});
+            return written.string();
+          },
+          "Writes this rank's flight record (CHORUS_RECORD_DIR, else a directory of the job under /tmp) and "
+          "returns its path; None when CHORUS_RECORD=0.")
       .def(
           "close", [](py_communicator& self) { without_gil([&] { self.close(); }); },
           "Finishes the queued non-blocking work and leaves the job (bounded by the timeout).");

@@ -25,6 +25,7 @@
 #include <chorus/collective/allreduce_shared_memory.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/scratch.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -63,6 +64,7 @@ void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const
   // (1) each chunk's own slice reduced over the host, where it is.
   std::size_t slice_total = 0;
   for (std::uint64_t k = 0; k < chunks; ++k) {
+    const record::phase phase("hierarchical: reduce in host");
     const std::span<A> chunk = chunk_of(data, k, per_step);
     steps::post(call, call.step(k), std::span<const A>(chunk));
     slice_total += steps::reduce_slice(call, call.step(k), chunk, combining_only<Op>{op}).size();
@@ -80,13 +82,17 @@ void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const
   };
   each_slice(
       [](std::span<A> mine, std::span<A> packed_part) { std::copy(mine.begin(), mine.end(), packed_part.begin()); });
-  allreduce_between_hosts(ex, layout.across, packed, combining_only<Op>{op});
+  {
+    const record::phase phase("hierarchical: between hosts");
+    allreduce_between_hosts(ex, layout.across, packed, combining_only<Op>{op});
+  }
   finalize_all(packed, op, static_cast<std::size_t>(ex.size()));
   each_slice([](std::span<A> mine, std::span<A> packed_part) {
     std::copy(packed_part.begin(), packed_part.end(), mine.begin());
   });
   // (3) the final slices to every rank of the host.
   for (std::uint64_t k = 0; k < chunks; ++k) {
+    const record::phase phase("hierarchical: share in host");
     const std::span<A> chunk = chunk_of(data, k, per_step);
     steps::share_slice(call, call.step(chunks + k), std::span<const A>(chunk), false);
     steps::gather_slices(call, call.step(chunks + k), chunk);

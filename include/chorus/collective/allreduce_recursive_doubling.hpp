@@ -16,6 +16,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/fold.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -37,6 +38,7 @@ void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op, const 
           const auto rounds = ex.phase(shape.rounds(), "doubling");
           std::uint32_t round = 0;
           for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
+            const record::phase phase("doubling round");
             const int partner = shape.rank_of(shape.participant ^ distance);
             ex.sendrecv(std::span<const A>(data), partner, scratch, partner, rounds(round));
             steps.reduce(data, std::span<const A>(scratch), op, partner < ex.rank());

@@ -25,6 +25,7 @@
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -60,6 +61,7 @@ std::span<A> own_slice(const Call& call, std::span<A> chunk) {
 // copies the chunk but this rank's own slice into its slot and says so.
 template <class Call, class A>
 void post(Call& call, std::uint64_t step, std::span<const A> chunk) {
+  const record::phase phase("shared-memory copy in");
   if (step >= 2) call.wait_all(stage::consumed, step - 2);
   const block_partition slices = slices_of(call, chunk.size());
   const auto me = static_cast<std::size_t>(call.rank());
@@ -75,6 +77,7 @@ void post(Call& call, std::uint64_t step, std::span<const A> chunk) {
 // it (not finalised, not yet shared).
 template <class Call, class A, class Op>
 std::span<A> reduce_slice(Call& call, std::uint64_t step, std::span<A> chunk, const Op& op) {
+  const record::phase phase("shared-memory reduce");
   const int n = call.size();
   const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
   const std::span<A> mine = own_slice(call, chunk);
@@ -92,6 +95,7 @@ std::span<A> reduce_slice(Call& call, std::uint64_t step, std::span<A> chunk, co
 // step that did not post first waits for its slot to be free.
 template <class Call, class A>
 void share_slice(Call& call, std::uint64_t step, std::span<const A> chunk, bool posted = true) {
+  const record::phase phase("shared-memory share");
   if (!posted && step >= 2) call.wait_all(stage::consumed, step - 2);
   const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
   const std::span<const A> mine = own_slice(call, chunk);
@@ -104,6 +108,7 @@ void share_slice(Call& call, std::uint64_t step, std::span<const A> chunk, bool 
 // `chunk` and says this rank is done with the step.
 template <class Call, class A>
 void gather_slices(Call& call, std::uint64_t step, std::span<A> chunk) {
+  const record::phase phase("shared-memory copy out");
   const block_partition slices = slices_of(call, chunk.size());
   for (int owner = 0; owner < call.size(); ++owner) {
     if (owner == call.rank()) continue;

@@ -15,6 +15,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/fold.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <cstddef>
 #include <span>
@@ -29,6 +30,7 @@ void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std:
   const auto rounds = ex.phase(shape.rounds(), "halving");
   std::uint32_t round = 0;
   for (int distance = shape.participants / 2; distance >= 1; distance /= 2, ++round) {
+    const record::phase phase("halving round");
     const int partner = shape.rank_of(shape.participant ^ distance);
     const int middle = low + distance;
     const bool upper = (shape.participant & distance) != 0;
@@ -53,6 +55,7 @@ void doubling_allgather(X& ex, const folding& shape, std::span<A> data, const st
   const auto rounds = ex.phase(shape.rounds(), "doubling");
   std::uint32_t round = 0;
   for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
+    const record::phase phase("doubling round");
     const int partner_number = shape.participant ^ distance;
     const int mine = shape.participant & ~(distance - 1), theirs = partner_number & ~(distance - 1);
     const auto range = [&](int from) {

@@ -22,6 +22,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/ring_geometry.hpp>
 #include <chorus/comm/tag.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -66,6 +67,7 @@ class ring_pipeline {
                    Wire&& wire, Combine&& combine, bool forward_last) {
     std::vector<request> receives(depth_);
     for (std::size_t h = 0; h < hops; ++h) {
+      const record::phase phase("ring reduce hop");
       const int block = geometry_.block_of(start - 1 - static_cast<int>(h));
       const std::size_t hop = first_hop + h, count = geometry_.pieces(block);
       const bool last = h + 1 == hops;
@@ -100,6 +102,7 @@ class ring_pipeline {
         arriving.push_back(ex_.irecv(place(geometry_.piece(block_at(h), k)), left_, step(first_hop + h, k)));
     if (send_own) send_block(start, first_hop, place);
     for (std::size_t h = 0, index = 0; h < hops; ++h) {
+      const record::phase phase("ring gather hop");
       for (std::size_t k = 0; k < geometry_.pieces(block_at(h)); ++k, ++index) {
         const range r = geometry_.piece(block_at(h), k);
         ex_.finish_receive(arriving[index], place(r).size_bytes());

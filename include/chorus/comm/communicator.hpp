@@ -22,6 +22,7 @@
 #include <chorus/core/log.hpp>
 #include <chorus/record/call.hpp>
 #include <chorus/record/dump_signal.hpp>
+#include <chorus/record/trace_file.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 #include <chorus/transport/peer_process.hpp>
@@ -113,6 +114,7 @@ struct world_state {
     if (failing && transport) transport->abandon();
     background.reset();  // finishes queued collectives while the transport lives
     progress.reset();
+    if (journal) record::write_trace(*journal);  // CHORUS_TRACE: every call has ended
     if (store && !failing) store->leave();
     store.reset();
     if (store_host && !failing) store_host->wait_until_no_clients(config.timeout);

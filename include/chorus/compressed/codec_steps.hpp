@@ -19,6 +19,7 @@
 #include <chorus/codec/spec.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/compressed/scaling.hpp>
+#include <chorus/record/trace.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
@@ -59,10 +60,17 @@ class host_codec_steps {
   // Elements [offset, +in.size()) of a `total`-element tensor; `slot`: error feedback's residual.
   void encode(std::span<const float> in, std::span<std::byte> out, std::size_t slot, std::size_t offset,
               std::size_t total) const {
+    const record::phase phase("encode");
     access::encode(coder_, in, out, slot, offset, total);
   }
-  void decode(std::span<const std::byte> in, std::span<float> out) const { codec().decode(in, out); }
-  void decode_add(std::span<const std::byte> in, std::span<float> sum) const { codec().decode_add(in, sum); }
+  void decode(std::span<const std::byte> in, std::span<float> out) const {
+    const record::phase phase("decode");
+    codec().decode(in, out);
+  }
+  void decode_add(std::span<const std::byte> in, std::span<float> sum) const {
+    const record::phase phase("decode");
+    codec().decode_add(in, sum);
+  }
   void settle() const noexcept {}
 
  private:
@@ -115,6 +123,7 @@ class routed_codec_steps {
   void encode(std::span<const float> in, std::span<std::byte> out, std::size_t slot, std::size_t offset,
               std::size_t total) const {
     if (in.empty()) return;
+    const record::phase phase("encode");
     if constexpr (feedback) {
       float* residual = coder_.residual_elsewhere(slot, total, [&](std::size_t bytes) { return where_.kept(bytes); });
       // Sized for the whole tensor, so the pieces of one call share one allocation.
@@ -125,9 +134,11 @@ class routed_codec_steps {
     }
   }
   void decode(std::span<const std::byte> in, std::span<float> out) const {
+    const record::phase phase("decode");
     if (!out.empty()) where_.decode(spec_, in.data(), out.data(), out.size(), false);
   }
   void decode_add(std::span<const std::byte> in, std::span<float> sum) const {
+    const record::phase phase("decode");
     if (!sum.empty()) where_.decode(spec_, in.data(), sum.data(), sum.size(), true);
   }
   void settle() const { where_.settle(); }

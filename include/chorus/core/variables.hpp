@@ -50,7 +50,7 @@ inline void any_value() {}
 
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
-inline constexpr std::array<variable, 21> catalogue{{
+inline constexpr std::array<variable, 22> catalogue{{
     {"CHORUS_RANK", any_value, "this rank", "from MPI/PMI/Slurm, else 0"},
     {"CHORUS_SIZE", any_value, "the job size", "from MPI/PMI/Slurm, else 1"},
     {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); },
@@ -84,9 +84,13 @@ inline constexpr std::array<variable, 21> catalogue{{
     {"CHORUS_RECORD", [] { env::get_integer("CHORUS_RECORD", 0, 1 << 24); },
      "flight-record entries kept per communicator (rounded up to a power of two); `0` records nothing", "`2048`"},
     {"CHORUS_RECORD_DIR", any_value,
-     "where each rank writes its flight record (`rank-N.json`): on an error raised to the caller, on `SIGUSR1`, at "
-     "exit",
+     "where each rank writes its flight record (`rank-N.json`): on an error raised to the caller, on `SIGUSR1` and "
+     "`SIGTERM`, at exit",
      "unset (chorus-run sets one per job; `SIGUSR1` writes to `$TMPDIR/chorus-record-JOB`)"},
+    {"CHORUS_TRACE", any_value,
+     "write a timeline of the calls and their algorithms' phases (Chrome trace events) at exit: `FILE` for one rank, "
+     "else `FILE`'s stem`.rank-N` and extension beside it, which chorus-run merges into `FILE`",
+     "unset: no timeline"},
     {"CHORUS_ALLREDUCE_ALGO", [] { allreduce_algorithm(); },
      "force the allreduce algorithm: `ring`, `rd`, `rabenseifner`, `tree`, `shm`, `hierarchical`, `auto` (a caller's "
      "explicit choice and `CHORUS_TUNE` still win; a name allreduce lacks fails its first call)",

@@ -13,6 +13,7 @@
 
 #include <chorus/cuda/device.hpp>
 #include <chorus/cuda/staging.hpp>
+#include <chorus/record/trace.hpp>
 #include <chorus/route/memory_router.hpp>
 
 #include <chrono>
@@ -68,6 +69,7 @@ class part_staging final : public staging_hooks {
   void need(std::size_t offset, std::size_t bytes) override {
     if (bytes == 0) return;
     const std::size_t chunk = copies_.chunk_bytes(), first = offset / chunk, last = (offset + bytes - 1) / chunk;
+    const record::phase phase("staging wait in");
     for (std::size_t k = first; k <= last && k < chunk_events_.size(); ++k)
       wait_([&] { return ops_.completed(chunk_events_[k]); }, "staging a device buffer in");
   }
@@ -82,6 +84,7 @@ class part_staging final : public staging_hooks {
   // it reported nothing), then orders the caller's stream after every copy
   // and returns once they have landed.
   void finish() {
+    const record::phase phase("staging copy out");
     if (copied_out_ != bytes_) {
       need(0, bytes_);
       done(0, bytes_);

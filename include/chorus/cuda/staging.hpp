@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chorus/cuda/device.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <cstddef>
 #include <string_view>
@@ -29,6 +30,7 @@ class stager {
   // once they have landed.
   template <class Wait>
   void copy_after_caller(staging_set& set, void* to, const void* from, std::size_t bytes, Wait&& wait) {
+    const record::phase phase("staging copy in");
     order_after_caller(set);
     enqueue_chunks(set, to, from, bytes);
     record_tails(set);
@@ -39,6 +41,7 @@ class stager {
   // and so does this call, so the pinned buffer can be reused at once.
   template <class Wait>
   void copy_before_caller(staging_set& set, void* to, const void* from, std::size_t bytes, Wait&& wait) {
+    const record::phase phase("staging copy out");
     enqueue_chunks(set, to, from, bytes);
     order_caller_after(set);
     wait([&] { return all_completed(set); }, "staging a device buffer out");

@@ -33,6 +33,7 @@
 #include <chorus/collective/reduce_scatter.hpp>
 #include <chorus/collective/scatter.hpp>
 #include <chorus/nccl/communicator.hpp>
+#include <chorus/record/call.hpp>
 
 #include <optional>
 #include <span>
@@ -116,6 +117,7 @@ algorithm begin(communicator& comm, const char* operation, std::size_t count, st
                                {operation, count, type, op, root == no_root ? -1 : root, memory_kind::cuda_device});
   const choice made = choose_backend("nccl", operation, forced);
   report(comm.host(), operation, count * sizeof(T), type, made);
+  record::recorded_call::moved(record::path::nccl);
   return made.chosen;
 }
 
@@ -150,6 +152,8 @@ template <element T, reduction_operator Op = op::sum>
 algorithm allreduce(communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
                     algorithm forced = algorithm::automatic) {
   if (!comm.moves("allreduce", input, output)) return chorus::allreduce(comm.host(), input, output, op, forced);
+  const record::recorded_call recorded(comm.host().recorder(),
+                                       record::collective("allreduce", input, op::name_of<Op>()));
   collective::check_output(input, output, input.size(), comm.host().transport().rank(), "allreduce");
   const reduction how = detail::require_reduction<Op>(comm, "allreduce");
   const algorithm ran = detail::begin<T>(comm, "allreduce", input.size(), op::name_of<Op>(), detail::no_root, forced);
@@ -171,6 +175,7 @@ algorithm allreduce(communicator& comm, std::span<T> data, algorithm forced) {
 template <element T>
 algorithm broadcast(communicator& comm, std::span<T> data, int root, algorithm forced = algorithm::automatic) {
   if (!comm.moves("broadcast", data)) return chorus::broadcast(comm.host(), data, root, forced);
+  const record::recorded_call recorded(comm.host().recorder(), record::collective("broadcast", data, {}, root));
   const algorithm ran = detail::begin<T>(comm, "broadcast", data.size(), "", root, forced);
   comm.run("broadcast", [&](endpoint& nccl, stream_handle stream) {
     nccl.broadcast(data.data(), data.data(), data.size(), dtype_of<T>, root, stream);
@@ -184,6 +189,8 @@ template <element T, reduction_operator Op = op::sum>
 algorithm reduce(communicator& comm, std::span<const T> input, std::span<T> output, int root, Op op = {}) {
   const std::span<T> used = comm.rank() == root ? output : std::span<T>();
   if (!comm.moves("reduce", input, used)) return chorus::reduce(comm.host(), input, output, root, op);
+  const record::recorded_call recorded(comm.host().recorder(),
+                                       record::collective("reduce", input, op::name_of<Op>(), root));
   if (comm.rank() == root)
     collective::check_output(input, output, input.size(), comm.host().transport().rank(), "reduce");
   const reduction how = detail::require_reduction<Op>(comm, "reduce");
@@ -204,6 +211,7 @@ template <element T>
 algorithm allgather(communicator& comm, std::span<const T> mine, std::span<T> all,
                     algorithm forced = algorithm::automatic) {
   if (!comm.moves("allgather", mine, all)) return chorus::allgather(comm.host(), mine, all, forced);
+  const record::recorded_call recorded(comm.host().recorder(), record::collective("allgather", mine));
   const std::size_t needed = mine.size() * static_cast<std::size_t>(comm.size());
   collective::check_output(mine, all, needed, comm.host().transport().rank(), "allgather", false);
   const algorithm ran = detail::begin<T>(comm, "allgather", mine.size(), "", detail::no_root, forced);
@@ -215,6 +223,7 @@ algorithm allgather(communicator& comm, std::span<const T> mine, std::span<T> al
 template <element T>
 algorithm allgather(communicator& comm, std::span<T> all, algorithm forced = algorithm::automatic) {
   if (!comm.moves("allgather", all)) return chorus::allgather(comm.host(), all, forced);
+  const record::recorded_call recorded(comm.host().recorder(), record::collective("allgather", all));
   const std::size_t block = detail::block_of(comm, all.size(), "allgather");
   const algorithm ran = detail::begin<T>(comm, "allgather", block, "", detail::no_root, forced);
   comm.run("allgather", [&](endpoint& nccl, stream_handle stream) {
@@ -230,6 +239,8 @@ algorithm reduce_scatter(communicator& comm, std::span<const T> input, std::span
                          algorithm forced = algorithm::automatic) {
   if (!comm.moves("reduce_scatter", input, output))
     return chorus::reduce_scatter(comm.host(), input, output, op, forced);
+  const record::recorded_call recorded(comm.host().recorder(),
+                                       record::collective("reduce_scatter", input, op::name_of<Op>()));
   const std::size_t block = detail::block_of(comm, input.size(), "reduce_scatter");
   if (output.size() != block)
     throw error(errc::invalid_argument,
@@ -252,6 +263,7 @@ algorithm reduce_scatter(communicator& comm, std::span<const T> input, std::span
 template <element T>
 algorithm alltoall(communicator& comm, std::span<const T> input, std::span<T> output) {
   if (!comm.moves("alltoall", input, output)) return chorus::alltoall(comm.host(), input, output);
+  const record::recorded_call recorded(comm.host().recorder(), record::collective("alltoall", input));
   const std::size_t block = detail::block_of(comm, input.size(), "alltoall");
   collective::check_output(input, output, input.size(), comm.host().transport().rank(), "alltoall", false);
   const algorithm ran = detail::begin<T>(comm, "alltoall", input.size(), "", detail::no_root, algorithm::automatic);
@@ -264,6 +276,7 @@ template <element T>
 void gather(communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
   const std::span<T> used = comm.rank() == root ? all : std::span<T>();
   if (!comm.moves("gather", mine, used)) return chorus::gather(comm.host(), mine, all, root);
+  const record::recorded_call recorded(comm.host().recorder(), record::collective("gather", mine, {}, root));
   if (comm.rank() == root)
     collective::check_output(mine, all, mine.size() * static_cast<std::size_t>(comm.size()),
                              comm.host().transport().rank(), "gather", false);
@@ -276,6 +289,7 @@ template <element T>
 void scatter(communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
   const std::span<const T> used = comm.rank() == root ? all : std::span<const T>();
   if (!comm.moves("scatter", used, mine)) return chorus::scatter(comm.host(), all, mine, root);
+  const record::recorded_call recorded(comm.host().recorder(), record::collective("scatter", mine, {}, root));
   if (comm.rank() == root && all.size() < mine.size() * static_cast<std::size_t>(comm.size()))
     throw error(errc::invalid_argument,
                 "the root's input holds " + std::to_string(all.size()) + " elements, needs " +
@@ -292,11 +306,15 @@ void scatter(communicator& comm, std::span<const T> all, std::span<T> mine, int 
 template <element T>
 void send(communicator& comm, std::span<const T> data, int peer) {
   if (!comm.moves("send", data)) return comm.host().send(data, peer);
+  const record::recorded_call recorded(comm.host().recorder(), record::point_to_point("send", data, peer));
+  record::recorded_call::moved(record::path::nccl);
   detail::run_plan(comm, "send", {{true, 0, data.size(), peer}}, data.data(), static_cast<T*>(nullptr));
 }
 template <element T>
 void recv(communicator& comm, std::span<T> data, int peer) {
   if (!comm.moves("recv", data)) return comm.host().recv(data, peer);
+  const record::recorded_call recorded(comm.host().recorder(), record::point_to_point("recv", data, peer));
+  record::recorded_call::moved(record::path::nccl);
   detail::run_plan(comm, "recv", {{false, 0, data.size(), peer}}, static_cast<const T*>(nullptr), data.data());
 }
 
@@ -317,6 +335,10 @@ std::size_t fused_allreduce(communicator& comm, std::span<const std::span<T>> te
   }
   std::size_t calls = on_host.empty() ? 0 : chorus::fused_allreduce(comm.host(), on_host, op, bucket_bytes);
   if (on_device.empty()) return calls;
+  record::call_description described = record::collective("fused_allreduce", std::span<const T>(), op::name_of<Op>());
+  described.count = elements;
+  described.bytes = elements * sizeof(T);
+  const record::recorded_call recorded(comm.host().recorder(), described);
   const reduction how = detail::require_reduction<Op>(comm, "fused_allreduce");
   detail::begin<T>(comm, "allreduce", elements, op::name_of<Op>(), detail::no_root, algorithm::automatic);
   comm.run("fused_allreduce", [&](endpoint& nccl, stream_handle stream) {

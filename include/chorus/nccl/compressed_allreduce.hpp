@@ -76,6 +76,8 @@ algorithm allreduce(communicator& comm, std::span<float> data, Op, Codec&& coder
                 "on an NCCL communicator the compressed allreduce is one allgather of encoded parts; the scheme "
                 "cannot be chosen",
                 {comm.host().transport().rank(), -1, "compressed_allreduce"});
+  const record::recorded_call recorded(comm.host().recorder(),
+                                       record::collective("compressed_allreduce", data, op::name_of<Op>()));
   const algorithm ran = detail::begin<float>(comm, "allreduce", data.size(),
                                              std::string(op::name_of<Op>()) + "/" + std::string(plain::name),
                                              detail::no_root, algorithm::automatic);

@@ -10,7 +10,11 @@
 // is part of it; anything else inside a recorded call (a scheme's
 // allreduce, its pushes) is an entry of its own whose parent is that call.
 // report() and report_path() tell the innermost recorded call of the thread
-// which algorithm and path ran (the first word stays).
+// which algorithm and path ran (the first word stays); the ring learns them
+// with the call's end, so a call costs one store of its entry when it
+// starts and one of its last words when it ends. Under CHORUS_TRACE the
+// call is also a span of its journal's timeline, and the phases its
+// algorithm marks (trace.hpp) are spans inside it.
 //
 // An exception that leaves the outermost recorded call of a thread is an
 // error raised to the caller: the call is marked failed, the error's text
@@ -24,6 +28,7 @@
 #include <chorus/record/entry.hpp>
 #include <chorus/record/journal.hpp>
 #include <chorus/record/ring.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -76,6 +81,19 @@ inline call_description window_call(std::string_view name, std::size_t count) {
   return {kind::window, name, dtype::float32, count, count * sizeof(float), {}, -1, -1};
 }
 
+// The name this thread's outermost recorded calls take instead of their
+// own while it is set: a binding that records its caller's operations
+// (the torch backend: "allreduce_coalesced", "reduce_scatter_tensor") sets
+// it around each of them.
+inline short_name<32>& caller_name() noexcept {
+  thread_local short_name<32> name;
+  return name;
+}
+inline void apply_caller_name(call_description& call) noexcept {
+  const short_name<32>& name = caller_name();
+  if (!name.empty()) call.name = name;
+}
+
 // An entry posted on one thread and run on another (a non-blocking
 // collective: posted at the call, run by the background thread).
 struct posted_call {
@@ -89,6 +107,7 @@ inline posted_call post(const target& where, const call_description& call, bool 
   posted_call posted{where, {}};
   if (!where.on) return posted;
   posted.written.call = call;
+  apply_caller_name(posted.written.call);
   posted.written.described = described;
   posted.written.nonblocking = true;
   posted.written.posted = ticks();
@@ -109,11 +128,13 @@ class recorded_call {
     }
     where_ = where;
     written_.call = call;
+    if (previous_ == nullptr) apply_caller_name(written_.call);
     if (previous_ != nullptr && previous_->owner().where_.on == where_.on)
       written_.parent = static_cast<std::int64_t>(previous_->owner().written_.index);
     written_.posted = written_.started = ticks();
     written_.status = state::started;
     where_.on->post(written_);
+    trace_into(where.book);
   }
 
   // Runs an entry posted earlier (post()).
@@ -125,6 +146,7 @@ class recorded_call {
     written_.started = ticks();
     written_.status = state::started;
     where_.on->update(written_);
+    trace_into(where_.book);
   }
 
   recorded_call(const recorded_call&) = delete;
@@ -137,6 +159,10 @@ class recorded_call {
     written_.ended = ticks();
     written_.status = failing ? state::failed : state::completed;
     where_.on->update(written_);
+    if (traced_ != nullptr) {
+      active_trace() = outer_trace_;
+      traced_->add_call(where_.on->id(), written_);
+    }
     if (where_.book != nullptr) where_.book->finished_one();
     if (failing && previous_ == nullptr) raised_to_caller();
   }
@@ -149,7 +175,6 @@ class recorded_call {
     if (!call.written_.algorithm.empty()) return;
     call.written_.algorithm = algorithm;
     if (algorithm == "shared_memory" && call.written_.where == path::host) call.written_.where = path::shared_memory;
-    call.where_.on->update(call.written_);
   }
   static void moved(path where) noexcept {
     recorded_call* const innermost = current();
@@ -157,7 +182,6 @@ class recorded_call {
     recorded_call& call = innermost->owner();
     if (call.written_.where != path::host) return;
     call.written_.where = where;
-    call.where_.on->update(call.written_);
   }
 
  private:
@@ -166,6 +190,13 @@ class recorded_call {
     return innermost;
   }
   recorded_call& owner() noexcept { return alias_ != nullptr ? *alias_ : *this; }
+  // The phases this thread marks from now on go to `book`'s timeline.
+  void trace_into(const journal* book) noexcept {
+    if (book == nullptr || book->trace() == nullptr) return;
+    traced_ = book->trace();
+    outer_trace_ = active_trace();
+    active_trace() = traced_;
+  }
   void describe(const call_description& call) noexcept {
     const short_name<32> name = written_.call.name;
     written_.call = call;
@@ -190,6 +221,8 @@ class recorded_call {
   recorded_call* alias_ = nullptr;
   target where_;
   entry written_;
+  trace_log* traced_ = nullptr;       // the timeline this call is a span of
+  trace_log* outer_trace_ = nullptr;  // the thread's timeline before it
   int exceptions_ = std::uncaught_exceptions();
 };
 

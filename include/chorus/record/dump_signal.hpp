@@ -4,6 +4,11 @@
 // sends it to every rank when a job stalls. The handler is installed once
 // per process, with the first journal that records, and only where
 // SIGUSR1 still has its default action (a program's own handler stays).
+//
+// Where CHORUS_RECORD_DIR is set, SIGTERM (how torchrun, srun and mpirun
+// end the rest of a job when one rank fails) dumps too, then ends the
+// process as SIGTERM would have, again only where SIGTERM had its default
+// action.
 #pragma once
 
 #include <chorus/record/dump.hpp>
@@ -15,6 +20,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -45,9 +51,9 @@ inline live_journals& journals() {
 
 inline int signal_pipe[2] = {-1, -1};
 
-inline void on_dump_signal(int) {
+inline void on_dump_signal(int number) {
   const int saved = errno;
-  const char byte = 1;
+  const char byte = static_cast<char>(number);
   [[maybe_unused]] const auto written = ::write(signal_pipe[1], &byte, 1);
   errno = saved;
 }
@@ -58,25 +64,37 @@ inline void dump_on_request() {
     const auto got = ::read(signal_pipe[0], bytes, sizeof bytes);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) return;
+    const bool terminating = std::memchr(bytes, SIGTERM, static_cast<std::size_t>(got)) != nullptr;
     for (const auto& live : journals().alive()) {
-      const auto written = dump(*live, "signal");
+      if (terminating && live->settings().directory.empty()) continue;
+      const auto written = dump(*live, terminating ? "terminated" : "signal");
       if (!written.empty())
         std::fprintf(stderr, "chorus: rank %d wrote its flight record to %s\n", live->rank(), written.c_str());
+    }
+    if (terminating) {  // as if the handler had never been there
+      ::signal(SIGTERM, SIG_DFL);
+      ::raise(SIGTERM);
     }
   }
 }
 
-inline void install_dump_signal() {
+// `number` runs on_dump_signal, unless a program has its own handler for it.
+inline void take_signal(int number) {
   struct sigaction current{};
-  if (::sigaction(SIGUSR1, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
-  if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return;
-  ::fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
-  std::thread(dump_on_request).detach();
+  if (::sigaction(number, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
   struct sigaction handler{};
   handler.sa_handler = on_dump_signal;
   ::sigemptyset(&handler.sa_mask);
   handler.sa_flags = SA_RESTART;
-  ::sigaction(SIGUSR1, &handler, nullptr);
+  ::sigaction(number, &handler, nullptr);
+}
+
+inline void install_dump_signal(bool on_terminate) {
+  if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return;
+  ::fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
+  std::thread(dump_on_request).detach();
+  take_signal(SIGUSR1);
+  if (on_terminate) take_signal(SIGTERM);
 }
 
 }  // namespace detail
@@ -87,7 +105,7 @@ inline std::shared_ptr<journal> open_journal(std::uint64_t job, int rank, int si
   auto opened = std::make_shared<journal>(job, rank, size, std::move(settings));
   if (!opened->enabled()) return opened;
   static std::once_flag installed;
-  std::call_once(installed, detail::install_dump_signal);
+  std::call_once(installed, [&] { detail::install_dump_signal(!opened->settings().directory.empty()); });
   std::lock_guard lock(detail::journals().mutex);
   detail::journals().all.push_back(opened);
   return opened;

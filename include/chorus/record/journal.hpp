@@ -11,12 +11,17 @@
 //                         error raised to the caller, on SIGUSR1 and at exit;
 //                         D/rank-<rank>.progress counts the calls this rank
 //                         has finished, for chorus-run --stall-after
+//   CHORUS_TRACE=FILE     the recorded calls and their phases as a timeline
+//                         (trace.hpp, trace_file.hpp), written at exit: FILE
+//                         for a one-rank job, else FILE's stem.rank-<rank>
+//                         and extension beside it (chorus-run merges them)
 #pragma once
 
 #include <chorus/core/env.hpp>
 #include <chorus/core/version.hpp>
 #include <chorus/record/clock.hpp>
 #include <chorus/record/ring.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -42,6 +47,7 @@ inline constexpr std::size_t default_entries = 2048;
 struct journal_settings {
   std::size_t entries = default_entries;  // 0: off
   std::string directory;                  // empty: dumps only on a signal, to a directory of /tmp
+  std::string trace;                      // empty: no timeline
 
   static journal_settings from_environment() {
     journal_settings chosen;
@@ -49,6 +55,7 @@ struct journal_settings {
       chosen.entries = static_cast<std::size_t>(*entries);
     if (const auto directory = env::get("CHORUS_RECORD_DIR"); directory && !directory->empty())
       chosen.directory = *directory;
+    if (const auto trace = env::get("CHORUS_TRACE"); trace && !trace->empty()) chosen.trace = *trace;
     return chosen;
   }
 };
@@ -58,6 +65,7 @@ class journal {
   journal(std::uint64_t job, int rank, int size, journal_settings settings)
       : job_(job), rank_(rank), size_(size), settings_(std::move(settings)), start_(clock_anchor::now()) {
     if (enabled() && !settings_.directory.empty()) map_progress();
+    if (enabled() && !settings_.trace.empty()) trace_ = std::make_unique<trace_log>();
   }
   ~journal() {
     if (progress_ != nullptr) ::munmap(progress_, sizeof *progress_);
@@ -80,6 +88,16 @@ class journal {
   int size() const noexcept { return size_; }
   const journal_settings& settings() const noexcept { return settings_; }
   const clock_anchor& start() const noexcept { return start_; }
+  // The timeline's events; null unless CHORUS_TRACE is set.
+  trace_log* trace() const noexcept { return trace_.get(); }
+
+  // Where this rank's timeline goes: FILE alone for a job of one rank,
+  // else FILE's stem + ".rank-<rank>" + its extension.
+  std::filesystem::path trace_path() const {
+    const std::filesystem::path file = settings_.trace;
+    if (size_ == 1) return file;
+    return file.parent_path() / (file.stem().string() + ".rank-" + std::to_string(rank_) + file.extension().string());
+  }
 
   // The ring of communicator `id`, made on first use; null when recording is off.
   std::shared_ptr<ring> ring_of(std::uint32_t id, const std::vector<int>& members, int rank) {
@@ -145,6 +163,7 @@ class journal {
   std::map<std::uint32_t, std::shared_ptr<ring>> rings_;
   std::string failure_;
   std::atomic<std::uint64_t>* progress_ = nullptr;
+  std::unique_ptr<trace_log> trace_;
   std::atomic<bool> recording_{true};
 };
 

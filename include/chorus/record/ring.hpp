@@ -4,7 +4,7 @@
 // time: a signal, an error elsewhere) copies entries out under a
 // per-slot version (a sequence lock), so it never waits on the writer and
 // never reads half an update. Cost of a recorded call: one atomic
-// addition, a 160-byte store and two of 48 bytes.
+// addition, a 160-byte store when it starts and one of 48 when it ends.
 #pragma once
 
 #include <chorus/record/entry.hpp>

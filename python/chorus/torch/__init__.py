@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import torch
 import torch.distributed as dist
 
-from .. import errors
+from .. import _chorus, errors
 from ..communicator import Communicator, connect
 from ..errors import Error, InvalidArgument
 
@@ -229,6 +229,25 @@ class ChorusWork(dist.Work):
         return self._future
 
 
+def _recorded_as(name: str) -> Callable:
+    """The chorus calls a ProcessGroup method makes are recorded under
+    torch's name for it (the flight recorder: chorus.record,
+    chorus-trace report), whatever chorus calls it runs; a method called
+    by another keeps the outer one's name."""
+    def wrap(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            before = _chorus.record_as(name)
+            if before:
+                _chorus.record_as(before)
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                _chorus.record_as(before)
+        return recorded
+    return wrap
+
+
 class ProcessGroupChorus(dist.ProcessGroup):
     """A torch process group whose collectives are chorus's."""
 
@@ -313,6 +332,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return tensors[0]
 
     # -- reductions --------------------------------------------------------
+    @_recorded_as("allreduce")
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         tensor = self._single(tensors, "allreduce")
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
@@ -353,6 +373,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensor.copy_(summed)
         return self._completed([tensor])
 
+    @_recorded_as("allreduce_coalesced")
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         _cpu_tensors(tensors, "allreduce_coalesced")
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce_coalesced")
@@ -374,6 +395,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
         return self._collective(opts, tensors, start, now)
 
+    @_recorded_as("reduce")
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(tensors, "reduce")
         op = _op_name(opts.reduceOp, "reduce")
@@ -381,6 +403,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._impl.reduce(_flat(tensor), opts.rootRank, None, op)
         return self._completed(tensors)
 
+    @_recorded_as("reduce_scatter")
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                        opts: Any) -> Any:
         output = self._single(output_tensors, "reduce_scatter")
@@ -389,10 +412,12 @@ class ProcessGroupChorus(dist.ProcessGroup):
         staged = torch.cat([t.reshape(-1) for t in input_tensors[0]])
         return self._reduce_scatter_into(output, staged, opts, "reduce_scatter")
 
+    @_recorded_as("reduce_scatter_tensor")
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
         _cpu_tensors([output, input], "reduce_scatter_tensor")
         return self._reduce_scatter_into(output, input, opts, "reduce_scatter_tensor")
 
+    @_recorded_as("reduce_scatter_tensor_coalesced")
     def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any) -> Any:
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -411,6 +436,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
                                 lambda: self._impl.reduce_scatter(source, target, op, "auto"))
 
     # -- data movement -----------------------------------------------------
+    @_recorded_as("broadcast")
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(tensors, "broadcast")
         root = opts.rootRank
@@ -418,6 +444,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._collective(opts, tensors, lambda done: self._impl.ibroadcast(flat, root, "auto", None, done),
                                 lambda: self._impl.broadcast(flat, root, "auto", None))
 
+    @_recorded_as("allgather")
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                   opts: Any = None) -> Any:
         tensor = self._single(input_tensors, "allgather")
@@ -452,6 +479,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
             opts, result,
             lambda done: self._impl.iallgather(mine, into, "auto", None, lambda failure: then(failure, done)), now)
 
+    @_recorded_as("allgather_into_tensor")
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         _cpu_tensors([output, input], "all_gather_into_tensor")
         if output.numel() != input.numel() * self.size():
@@ -461,6 +489,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._collective(opts, [output], lambda done: self._impl.iallgather(mine, into, "auto", None, done),
                                 lambda: self._impl.allgather(mine, into, "auto", None))
 
+    @_recorded_as("allgather_coalesced")
     def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                             opts: Any = None) -> Any:
         """Every rank's list of tensors into every rank's output lists, in one
@@ -483,6 +512,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
         return self._allgather_then(opts, output_lists, packed, gathered, unpack)
 
+    @_recorded_as("allgather_into_tensor_coalesced")
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any = None) -> Any:
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -490,6 +520,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
             work.wait()
         return self._completed(outputs)
 
+    @_recorded_as("alltoall_base")
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: List[int],
                       input_split_sizes: List[int], opts: Any = None) -> Any:
         _cpu_tensors([output, input], "alltoall_single")
@@ -500,6 +531,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._alltoall_by_parts(self._split(output, output_split_sizes, "output"),
                                        self._split(input, input_split_sizes, "input"), [output])
 
+    @_recorded_as("alltoall")
     def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor],
                  opts: Any = None) -> Any:
         _cpu_tensors(output_tensors + input_tensors, "alltoall")
@@ -537,6 +569,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
                 out.copy_(part)
         return self._completed(result)
 
+    @_recorded_as("gather")
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(input_tensors, "gather")
         root = opts.rootRank
@@ -551,6 +584,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
             out.copy_(part.reshape(out.shape))
         return self._completed(output_tensors)
 
+    @_recorded_as("gather")
     def gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
         """gather into one tensor at the root (size x input's elements)."""
         _cpu_tensors([output, input], "gather_into_tensor")
@@ -563,6 +597,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._impl.gather(_flat(input.contiguous()), _flat(output) if at_root else None, root)
         return self._completed([output])
 
+    @_recorded_as("scatter")
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]], opts: Any) -> Any:
         output = self._single(output_tensors, "scatter")
         root = opts.rootRank
@@ -576,10 +611,12 @@ class ProcessGroupChorus(dist.ProcessGroup):
             output.copy_(received)
         return self._completed(output_tensors)
 
+    @_recorded_as("barrier")
     def barrier(self, opts: Any = None) -> Any:
         # Queued behind the collectives already started, as torch's barrier is.
         return self._collective(opts, None, lambda done: self._impl.ibarrier(done), self._impl.barrier)
 
+    @_recorded_as("monitored_barrier")
     def monitored_barrier(self, timeout: Optional[timedelta] = None, wait_all_ranks: bool = False) -> None:
         """Rank 0 waits up to `timeout` (default: the group's) for every rank and
         raises naming the first that did not come (every one with
@@ -593,14 +630,17 @@ class ProcessGroupChorus(dist.ProcessGroup):
             raise
 
     # -- point to point ----------------------------------------------------
+    @_recorded_as("send")
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> Any:
         tensor = self._single(tensors, "send")
         return self._started(lambda done: self._impl.isend(_flat(tensor), dst, tag, done), tensors)
 
+    @_recorded_as("recv")
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> Any:
         tensor = self._single(tensors, "recv")
         return self._started(lambda done: self._impl.irecv(_flat(tensor), src, tag, done), tensors)
 
+    @_recorded_as("recv_anysource")
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> Any:
         """A receive from whichever rank sends with `tag` first; the Work's
         source_rank() names it."""

@@ -303,13 +303,20 @@ TEST_CASE("CHORUS_TRACE: calls are spans, their algorithms' phases nest inside, 
       chorus::allreduce(comm, std::span(data), chorus::algo::rd);
       chorus::allreduce(comm, std::span(data), chorus::op::sum{}, chorus::codec::fp16{});
       for (const float value : data) REQUIRE(value == 81.0f);  // 3^4: every rank's ones, four times
+      chorus::broadcast(comm, std::span(data), 1, chorus::algo::shm);
+      std::vector<float> all(3 * count, 1.0f), mine(count);
+      chorus::allgather(comm, std::span(all), chorus::algo::shm);
+      chorus::reduce_scatter(comm, std::span<const float>(all), std::span(mine), chorus::op::sum{}, chorus::algo::shm);
+      for (const float value : mine) REQUIRE(value == 3.0f);
     }
     const std::vector<trace_event> events = comm.journal()->trace()->events();
     const std::lock_guard lock(mutex);
     CHECK(nested(events));
     CHECK(spans_named(events, "allreduce") == 12);
     CHECK(spans_named(events, "compressed_allreduce") == 4);
-    CHECK(spans_named(events, "shared-memory reduce") >= 2);   // 300,001 floats: two slots' steps
+    CHECK(spans_named(events, "shared-memory reduce") >= 3);  // allreduce: 300,001 floats in two steps; reduce_scatter
+    CHECK(spans_named(events, "shared-memory copy out") >= 4);  // allreduce, allgather (and broadcast but at its root)
+    CHECK(spans_named(events, "broadcast") == 4);
     CHECK(spans_named(events, "ring reduce hop") >= 2);        // n - 1 hops
     doubling_rounds += spans_named(events, "doubling round");  // the rank folded out of 3 has none
     CHECK(spans_named(events, "encode") >= 1);

@@ -17,6 +17,7 @@
 #include <chorus/collective/allgather_shared_memory.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/scratch.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -47,9 +48,13 @@ void allgather_hierarchical(exchange<Communicator>& ex, std::span<A> all, std::s
   const std::span<A> packed = scratch<A>(hosts * block, 2);
   std::copy_n(all.data() + static_cast<std::size_t>(ex.rank()) * block, block,
               packed.data() + static_cast<std::size_t>(layout.host) * block);
-  allgather_between_hosts(ex, layout.across, packed, block);
+  {
+    const record::phase phase("hierarchical: between hosts");
+    allgather_between_hosts(ex, layout.across, packed, block);
+  }
   for (std::size_t i = 0; i < hosts; ++i)
     std::copy_n(packed.data() + i * block, block, all.data() + static_cast<std::size_t>(layout.across[i]) * block);
+  const record::phase phase("hierarchical: share in host");
   allgather_in_host(call, all, block, held);
 }
 

@@ -15,6 +15,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -42,11 +43,15 @@ void allgather_in_host(Call& call, std::span<A> all, std::size_t block, const st
   for (std::uint64_t k = 0; k < steps_for(block, part); ++k) {
     const std::uint64_t step = call.step(k);
     const std::size_t offset = std::min<std::size_t>(k * part, block), length = std::min(part, block - offset);
-    if (step >= 2) call.wait_all(stage::consumed, step - 2);
-    for (std::size_t j = 0; j < per_rank; ++j)
-      std::copy_n(at(held[static_cast<std::size_t>(me)][j], offset), length,
-                  call.channel().template slot<A>(me, step).data() + j * part);
-    call.publish(stage::posted, step);
+    {
+      const record::phase phase("shared-memory copy in");
+      if (step >= 2) call.wait_all(stage::consumed, step - 2);
+      for (std::size_t j = 0; j < per_rank; ++j)
+        std::copy_n(at(held[static_cast<std::size_t>(me)][j], offset), length,
+                    call.channel().template slot<A>(me, step).data() + j * part);
+      call.publish(stage::posted, step);
+    }
+    const record::phase phase("shared-memory copy out");
     for (int owner = 0; owner < n; ++owner) {
       if (owner == me) continue;
       call.wait(owner, stage::posted, step);

@@ -14,6 +14,7 @@
 #include <chorus/collective/algorithm_list.hpp>
 #include <chorus/collective/broadcast_shared_memory.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -47,7 +48,11 @@ void broadcast_hierarchical(exchange<Communicator>& ex, std::span<A> data, int r
   shared_memory_call call(ex, layout.local,
                           steps_for(data.size(), shared_memory_channel::default_slot_bytes / sizeof(A)),
                           data.size_bytes());
-  if (layout.local_rank == root_local) broadcast_between_hosts(ex, layout.across, data, root_host);
+  if (layout.local_rank == root_local) {
+    const record::phase phase("hierarchical: between hosts");
+    broadcast_between_hosts(ex, layout.across, data, root_host);
+  }
+  const record::phase phase("hierarchical: share in host");
   broadcast_in_host(call, data, root_local);
 }
 

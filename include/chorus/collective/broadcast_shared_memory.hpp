@@ -10,6 +10,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -30,10 +31,12 @@ void broadcast_in_host(Call& call, std::span<A> data, int root) {
     const std::span<A> chunk = chunk_of(data, k, per_step);
     const std::span<A> slot = call.channel().template slot<A>(root, step);
     if (call.rank() == root) {
+      const record::phase phase("shared-memory copy in");
       if (step >= 2) call.wait_all(stage::consumed, step - 2);
       std::copy(chunk.begin(), chunk.end(), slot.begin());
       call.publish(stage::posted, step);
     } else {
+      const record::phase phase("shared-memory copy out");
       call.wait(root, stage::posted, step);
       std::copy_n(slot.begin(), chunk.size(), chunk.begin());
     }

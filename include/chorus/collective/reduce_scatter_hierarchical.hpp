@@ -19,6 +19,7 @@
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_scatter_shared_memory.hpp>
 #include <chorus/collective/scratch.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -46,11 +47,17 @@ void reduce_scatter_hierarchical(exchange<Communicator>& ex, std::span<A> work, 
   const std::size_t part =
       std::max<std::size_t>(shared_memory_channel::default_slot_bytes / sizeof(A) / (layout.local.size() * hosts), 1);
   shared_memory_call call(ex, layout.local, steps_for(block, part), work.size_bytes());
-  reduce_scatter_in_host(call, work, block, owned, op);
+  {
+    const record::phase phase("hierarchical: reduce in host");
+    reduce_scatter_in_host(call, work, block, owned, op);
+  }
   const std::span<A> packed = scratch<A>(hosts * block, 2);
   for (std::size_t i = 0; i < hosts; ++i)
     std::copy_n(work.data() + static_cast<std::size_t>(layout.across[i]) * block, block, packed.data() + i * block);
-  reduce_scatter_between_hosts(ex, layout.across, packed, block, op);
+  {
+    const record::phase phase("hierarchical: between hosts");
+    reduce_scatter_between_hosts(ex, layout.across, packed, block, op);
+  }
   std::copy_n(packed.data() + static_cast<std::size_t>(layout.host) * block, block,
               work.data() + static_cast<std::size_t>(ex.rank()) * block);
 }

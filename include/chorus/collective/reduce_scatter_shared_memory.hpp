@@ -19,6 +19,7 @@
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
+#include <chorus/record/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -54,12 +55,16 @@ void reduce_scatter_in_host(Call& call, std::span<A> work, std::size_t block,
   for (std::uint64_t k = 0; k < steps_for(block, part); ++k) {
     const std::uint64_t step = call.step(k);
     const std::size_t offset = std::min<std::size_t>(k * part, block), length = std::min(part, block - offset);
-    if (step >= 2) call.wait_all(stage::consumed, step - 2);
-    for (int destination = 0; destination < n; ++destination)
-      for (std::size_t j = 0; destination != me && j < per_owner; ++j)
-        std::copy_n(at(owned[static_cast<std::size_t>(destination)][j], offset), length,
-                    slot_part(me, step, destination, j));
-    call.publish(stage::posted, step);
+    {
+      const record::phase phase("shared-memory copy in");
+      if (step >= 2) call.wait_all(stage::consumed, step - 2);
+      for (int destination = 0; destination < n; ++destination)
+        for (std::size_t j = 0; destination != me && j < per_owner; ++j)
+          std::copy_n(at(owned[static_cast<std::size_t>(destination)][j], offset), length,
+                      slot_part(me, step, destination, j));
+      call.publish(stage::posted, step);
+    }
+    const record::phase phase("shared-memory reduce");
     for (int owner = 0; owner < n; ++owner)
       if (owner != me) call.wait(owner, stage::posted, step);
     for (std::size_t j = 0; j < per_owner; ++j) {

@@ -33,6 +33,7 @@
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/token.hpp>
 #include <chorus/core/env.hpp>
+#include <chorus/record/journal.hpp>
 #include <chorus/transport/shared_segment.hpp>
 #include <chorus/transport/ucx_shm_orphans.hpp>
 
@@ -275,16 +276,15 @@ class launcher {
     run_chorus_trace({"report", record_directory_.string()});
   }
 
-  // CHORUS_TRACE=FILE and several ranks: their parts (FILE's stem.rank-N
-  // and extension) merged into FILE, then removed.
+  // CHORUS_TRACE=FILE and several ranks: their parts (record::trace_part)
+  // merged into FILE, then removed.
   void merge_timelines() {
     const auto file = chorus::env::get("CHORUS_TRACE");
     if (!file || file->empty() || processes() < 2) return;
     const std::filesystem::path target = *file;
     std::vector<std::string> command{"merge"};
     for (int rank = 0; rank < processes(); ++rank) {
-      const std::filesystem::path part = target.parent_path() / (target.stem().string() + ".rank-" +
-                                                                 std::to_string(rank) + target.extension().string());
+      const std::filesystem::path part = chorus::record::trace_part(target, rank);
       if (std::filesystem::exists(part)) command.push_back(part.string());
     }
     if (command.size() == 1) return;

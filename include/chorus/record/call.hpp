@@ -127,6 +127,7 @@ class recorded_call {
       return;
     }
     where_ = where;
+    exceptions_ = std::uncaught_exceptions();
     written_.call = call;
     if (previous_ == nullptr) apply_caller_name(written_.call);
     if (previous_ != nullptr && previous_->owner().where_.on == where_.on)
@@ -142,6 +143,7 @@ class recorded_call {
     current() = this;
     if (!posted.where.on) return;
     where_ = posted.where;
+    exceptions_ = std::uncaught_exceptions();
     written_ = posted.written;
     written_.started = ticks();
     written_.status = state::started;
@@ -223,7 +225,7 @@ class recorded_call {
   entry written_;
   trace_log* traced_ = nullptr;       // the timeline this call is a span of
   trace_log* outer_trace_ = nullptr;  // the thread's timeline before it
-  int exceptions_ = std::uncaught_exceptions();
+  int exceptions_ = 0;                // in flight when it started; read only where recorded, as it is not free
 };
 
 }  // namespace chorus::record

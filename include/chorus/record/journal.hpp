@@ -44,6 +44,13 @@ namespace chorus::record {
 
 inline constexpr std::size_t default_entries = 2048;
 
+// Where rank `rank`'s part of the timeline CHORUS_TRACE=`file` goes in a
+// job of several ranks: `file`'s stem + ".rank-<rank>" + its extension,
+// beside it (chorus-run merges the parts into `file`).
+inline std::filesystem::path trace_part(const std::filesystem::path& file, int rank) {
+  return file.parent_path() / (file.stem().string() + ".rank-" + std::to_string(rank) + file.extension().string());
+}
+
 struct journal_settings {
   std::size_t entries = default_entries;  // 0: off
   std::string directory;                  // empty: dumps only on a signal, to a directory of /tmp
@@ -92,11 +99,10 @@ class journal {
   trace_log* trace() const noexcept { return trace_.get(); }
 
   // Where this rank's timeline goes: FILE alone for a job of one rank,
-  // else FILE's stem + ".rank-<rank>" + its extension.
+  // else its part (trace_part).
   std::filesystem::path trace_path() const {
-    const std::filesystem::path file = settings_.trace;
-    if (size_ == 1) return file;
-    return file.parent_path() / (file.stem().string() + ".rank-" + std::to_string(rank_) + file.extension().string());
+    if (size_ == 1) return settings_.trace;
+    return trace_part(settings_.trace, rank_);
   }
 
   // The ring of communicator `id`, made on first use; null when recording is off.

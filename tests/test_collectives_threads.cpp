@@ -82,6 +82,35 @@ void allreduce_case(communicator& comm, chorus::algorithm algorithm, std::size_t
   prints.add(key, comm.rank(), fingerprint(data.data(), data.size() * sizeof(T)));
 }
 
+// Out of place: `output` holds the serial reference (its tail past `count`
+// untouched), `input` is as it was, and every rank has the same bits.
+template <class T, class Op>
+void allreduce_out_of_place_case(communicator& comm, chorus::algorithm algorithm, std::size_t count, Op op,
+                                 std::uint64_t seed, tally& results, fingerprints& prints) {
+  const std::vector<T> input = inputs<T>(comm.rank(), count, seed, flavour::general);
+  const T untouched = static_cast<T>(-3.0f);
+  std::vector<T> output(count + 2, untouched);
+  const auto used = chorus::allreduce(comm, std::span(input), std::span(output), op, algorithm);
+  auto expected = reference<T>(all_ranks(comm.size()), count, seed, flavour::general, op);
+  expected.resize(count + 2, untouched);
+  const std::string key = "out of place " + std::string(chorus::to_string(chorus::dtype_of<T>)) + " " +
+                          std::string(chorus::op::name_of<Op>()) + " " + std::string(chorus::to_string(algorithm)) +
+                          " n=" + std::to_string(comm.size()) + " count=" + std::to_string(count);
+  results.record(key, count_different(output, expected) +
+                          count_different(input, inputs<T>(comm.rank(), count, seed, flavour::general)) +
+                          (used != algorithm));
+  prints.add(key, comm.rank(), fingerprint(output.data(), count * sizeof(T)));
+}
+
+// Out of place over the paths an algorithm can take: reductions in the
+// type itself and finished (avg), and half, reduced in a float copy.
+void allreduce_out_of_place(communicator& comm, chorus::algorithm algorithm, std::size_t count, std::uint64_t seed,
+                            tally& results, fingerprints& prints) {
+  allreduce_out_of_place_case<float>(comm, algorithm, count, chorus::op::sum{}, seed + 5, results, prints);
+  allreduce_out_of_place_case<std::int32_t>(comm, algorithm, count, chorus::op::avg{}, seed + 6, results, prints);
+  allreduce_out_of_place_case<chorus::half>(comm, algorithm, count, chorus::op::sum{}, seed + 7, results, prints);
+}
+
 template <class T>
 void allreduce_type(communicator& comm, chorus::algorithm algorithm, std::size_t count, std::uint64_t seed,
                     tally& results, fingerprints& prints) {
@@ -144,11 +173,13 @@ void allreduce_with(chorus::algorithm algorithm) {
     for (const std::size_t count : counts_for(comm.size(), true)) {
       seed += 10;
       allreduce_every_type(comm, algorithm, count, seed, results, prints);
+      allreduce_out_of_place(comm, algorithm, count, seed, results, prints);
     }
     // Several MiB, so the ring cuts blocks into many pipelined segments.
     const std::size_t large = (3u << 20) / 4 + 7;
     allreduce_case<float>(comm, algorithm, large, chorus::op::sum{}, flavour::general, 7, results, prints);
     allreduce_case<std::int32_t>(comm, algorithm, large, chorus::op::max{}, flavour::general, 8, results, prints);
+    allreduce_out_of_place_case<float>(comm, algorithm, large, chorus::op::sum{}, 9, results, prints);
   });
   results.report();
   CHECK(prints.disagreements() == 0);
@@ -239,10 +270,12 @@ TEST_CASE("allreduce/hierarchical: hosts of 2 and 3 ranks, every type and op, od
       for (const std::size_t count : counts_for(comm.size(), true)) {
         seed += 10;
         allreduce_every_type(comm, algorithm, count, seed, results, prints);
+        allreduce_out_of_place(comm, algorithm, count, seed, results, prints);
       }
       // Several slots' worth, so the shared-memory steps wrap their two slots.
       allreduce_case<float>(comm, algorithm, (3u << 20) / 4 + 7, chorus::op::sum{}, flavour::general, 7, results,
                             prints);
+      allreduce_out_of_place_case<float>(comm, algorithm, (3u << 20) / 4 + 7, chorus::op::sum{}, 9, results, prints);
       hierarchical_gather_scatter_broadcast(comm, results);
       // The table picks it for large buffers on such hosts, shared memory never.
       std::vector<float> large(1u << 16, 1.0f);
@@ -573,12 +606,20 @@ TEST_CASE("ring pipeline: tiny segments through a shallow window, for allreduce,
             for (const std::size_t count :
                  {std::size_t{0}, std::size_t{1}, std::size_t(n - 1), std::size_t{1000}, std::size_t{100003}}) {
               const std::uint64_t seed = 60 + count;
+              const auto expected = reference<float>(all_ranks(n), count, seed, flavour::general, chorus::op::sum{});
               std::vector<float> data = inputs<float>(comm.rank(), count, seed, flavour::general);
               chorus::collective::exchange ring_call(comm, "ring pipeline test");
-              chorus::collective::allreduce_ring(ring_call, std::span(data), chorus::op::sum{}, settings);
-              results.record("allreduce_ring count=" + std::to_string(count) + shape,
-                             count_different(data, reference<float>(all_ranks(n), count, seed, flavour::general,
-                                                                    chorus::op::sum{})));
+              chorus::collective::allreduce_ring(ring_call, std::span<const float>(data), std::span(data),
+                                                 chorus::op::sum{}, settings);
+              results.record("allreduce_ring count=" + std::to_string(count) + shape, count_different(data, expected));
+              const auto input = inputs<float>(comm.rank(), count, seed, flavour::general);
+              std::vector<float> output(count, -5.0f);
+              chorus::collective::exchange out_of_place_call(comm, "ring pipeline test");
+              chorus::collective::allreduce_ring(out_of_place_call, std::span(input), std::span(output),
+                                                 chorus::op::sum{}, settings);
+              results.record("allreduce_ring out of place count=" + std::to_string(count) + shape,
+                             count_different(output, expected) +
+                                 count_different(input, inputs<float>(comm.rank(), count, seed, flavour::general)));
 
               const std::size_t total = count * static_cast<std::size_t>(n);
               const auto full = reference<float>(all_ranks(n), total, seed + 1, flavour::general, chorus::op::sum{});

@@ -36,15 +36,18 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 
 namespace collective {
 
-// The allreduce of `data` wherever it lives (front_door.hpp), `router`
-// being routed(data): one body, run on host memory with the host's
-// algorithm (shared memory on one host), on the direct path where the
-// router offers it (element types that are their own accumulator, built-in
-// ops; never shared memory, which copies through the host), else staged:
-// the ring part by part, so that the copies overlap the network, the
-// others whole. The path is reported (CHORUS_DEBUG=1).
+// The allreduce of `input` into `data` wherever they live (front_door.hpp),
+// `router` being routed(data): one body, run on host memory with the
+// host's algorithm (shared memory on one host), on the direct path where
+// the router offers it (element types that are their own accumulator,
+// built-in ops; never shared memory, which copies through the host), else
+// staged: the ring part by part, so that the copies overlap the network,
+// the others whole. The path is reported (CHORUS_DEBUG=1). `input` is
+// `data` (in place) but on host memory, where the algorithms read it where
+// it is.
 template <class Communicator, element T, class Op>
-algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
+algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<const T> input, std::span<T> data, Op op,
+                       algorithm forced) {
   const record::recorded_call recorded(record::recorder_of(comm),
                                        record::collective("allreduce", data, op::name_of<Op>()));
   const choice made =
@@ -65,15 +68,17 @@ algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<T> d
   // Set where a staged ring runs this call over its host copy: the ring
   // reports each part it is done with; any other algorithm takes it whole.
   staging_hooks* const hooks = take_staging_hooks();
-  if (run_where<reduces_in_itself<T>>(
-          comm, router, "allreduce", {{data.data(), data.size_bytes(), buffer_use::read_write}}, dtype_of<T>,
-          op::name_of<Op>(), !made.moves_host_memory, [&](auto& x, const auto& steps) {
-            check_and_report();
-            const bool whole = hooks != nullptr && made.chosen != algorithm::ring;
-            if (whole) hooks->need(0, data.size_bytes());
-            with_accumulator(data, [&](auto work) { allreduce_by(x, work, op, made.chosen, hooks, steps); });
-            if (whole) hooks->done(0, data.size_bytes());
-          }))
+  if (run_where<reduces_in_itself<T>>(comm, router, "allreduce",
+                                      {{data.data(), data.size_bytes(), buffer_use::read_write}}, dtype_of<T>,
+                                      op::name_of<Op>(), !made.moves_host_memory, [&](auto& x, const auto& steps) {
+                                        check_and_report();
+                                        const bool whole = hooks != nullptr && made.chosen != algorithm::ring;
+                                        if (whole) hooks->need(0, data.size_bytes());
+                                        with_accumulator(input, data, [&](auto given, auto work) {
+                                          allreduce_by(x, given, work, op, made.chosen, hooks, steps);
+                                        });
+                                        if (whole) hooks->done(0, data.size_bytes());
+                                      }))
     return made.chosen;
   const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
   // Part by part only where the ring reduces the buffer itself (half and
@@ -88,14 +93,14 @@ algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<T> d
 // The same through a given router (chorus::cuda::allreduce's staging).
 template <class Communicator, element T, class Op>
 algorithm allreduce_through(memory_router& router, Communicator& comm, std::span<T> data, Op op, algorithm forced) {
-  return allreduce_on(&router, comm, data, op, forced);
+  return allreduce_on(&router, comm, std::span<const T>(data), data, op, forced);
 }
 
 }  // namespace collective
 
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<T> data, Op op = {}, algorithm forced = algorithm::automatic) {
-  return collective::allreduce_on(routed(data), comm, data, op, forced);
+  return collective::allreduce_on(routed(data), comm, std::span<const T>(data), data, op, forced);
 }
 
 template <class Communicator, element T>
@@ -103,9 +108,10 @@ algorithm allreduce(Communicator& comm, std::span<T> data, algorithm forced) {
   return allreduce(comm, data, op::sum{}, forced);
 }
 
-// Out of place: `output` receives the result; `input` is not modified. A
-// copy, then the allreduce in place: device buffers are copied on the
-// device and take the in-place path (direct, or staged once).
+// Out of place: `output` receives the result; `input` is not modified.
+// Host buffers: the algorithms read the input where it is and write the
+// result where it goes, at in-place speed. Device buffers are copied on
+// the device and take the in-place path (direct, or staged once).
 template <class Communicator, element T, reduction_operator Op = op::sum>
 algorithm allreduce(Communicator& comm, std::span<const T> input, std::span<T> output, Op op = {},
                     algorithm forced = algorithm::automatic) {
@@ -114,8 +120,11 @@ algorithm allreduce(Communicator& comm, std::span<const T> input, std::span<T> o
   // GCC 12 at -O3 see the copy fits (else -Warray-bounds, on the path where
   // check_output threw for a too-small output).
   const std::size_t count = std::min(input.size(), output.size());
+  const std::span<const T> given = input.first(count);
+  const std::span<T> result = output.first(count);
+  if (routed(given, result) == nullptr) return collective::allreduce_on(nullptr, comm, given, result, op, forced);
   if (input.data() != output.data()) copy_elements(comm, input.data(), count, output.data());
-  return allreduce(comm, output.first(count), op, forced);
+  return allreduce(comm, result, op, forced);
 }
 
 template <class Communicator, element T>

@@ -50,16 +50,29 @@ struct allreduce_algorithms
 
 // Runs the algorithm `chosen` over `ex` (an exchange, a network_exchange
 // on the direct path, or a group inside a hierarchical allreduce), its
-// reductions where `steps` says.
+// reductions where `steps` says, from `input` into `work` (the same span
+// in place). An algorithm with an out-of-place form (its run takes both)
+// reads the input where it is; the others (the tree) get it copied into
+// `work` first.
 template <class X, class A, class Op, class Steps = host_steps>
-void allreduce_by(X& ex, std::span<A> work, const Op& op, algorithm chosen, staging_hooks* hooks,
-                  const Steps& steps = {}) {
+void allreduce_by(X& ex, std::span<const A> input, std::span<A> work, const Op& op, algorithm chosen,
+                  staging_hooks* hooks, const Steps& steps = {}) {
   allreduce_algorithms::run("allreduce", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(ex, work, op, hooks, steps); })
+    if constexpr (requires { Algorithm::run(ex, input, work, op, hooks, steps); }) {
+      Algorithm::run(ex, input, work, op, hooks, steps);
+    } else if constexpr (requires { Algorithm::run(ex, work, op, hooks, steps); }) {
+      if (input.data() != work.data()) steps.copy(input, work);
       Algorithm::run(ex, work, op, hooks, steps);
-    else
+    } else {
       cannot_run_here<Algorithm>("allreduce");
+    }
   });
+}
+
+template <class X, class A, class Op, class Steps = host_steps>
+void allreduce_by(X& ex, std::span<A> data, const Op& op, algorithm chosen, staging_hooks* hooks,
+                  const Steps& steps = {}) {
+  allreduce_by(ex, std::span<const A>(data), data, op, chosen, hooks, steps);
 }
 
 template <class X, class A, class Op>

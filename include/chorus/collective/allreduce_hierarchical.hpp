@@ -54,8 +54,10 @@ template <class X, class A, class Op>
 void allreduce_between_hosts(X& ex, std::span<const int> members, std::span<A> data,
                              const Op& op);  // over allreduce's list: allreduce_algorithms.hpp
 
+// `input` to `data`, which may be the same span (in place): step (1) reads
+// the input where it is; the rest works in `data`.
 template <class Communicator, class A, class Op>
-void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const Op& op) {
+void allreduce_hierarchical(exchange<Communicator>& ex, std::span<const A> input, std::span<A> data, const Op& op) {
   namespace steps = shared_memory_steps;
   const host_layout& layout = ex.comm().layout();
   const std::size_t per_step = shared_memory_channel::default_slot_bytes / sizeof(A);
@@ -65,9 +67,10 @@ void allreduce_hierarchical(exchange<Communicator>& ex, std::span<A> data, const
   std::size_t slice_total = 0;
   for (std::uint64_t k = 0; k < chunks; ++k) {
     const record::phase phase("hierarchical: reduce in host");
-    const std::span<A> chunk = chunk_of(data, k, per_step);
-    steps::post(call, call.step(k), std::span<const A>(chunk));
-    slice_total += steps::reduce_slice(call, call.step(k), chunk, combining_only<Op>{op}).size();
+    const std::span<const A> given = chunk_of(input, k, per_step);
+    steps::post(call, call.step(k), given);
+    slice_total +=
+        steps::reduce_slice(call, call.step(k), given, chunk_of(data, k, per_step), combining_only<Op>{op}).size();
     call.publish(steps::stage::consumed, call.step(k));
   }
   // (2) the slices, packed, over the network among the hosts' ranks with this local rank.
@@ -110,10 +113,11 @@ struct allreduce_hierarchical : hierarchical_form {
            2 * cost::share(hosts) * slice * m.beta + S / local * m.gamma;
   }
   template <class Communicator, class A, class Op, class Steps>
-  static void run(exchange<Communicator>& ex, std::span<A> data, const Op& op, staging_hooks*, const Steps&)
+  static void run(exchange<Communicator>& ex, std::span<const A> input, std::span<A> data, const Op& op, staging_hooks*,
+                  const Steps&)
     requires std::same_as<Steps, host_steps> && knows_its_hosts<Communicator>
   {
-    collective::allreduce_hierarchical(ex, data, op);
+    collective::allreduce_hierarchical(ex, input, data, op);
   }
 };
 }  // namespace algorithms

@@ -26,19 +26,20 @@
 
 namespace chorus::collective {
 
+// `input` to `data`, which may be the same span (in place).
 template <class X, class A, class Op, class Steps = host_steps>
-void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op, const Steps& steps = {}) {
+void allreduce_rabenseifner(X& ex, std::span<const A> input, std::span<A> data, const Op& op, const Steps& steps = {}) {
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
     const std::span<A> scratch = steps.template window<A>(data.size());
     folded(
-        ex, data, scratch, op,
-        [&](const folding& shape) {
+        ex, input, data, scratch, op,
+        [&](const folding& shape, std::span<const A> mine) {
           const auto parts = static_cast<std::size_t>(shape.participants);
           const block_partition blocks{data.size(), parts};
           std::vector<std::size_t> bounds(parts + 1);
           for (std::size_t i = 0; i <= parts; ++i) bounds[i] = blocks.offset(i);
-          halving_reduce_scatter(ex, shape, data, scratch, bounds, op, steps);
+          halving_reduce_scatter(ex, shape, mine, data, scratch, bounds, op, steps);
           const auto own = static_cast<std::size_t>(shape.participant);
           steps.finalize(data.subspan(bounds[own], blocks.size(own)), op, static_cast<std::size_t>(n));
           steps.settle();  // the allgather sends it
@@ -47,6 +48,7 @@ void allreduce_rabenseifner(X& ex, std::span<A> data, const Op& op, const Steps&
         steps);
     return;
   }
+  if (input.data() != data.data()) steps.copy(input, data);
   steps.finalize(data, op, static_cast<std::size_t>(n));
 }
 
@@ -60,8 +62,9 @@ struct allreduce_rabenseifner {
     return 2 * cost::log2_floor(w.ranks) * m.alpha + 2 * part * S * m.beta + part * S * m.gamma + cost::folding(w, m);
   }
   template <class X, class A, class Op, class Steps>
-  static void run(X& ex, std::span<A> data, const Op& op, staging_hooks*, const Steps& steps) {
-    collective::allreduce_rabenseifner(ex, data, op, steps);
+  static void run(X& ex, std::span<const A> input, std::span<A> data, const Op& op, staging_hooks*,
+                  const Steps& steps) {
+    collective::allreduce_rabenseifner(ex, input, data, op, steps);
   }
 };
 }  // namespace algorithms

@@ -27,25 +27,31 @@
 
 namespace chorus::collective {
 
+// `input` to `data`, which may be the same span (in place): the first
+// round sends `input` and combines it with what arrives into `data`.
 template <class X, class A, class Op, class Steps = host_steps>
-void allreduce_recursive_doubling(X& ex, std::span<A> data, const Op& op, const Steps& steps = {}) {
+void allreduce_recursive_doubling(X& ex, std::span<const A> input, std::span<A> data, const Op& op,
+                                  const Steps& steps = {}) {
   const int n = ex.size();
   if (n > 1 && !data.empty()) {
     const std::span<A> scratch = steps.template window<A>(data.size());
     folded(
-        ex, data, scratch, op,
-        [&](const folding& shape) {
+        ex, input, data, scratch, op,
+        [&](const folding& shape, std::span<const A> mine) {
           const auto rounds = ex.phase(shape.rounds(), "doubling");
           std::uint32_t round = 0;
           for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
             const record::phase phase("doubling round");
             const int partner = shape.rank_of(shape.participant ^ distance);
-            ex.sendrecv(std::span<const A>(data), partner, scratch, partner, rounds(round));
-            steps.reduce(data, std::span<const A>(scratch), op, partner < ex.rank());
+            ex.sendrecv(mine, partner, scratch, partner, rounds(round));
+            steps.reduce(data, mine, std::span<const A>(scratch), op, partner < ex.rank());
             steps.settle();  // the next round sends `data` and reuses the window
+            mine = data;
           }
         },
         steps);
+  } else if (input.data() != data.data()) {
+    steps.copy(input, data);
   }
   steps.finalize(data, op, static_cast<std::size_t>(n));
 }
@@ -60,8 +66,9 @@ struct allreduce_recursive_doubling {
     return cost::log2_floor(w.ranks) * (m.alpha + S * m.beta + S * m.gamma) + cost::folding(w, m);
   }
   template <class X, class A, class Op, class Steps>
-  static void run(X& ex, std::span<A> data, const Op& op, staging_hooks*, const Steps& steps) {
-    collective::allreduce_recursive_doubling(ex, data, op, steps);
+  static void run(X& ex, std::span<const A> input, std::span<A> data, const Op& op, staging_hooks*,
+                  const Steps& steps) {
+    collective::allreduce_recursive_doubling(ex, input, data, op, steps);
   }
 };
 }  // namespace algorithms

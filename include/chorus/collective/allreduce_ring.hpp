@@ -29,15 +29,18 @@
 
 namespace chorus::collective {
 
-// With `hooks` (a buffer staged part by part, route/memory_router.hpp) it
-// says before touching each segment that it needs it, and when each
-// segment is final: the segment this rank finishes reducing, then each
-// one the gather pass brings. `steps` says where the reductions run
-// (local_steps.hpp: the host, or the device on the direct path); each
-// reduced segment is settled before it is sent on.
+// `input` to `data`, which may be the same span (in place): the reduce
+// pass sends this rank's first block from `input` and combines each
+// arriving segment with its `input` part into `data`, so out of place
+// costs no extra pass. With `hooks` (a buffer staged part by part,
+// route/memory_router.hpp; in place) it says before touching each segment
+// that it needs it, and when each segment is final: the segment this rank
+// finishes reducing, then each one the gather pass brings. `steps` says
+// where the reductions run (local_steps.hpp: the host, or the device on
+// the direct path); each reduced segment is settled before it is sent on.
 template <class X, class A, class Op, class Steps = host_steps>
-void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settings = {}, staging_hooks* hooks = nullptr,
-                    const Steps& steps = {}) {
+void allreduce_ring(X& ex, std::span<const A> input, std::span<A> data, const Op& op, ring_settings settings = {},
+                    staging_hooks* hooks = nullptr, const Steps& steps = {}) {
   const int n = ex.size(), rank = ex.rank();
   const auto need = [&](range r) {
     if (hooks != nullptr) hooks->need(r.offset * sizeof(A), r.count * sizeof(A));
@@ -47,6 +50,7 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
   };
   if (n == 1 || data.empty()) {
     need({0, data.size()});
+    if (input.data() != data.data()) steps.copy(input, data);
     steps.finalize(data, op, static_cast<std::size_t>(n));
     steps.settle();
     done({0, data.size()});
@@ -56,14 +60,15 @@ void allreduce_ring(X& ex, std::span<A> data, const Op& op, ring_settings settin
   const ring_geometry geometry(data.size(), n, settings.segment_bytes / sizeof(A), 2 * hops, ex.steps_left());
   ring_pipeline ring(ex, geometry, ex.phase(geometry.steps(), "ring hops x segments"), settings.depth);
   const auto place = [&](range r) { return data.subspan(r.offset, r.count); };
+  const auto given = [&](range r) { return input.subspan(r.offset, r.count); };
   const auto own = [&](range r) {
     need(r);
-    return place(r);
+    return given(r);
   };
   const auto reduce = [&](range r, std::span<const A> arrived, bool last) {
     need(r);
     const std::span<A> target = place(r);
-    steps.reduce(target, arrived, op, true);
+    steps.reduce(target, given(r), arrived, op, true);
     if (last) steps.finalize(target, op, static_cast<std::size_t>(n));
     steps.settle();
     if (last) done(r);
@@ -87,8 +92,9 @@ struct allreduce_ring {
     return 2 * (w.ranks - 1) * m.alpha + 2 * part * S * m.beta + part * S * m.gamma;
   }
   template <class X, class A, class Op, class Steps>
-  static void run(X& ex, std::span<A> data, const Op& op, staging_hooks* hooks, const Steps& steps) {
-    collective::allreduce_ring(ex, data, op, {}, hooks, steps);
+  static void run(X& ex, std::span<const A> input, std::span<A> data, const Op& op, staging_hooks* hooks,
+                  const Steps& steps) {
+    collective::allreduce_ring(ex, input, data, op, {}, hooks, steps);
   }
 };
 }  // namespace algorithms

@@ -11,6 +11,7 @@
 //
 // Cost per rank, S bytes, m per byte of memory traffic: (n-1)/n S m to copy
 // in, S m + 2 S/n m to reduce and share its slice, (n-1)/n S m to copy out,
+// in place or out of place alike (the input is read where it is),
 // and 3 flag round trips per step (about a microsecond each), where UCX's
 // shared-memory ring copies 2 (n-1)/n S twice (into its FIFO and out) and
 // reduces besides.
@@ -72,11 +73,13 @@ void post(Call& call, std::uint64_t step, std::span<const A> chunk) {
   call.publish(stage::posted, step);
 }
 
-// Once every rank has posted `step`: reduces this rank's slice of `chunk`
-// over every rank's contribution, in rank order, where it is, and returns
-// it (not finalised, not yet shared).
+// Once every rank has posted `step`: reduces this rank's slice of the
+// chunk over every rank's contribution, in rank order, reading its own
+// from `given` (the chunk this rank posted) and the others' in their
+// slots, into its slice of `chunk` (`given` itself in place), and returns
+// that slice (not finalised, not yet shared).
 template <class Call, class A, class Op>
-std::span<A> reduce_slice(Call& call, std::uint64_t step, std::span<A> chunk, const Op& op) {
+std::span<A> reduce_slice(Call& call, std::uint64_t step, std::span<const A> given, std::span<A> chunk, const Op& op) {
   const record::phase phase("shared-memory reduce");
   const int n = call.size();
   const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
@@ -84,8 +87,9 @@ std::span<A> reduce_slice(Call& call, std::uint64_t step, std::span<A> chunk, co
   std::vector<const A*> inputs(static_cast<std::size_t>(n));
   for (int owner = 0; owner < n; ++owner) {
     if (owner != call.rank()) call.wait(owner, stage::posted, step);
-    inputs[static_cast<std::size_t>(owner)] =
-        owner == call.rank() ? mine.data() : call.channel().template slot<A>(owner, step).data() + offset;
+    inputs[static_cast<std::size_t>(owner)] = owner == call.rank()
+                                                  ? own_slice(call, given).data()
+                                                  : call.channel().template slot<A>(owner, step).data() + offset;
   }
   reduce_many(mine, std::span<const A* const>(inputs), op);
   return mine;
@@ -123,17 +127,21 @@ void gather_slices(Call& call, std::uint64_t step, std::span<A> chunk) {
 
 }  // namespace shared_memory_steps
 
+// `input` to `data`, which may be the same span (in place): the input is
+// read where it is, the result written where it goes, no pass besides.
 template <class Communicator, class A, class Op>
-void allreduce_shared_memory(exchange<Communicator>& ex, std::span<A> data, const Op& op) {
+void allreduce_shared_memory(exchange<Communicator>& ex, std::span<const A> input, std::span<A> data, const Op& op) {
   const std::size_t per_step = shared_memory_channel::default_slot_bytes / sizeof(A);
   const std::uint64_t steps = steps_for(data.size(), per_step);
   const std::vector<int> group = every_rank(ex.size());
   shared_memory_call call(ex, group, steps, data.size_bytes());
   for (std::uint64_t k = 0; k < steps; ++k) {
+    const std::span<const A> given = chunk_of(input, k, per_step);
     const std::span<A> chunk = chunk_of(data, k, per_step);
     const std::uint64_t step = call.step(k);
-    shared_memory_steps::post(call, step, std::span<const A>(chunk));
-    finalize_all(shared_memory_steps::reduce_slice(call, step, chunk, op), op, static_cast<std::size_t>(ex.size()));
+    shared_memory_steps::post(call, step, given);
+    finalize_all(shared_memory_steps::reduce_slice(call, step, given, chunk, op), op,
+                 static_cast<std::size_t>(ex.size()));
     shared_memory_steps::share_slice(call, step, std::span<const A>(chunk));
     shared_memory_steps::gather_slices(call, step, chunk);
   }
@@ -148,10 +156,11 @@ struct allreduce_shared_memory : shared_memory_form {
     return 3 * cost::memory_steps(w.bytes) * m.flag + 3 * S * m.memory_beta + S / w.ranks * m.gamma;
   }
   template <class Communicator, class A, class Op, class Steps>
-  static void run(exchange<Communicator>& ex, std::span<A> data, const Op& op, staging_hooks*, const Steps&)
+  static void run(exchange<Communicator>& ex, std::span<const A> input, std::span<A> data, const Op& op, staging_hooks*,
+                  const Steps&)
     requires std::same_as<Steps, host_steps> && knows_its_hosts<Communicator>
   {
-    collective::allreduce_shared_memory(ex, data, op);
+    collective::allreduce_shared_memory(ex, input, data, op);
   }
 };
 }  // namespace algorithms

@@ -59,16 +59,17 @@ void narrow_into(std::span<const A> values, std::span<T> output) {
   std::transform(values.begin(), values.end(), output.begin(), [](A value) { return static_cast<T>(value); });
 }
 
-// Runs `work` on a span of the accumulator type: the data itself, or a
-// float copy for half and bfloat16 whose result is rounded back once.
+// Runs work(input, result) on spans of the accumulator type: `input` and
+// `data` themselves (the same span in place), or a float copy of `input`
+// for half and bfloat16, in place, whose result is rounded into `data` once.
 template <element T, class Work>
-void with_accumulator(std::span<T> data, Work&& work) {
+void with_accumulator(std::span<const T> input, std::span<T> data, Work&& work) {
   using A = accumulator_t<T>;
   if constexpr (std::is_same_v<A, T>) {
-    work(data);
+    work(input, data);
   } else {
-    const std::span<A> wide = widened_copy(std::span<const T>(data));
-    work(wide);
+    const std::span<A> wide = widened_copy(input);
+    work(std::span<const A>(wide), wide);
     narrow_into(std::span<const A>(wide), data);
   }
 }

@@ -42,18 +42,19 @@ struct folding {
   bool sits_out() const noexcept { return participant < 0; }
 };
 
-// Even ranks of the folded pairs send `data`; odd ones receive into
-// `scratch` and reduce it into `data` (the even rank is the lower operand).
+// Even ranks of the folded pairs send their contribution, `input`; odd
+// ones receive it into `scratch` and combine it with theirs into `data`
+// (the even rank is the lower operand). `input` is `data` in place.
 template <class X, class A, class Op, class Steps = host_steps>
-void fold_in(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch, const Op& op, std::uint32_t step,
-             const Steps& steps = {}) {
+void fold_in(X& ex, const folding& shape, std::span<const A> input, std::span<A> data, std::span<A> scratch,
+             const Op& op, std::uint32_t step, const Steps& steps = {}) {
   const int rank = ex.rank();
   if (rank >= 2 * shape.remainder) return;
   if (shape.sits_out()) {
-    ex.send(std::span<const A>(data), rank + 1, step);
+    ex.send(input, rank + 1, step);
   } else {
     ex.recv(scratch.first(data.size()), rank - 1, step);
-    steps.reduce(data, std::span<const A>(scratch.first(data.size())), op, true);
+    steps.reduce(data, input, std::span<const A>(scratch.first(data.size())), op, true);
     steps.settle();  // the transport reads `data` next
   }
 }
@@ -69,18 +70,21 @@ void fold_out(X& ex, const folding& shape, std::span<A> data, std::uint32_t step
     ex.send(std::span<const A>(data), rank - 1, step);
 }
 
-// Runs `participate(shape)` between folding in and folding out: the
-// skeleton of every algorithm built on p = 2^k participants. The fold
-// phases are reserved first, so the ranks that sit out (and reserve no
-// more) agree with the participants on their steps. `steps` says where the
-// reductions run (local_steps.hpp).
+// Runs `participate(shape, mine)` between folding in and folding out: the
+// skeleton of every algorithm built on p = 2^k participants. `mine` is
+// this participant's contribution so far: `data` where it folded its
+// partner's in, else still `input` (`data` in place), which its first
+// round reads where it is. The fold phases are reserved first, so the
+// ranks that sit out (and reserve no more) agree with the participants on
+// their steps. `steps` says where the reductions run (local_steps.hpp).
 template <class X, class A, class Op, class Participate, class Steps = host_steps>
-void folded(X& ex, std::span<A> data, std::span<A> scratch, const Op& op, Participate&& participate,
-            const Steps& steps = {}) {
+void folded(X& ex, std::span<const A> input, std::span<A> data, std::span<A> scratch, const Op& op,
+            Participate&& participate, const Steps& steps = {}) {
   const folding shape(ex.size(), ex.rank());
   const auto in = ex.phase(1, "fold in"), out = ex.phase(1, "fold out");
-  fold_in(ex, shape, data, scratch, op, in(0), steps);
-  if (!shape.sits_out()) participate(shape);
+  fold_in(ex, shape, input, data, scratch, op, in(0), steps);
+  const bool folded_in = ex.rank() < 2 * shape.remainder;
+  if (!shape.sits_out()) participate(shape, folded_in ? std::span<const A>(data) : input);
   fold_out(ex, shape, data, out(0));
 }
 

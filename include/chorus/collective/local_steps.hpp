@@ -18,6 +18,7 @@
 #include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <span>
 #include <type_traits>
@@ -46,6 +47,17 @@ struct host_steps {
   void reduce(std::span<A> target, std::span<const A> arrived, const Op& op, bool incoming_is_lower) const {
     reduce_into(target, arrived, op, incoming_is_lower);
   }
+  // target = mine combined with arrived, in one pass: an out-of-place call
+  // reads its own contribution where the caller left it (`mine` may be
+  // `target` itself).
+  template <class A, class Op>
+  void reduce(std::span<A> target, std::span<const A> mine, std::span<const A> arrived, const Op& op,
+              bool incoming_is_lower) const {
+    if (mine.data() == target.data()) return reduce_into(target, arrived, op, incoming_is_lower);
+    const std::array<const A*, 2> in_order =
+        incoming_is_lower ? std::array{arrived.data(), mine.data()} : std::array{mine.data(), arrived.data()};
+    reduce_many(target, std::span<const A* const>(in_order), op);
+  }
   template <class A, class Op>
   void finalize(std::span<A> values, const Op& op, std::size_t contributions) const {
     finalize_all(values, op, contributions);
@@ -72,6 +84,14 @@ class routed_steps {
   template <class A, class Op>
   void reduce(std::span<A> target, std::span<const A> arrived, const Op&, bool incoming_is_lower) const {
     where_.reduce_into(target.data(), arrived.data(), target.size(), dtype_of<A>, op::name_of<Op>(), incoming_is_lower);
+  }
+  // As host_steps' (the direct path is only ever in place: out-of-place
+  // device calls copy on the device first), in two passes.
+  template <class A, class Op>
+  void reduce(std::span<A> target, std::span<const A> mine, std::span<const A> arrived, const Op& op,
+              bool incoming_is_lower) const {
+    if (mine.data() != target.data()) copy(mine, target);
+    reduce(target, arrived, op, incoming_is_lower);
   }
   template <class A, class Op>
   void finalize(std::span<A> values, const Op&, std::size_t contributions) const {

@@ -23,9 +23,14 @@
 
 namespace chorus::collective {
 
+// `mine`: this participant's contribution (folded(), in place `data`),
+// read where it is by the first round, which writes what it keeps into
+// `data`; the later rounds work in `data`.
 template <class X, class A, class Op, class Steps = host_steps>
-void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std::span<A> scratch,
-                            const std::vector<std::size_t>& bounds, const Op& op, const Steps& steps = {}) {
+void halving_reduce_scatter(X& ex, const folding& shape, std::span<const A> mine, std::span<A> data,
+                            std::span<A> scratch, const std::vector<std::size_t>& bounds, const Op& op,
+                            const Steps& steps = {}) {
+  std::span<const A> from = mine;
   int low = 0, high = shape.participants;
   const auto rounds = ex.phase(shape.rounds(), "halving");
   std::uint32_t round = 0;
@@ -36,15 +41,16 @@ void halving_reduce_scatter(X& ex, const folding& shape, std::span<A> data, std:
     const bool upper = (shape.participant & distance) != 0;
     const int keep_low = upper ? middle : low, keep_high = upper ? high : middle;
     const int send_low = upper ? low : middle, send_high = upper ? middle : high;
-    const auto range = [&](int from, int to) {
-      return data.subspan(bounds[static_cast<std::size_t>(from)],
-                          bounds[static_cast<std::size_t>(to)] - bounds[static_cast<std::size_t>(from)]);
+    const auto range = [&]<class B>(std::span<B> of, int first, int last) {
+      return of.subspan(bounds[static_cast<std::size_t>(first)],
+                        bounds[static_cast<std::size_t>(last)] - bounds[static_cast<std::size_t>(first)]);
     };
-    const std::span<A> kept = range(keep_low, keep_high);
+    const std::span<A> kept = range(data, keep_low, keep_high);
     const std::span<A> incoming = scratch.first(kept.size());
-    ex.sendrecv(std::span<const A>(range(send_low, send_high)), partner, incoming, partner, rounds(round));
-    steps.reduce(kept, std::span<const A>(incoming), op, partner < ex.rank());
+    ex.sendrecv(range(from, send_low, send_high), partner, incoming, partner, rounds(round));
+    steps.reduce(kept, range(from, keep_low, keep_high), std::span<const A>(incoming), op, partner < ex.rank());
     steps.settle();  // the next round sends part of `kept` and reuses `incoming`
+    from = data;
     low = keep_low;
     high = keep_high;
   }

@@ -63,6 +63,9 @@ hosts_burst() {
 }
 
 hosts_address() { echo "$hosts_subnet.$(($1 + 1))"; }
+# A port for a job's store: below the ephemeral ports (32768 on), which the
+# ranks' closing sockets of earlier jobs may still hold in a namespace.
+hosts_port() { echo $((20000 + RANDOM % 12000)); }
 hosts_name() { echo "${hosts_prefix}h$1"; }
 hosts_exec() {
   local i="$1"

@@ -61,7 +61,7 @@ void allreduce_by(X& ex, std::span<const A> input, std::span<A> work, const Op& 
     if constexpr (requires { Algorithm::run(ex, input, work, op, hooks, steps); }) {
       Algorithm::run(ex, input, work, op, hooks, steps);
     } else if constexpr (requires { Algorithm::run(ex, work, op, hooks, steps); }) {
-      if (input.data() != work.data()) steps.copy(input, work);
+      steps.copy(input, work);
       Algorithm::run(ex, work, op, hooks, steps);
     } else {
       cannot_run_here<Algorithm>("allreduce");

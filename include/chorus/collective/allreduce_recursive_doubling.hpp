@@ -50,7 +50,7 @@ void allreduce_recursive_doubling(X& ex, std::span<const A> input, std::span<A> 
           }
         },
         steps);
-  } else if (input.data() != data.data()) {
+  } else {
     steps.copy(input, data);
   }
   steps.finalize(data, op, static_cast<std::size_t>(n));

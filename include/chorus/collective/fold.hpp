@@ -21,11 +21,13 @@ struct folding {
   int participants = 1;  // p
   int remainder = 0;     // n - p
   int participant = 0;   // this rank's number among the p, or -1 if it sits out
+  bool paired = false;   // one of ranks 0..2rem-1, which fold in and out
 
   explicit folding(int n, int rank) : size(n) {
     while (participants * 2 <= n) participants *= 2;
     remainder = n - participants;
-    if (rank < 2 * remainder)
+    paired = rank < 2 * remainder;
+    if (paired)
       participant = rank % 2 == 0 ? -1 : rank / 2;
     else
       participant = rank - remainder;
@@ -48,8 +50,8 @@ struct folding {
 template <class X, class A, class Op, class Steps = host_steps>
 void fold_in(X& ex, const folding& shape, std::span<const A> input, std::span<A> data, std::span<A> scratch,
              const Op& op, std::uint32_t step, const Steps& steps = {}) {
+  if (!shape.paired) return;
   const int rank = ex.rank();
-  if (rank >= 2 * shape.remainder) return;
   if (shape.sits_out()) {
     ex.send(input, rank + 1, step);
   } else {
@@ -62,8 +64,8 @@ void fold_in(X& ex, const folding& shape, std::span<const A> input, std::span<A>
 // The odd ranks give the finished `data` back to their even partners.
 template <class X, class A>
 void fold_out(X& ex, const folding& shape, std::span<A> data, std::uint32_t step) {
+  if (!shape.paired) return;
   const int rank = ex.rank();
-  if (rank >= 2 * shape.remainder) return;
   if (shape.sits_out())
     ex.recv(data, rank + 1, step);
   else
@@ -83,8 +85,7 @@ void folded(X& ex, std::span<const A> input, std::span<A> data, std::span<A> scr
   const folding shape(ex.size(), ex.rank());
   const auto in = ex.phase(1, "fold in"), out = ex.phase(1, "fold out");
   fold_in(ex, shape, input, data, scratch, op, in(0), steps);
-  const bool folded_in = ex.rank() < 2 * shape.remainder;
-  if (!shape.sits_out()) participate(shape, folded_in ? std::span<const A>(data) : input);
+  if (!shape.sits_out()) participate(shape, shape.paired ? std::span<const A>(data) : input);
   fold_out(ex, shape, data, out(0));
 }
 

@@ -35,12 +35,13 @@ struct host_steps {
     return scratch<A>(count, 1);
   }
   // Converts where the types differ: an element type into its accumulator
-  // (half and bfloat16 widen to float) and back, rounded once.
+  // (half and bfloat16 widen to float) and back, rounded once. A span
+  // copied onto itself (an in-place call's input) costs nothing.
   template <class From, class To>
   void copy(std::span<const From> from, std::span<To> to) const {
-    if constexpr (std::is_same_v<From, To>)
-      std::copy(from.begin(), from.end(), to.begin());
-    else
+    if constexpr (std::is_same_v<From, To>) {
+      if (from.data() != to.data()) std::copy(from.begin(), from.end(), to.begin());
+    } else
       std::transform(from.begin(), from.end(), to.begin(), [](From value) { return static_cast<To>(value); });
   }
   template <class A, class Op>
@@ -79,7 +80,7 @@ class routed_steps {
   }
   template <class A>
   void copy(std::span<const A> from, std::span<A> to) const {
-    if (!from.empty()) where_.copy(to.data(), from.data(), from.size_bytes());
+    if (!from.empty() && from.data() != to.data()) where_.copy(to.data(), from.data(), from.size_bytes());
   }
   template <class A, class Op>
   void reduce(std::span<A> target, std::span<const A> arrived, const Op&, bool incoming_is_lower) const {
@@ -90,7 +91,7 @@ class routed_steps {
   template <class A, class Op>
   void reduce(std::span<A> target, std::span<const A> mine, std::span<const A> arrived, const Op& op,
               bool incoming_is_lower) const {
-    if (mine.data() != target.data()) copy(mine, target);
+    copy(mine, target);
     reduce(target, arrived, op, incoming_is_lower);
   }
   template <class A, class Op>

@@ -30,7 +30,6 @@ template <class X, class A, class Op, class Steps = host_steps>
 void halving_reduce_scatter(X& ex, const folding& shape, std::span<const A> mine, std::span<A> data,
                             std::span<A> scratch, const std::vector<std::size_t>& bounds, const Op& op,
                             const Steps& steps = {}) {
-  std::span<const A> from = mine;
   int low = 0, high = shape.participants;
   const auto rounds = ex.phase(shape.rounds(), "halving");
   std::uint32_t round = 0;
@@ -47,10 +46,10 @@ void halving_reduce_scatter(X& ex, const folding& shape, std::span<const A> mine
     };
     const std::span<A> kept = range(data, keep_low, keep_high);
     const std::span<A> incoming = scratch.first(kept.size());
-    ex.sendrecv(range(from, send_low, send_high), partner, incoming, partner, rounds(round));
-    steps.reduce(kept, range(from, keep_low, keep_high), std::span<const A>(incoming), op, partner < ex.rank());
+    ex.sendrecv(range(mine, send_low, send_high), partner, incoming, partner, rounds(round));
+    steps.reduce(kept, range(mine, keep_low, keep_high), std::span<const A>(incoming), op, partner < ex.rank());
     steps.settle();  // the next round sends part of `kept` and reuses `incoming`
-    from = data;
+    mine = data;
     low = keep_low;
     high = keep_high;
   }

@@ -41,7 +41,7 @@ void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const O
     halving_reduce_scatter(ex, shape, std::span<const A>(data), data, scratch, bounds, op, steps);
   }
   const std::span<A> even_block = data.subspan(static_cast<std::size_t>(rank - rank % 2) * block, block);
-  if (rank < 2 * shape.remainder) {
+  if (shape.paired) {
     if (shape.sits_out())
       ex.recv(even_block, rank + 1, back(0));
     else

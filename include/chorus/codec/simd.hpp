@@ -11,22 +11,18 @@
 #pragma once
 
 #include <chorus/core/env.hpp>
+#include <chorus/core/simd.hpp>
 #include <chorus/core/variables.hpp>
 
 #include <bit>
 #include <cstdint>
 #include <string_view>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CHORUS_CODEC_X86 1
-#include <cpuid.h>
+// The vector kernels are compiled for AVX2 + F16C + POPCNT
+// (CHORUS_TARGET_AVX2, core/simd.hpp).
+#define CHORUS_CODEC_X86 CHORUS_X86_SIMD
+#if CHORUS_CODEC_X86
 #include <immintrin.h>
-// The vector kernels are compiled for AVX2 + F16C (and POPCNT, which every
-// AVX2 CPU has) whatever the caller's -march; they only run after the CPU
-// check below.
-#define CHORUS_TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
-#else
-#define CHORUS_CODEC_X86 0
 #endif
 
 // The portable loops must not be contracted into FMAs (the vector code does
@@ -50,21 +46,7 @@ enum class simd_path { portable, avx2 };
 
 constexpr std::string_view to_string(simd_path path) { return path == simd_path::avx2 ? "avx2" : "portable"; }
 
-inline bool cpu_has_avx2() {
-#if CHORUS_CODEC_X86
-  static const bool has = [] {
-    __builtin_cpu_init();
-    // F16C from cpuid leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
-    // does not know "f16c".
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") && f16c;
-  }();
-  return has;
-#else
-  return false;
-#endif
-}
+inline bool cpu_has_avx2() { return simd::runs(simd::width::avx2); }
 
 // The fastest path this CPU runs, unless CHORUS_CODEC_SIMD says portable.
 inline simd_path best_path() {

@@ -203,6 +203,40 @@ TEST_CASE("allreduce/shared_memory: every type and op against the serial referen
   allreduce_with(chorus::algo::shared_memory);
 }
 
+// The small-message form: every type and op up to its limit (a slot's worth
+// of float accumulators for half), calls of the chunked form in between on
+// the same slots, and a clear error past the limit.
+TEST_CASE(
+    "allreduce/shared_memory_small: every type and op to its limit, between chunked calls, identical on all ranks") {
+  tally results;
+  fingerprints prints;
+  const auto small = chorus::algo::shared_memory_small;
+  for_each_rank_count_subcase([&](communicator& comm) {
+    std::uint64_t seed = 500;
+    std::vector<std::size_t> counts = counts_for(comm.size(), false);
+    counts.push_back(1003);
+    for (const std::size_t count : counts) {
+      seed += 10;
+      allreduce_every_type(comm, small, count, seed, results, prints);
+      allreduce_out_of_place(comm, small, count, seed, results, prints);
+    }
+    allreduce_case<float>(comm, small, (256u << 10) / 4, chorus::op::sum{}, flavour::general, 7, results, prints);
+    allreduce_case<chorus::half>(comm, small, (256u << 10) / 2, chorus::op::sum{}, flavour::general, 8, results,
+                                 prints);
+    for (int i = 0; i < 7; ++i) {
+      const bool chunked = i % 3 == 1;  // several steps, so the two forms meet on both slots
+      allreduce_case<float>(comm, chunked ? chorus::algo::shared_memory : small,
+                            chunked ? 200003 : 100 + static_cast<std::size_t>(i) * 9001, chorus::op::sum{},
+                            flavour::general, 20 + static_cast<std::uint64_t>(i), results, prints);
+    }
+    std::vector<float> too_large((256u << 10) / 4 + 1, 1.0f);
+    expect_error([&] { chorus::allreduce(comm, std::span(too_large), small); }, chorus::errc::invalid_argument,
+                 "needs every rank on one host and at most 256 KiB, and this call is 262148 bytes on 1 host");
+  });
+  results.report();
+  CHECK(prints.disagreements() == 0);
+}
+
 // Allgather, reduce_scatter (sum and integer avg) and broadcast from three
 // roots, hierarchical, against the serial references.
 void hierarchical_gather_scatter_broadcast(communicator& comm, tally& results) {
@@ -280,8 +314,9 @@ TEST_CASE("allreduce/hierarchical: hosts of 2 and 3 ranks, every type and op, od
       // The table picks it for large buffers on such hosts, shared memory never.
       std::vector<float> large(1u << 16, 1.0f);
       results.record("automatic across hosts", chorus::allreduce(comm, large) != chorus::algo::hierarchical);
-      expect_error([&] { chorus::allreduce(comm, large, chorus::algo::shared_memory); }, chorus::errc::invalid_argument,
-                   "not one");
+      expect_error(
+          [&] { chorus::allreduce(comm, large, chorus::algo::shared_memory); }, chorus::errc::invalid_argument,
+          "needs every rank on one host, and this call is 262144 bytes on " + std::to_string(hosts) + " hosts");
     });
   }
   results.report();
@@ -408,7 +443,8 @@ TEST_CASE("shared memory: automatic on one host, unequal hosts fall back to the 
     std::vector<float> large(1u << 16, 1.0f);
     results.record("automatic on one host", chorus::allreduce(comm, large) != chorus::algo::shared_memory);
     std::vector<float> small(16, 1.0f);
-    results.record("small stays on the network", chorus::allreduce(comm, small) == chorus::algo::shared_memory);
+    results.record("small takes one slot", chorus::allreduce(comm, small) != chorus::algo::shared_memory_small);
+    results.record("small result", count_different(small, std::vector<float>(small.size(), 4.0f)));
     // Non-blocking calls run through a segment of their own, overlapping the caller's blocking ones.
     std::vector<float> overlapped(1u << 17, 2.0f);
     auto pending = chorus::iallreduce(comm, std::span(large));
@@ -930,9 +966,9 @@ TEST_CASE("invalid arguments are invalid_argument errors") {
 }
 
 TEST_CASE("selection: the defaults, CHORUS_ALLREDUCE_ALGO and the caller, in that order of precedence") {
-  CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::recursive_doubling);
-  CHECK(chorus::choose_allreduce(4, 64u << 20).chosen != chorus::algo::recursive_doubling);
-  CHECK(chorus::choose_allreduce(4, 8).reason == "default allreduce@3-:0-16K:recursive_doubling");
+  CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::shared_memory_small);  // one host
+  CHECK(chorus::choose_allreduce(4, 64u << 20).chosen != chorus::algo::shared_memory_small);
+  CHECK(chorus::choose_allreduce(4, 8).reason == "default allreduce@2-:0-16K:shared_memory_small");
   ::setenv("CHORUS_ALLREDUCE_ALGO", "tree", 1);
   CHECK(chorus::choose_allreduce(4, 8).chosen == chorus::algo::tree);
   CHECK(std::string(chorus::choose_allreduce(4, 8).reason) == "CHORUS_ALLREDUCE_ALGO");
@@ -942,7 +978,7 @@ TEST_CASE("selection: the defaults, CHORUS_ALLREDUCE_ALGO and the caller, in tha
   ::setenv("CHORUS_ALLREDUCE_ALGO", "fastest", 1);
   expect_error([] { chorus::choose_allreduce(4, 8); }, chorus::errc::invalid_argument,
                "CHORUS_ALLREDUCE_ALGO names fastest, which is not an algorithm of allreduce (it has "
-               "recursive_doubling, rabenseifner, ring, tree, shared_memory, hierarchical)");
+               "recursive_doubling, rabenseifner, ring, tree, shared_memory, shared_memory_small, hierarchical)");
   ::unsetenv("CHORUS_ALLREDUCE_ALGO");
 }
 
@@ -1053,13 +1089,16 @@ namespace {
 
 // The measured table as it was written before the defaults were rules,
 // independently: sizes up to a bound inclusive, shared memory on one host
-// and the hierarchical forms on hosts of several ranks, both from 16 KiB.
+// and the hierarchical forms on hosts of several ranks, both from 16 KiB,
+// and allreduce's one-slot shared memory below 16 KiB on one host.
 // The defaults' rules start at the first measured size (a power of two)
 // the next algorithm won, so the two agree at every measured size.
 chorus::algorithm measured_table(std::string_view collective, const chorus::workload& w) {
   using chorus::algorithm;
   const bool has_host_forms = collective == "allreduce" || collective == "allgather" ||
                               collective == "reduce_scatter" || collective == "broadcast";
+  const bool one_host = w.ranks >= 2 && w.hosts == 1 && w.host_memory && !w.between_hosts;
+  if (collective == "allreduce" && one_host && w.bytes < (16u << 10)) return algorithm::shared_memory_small;
   if (has_host_forms && w.ranks >= 2 && w.bytes >= (16u << 10) && w.host_memory && !w.between_hosts) {
     if (w.hosts == 1) return algorithm::shared_memory;
     if (w.ranks_per_host > 1) return algorithm::hierarchical;
@@ -1168,8 +1207,12 @@ TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, 
   CHECK(pick("allreduce", 4, 8, algorithm::ring, algorithm::automatic).reason == "caller");
   CHECK(pick("allreduce", 4, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::tree);
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::rabenseifner).reason == "CHORUS_ALLREDUCE_ALGO");
-  CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).chosen == algorithm::recursive_doubling);
+  CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).chosen ==
+        algorithm::shared_memory_small);  // one host
   CHECK(pick("allreduce", 3, 8, algorithm::automatic, algorithm::automatic).reason ==
+        "default allreduce@2-:0-16K:shared_memory_small");
+  const chorus::workload across{.ranks = 3, .bytes = 8, .hosts = 3, .ranks_per_host = 1};
+  CHECK(chorus::choose("allreduce", across, algorithm::automatic, tune, algorithm::automatic).reason ==
         "default allreduce@3-:0-16K:recursive_doubling");
   CHECK(pick("allgather", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen == algorithm::ring);
   CHECK(pick("reduce_scatter", 3, 8, algorithm::automatic, algorithm::rabenseifner).chosen ==

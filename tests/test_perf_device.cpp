@@ -67,6 +67,7 @@ int sweep_on_device(const perf::collective& entry, int ranks, fake_memory& memor
         config.max_bytes = 40000;  // not a multiple of the chunks or the rank counts
         config.factor = 100;
         config.iterations = 1;
+        config.auto_bytes = 0;  // exactly one call per size
         config.warmup = 0;
         config.memory = &memory;
         if (gpus) {

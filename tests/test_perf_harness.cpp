@@ -96,11 +96,14 @@ TEST_CASE("harness: bad command lines are usage errors") {
 
 TEST_CASE("harness: --auto-iters repeats small sizes, within [iterations, 2000]") {
   const auto s = settings_from({"-n", "5", "--auto-iters", "1M"});
-  CHECK(perf::iterations_for(s, 1 << 20) == 5);  // one call moves enough; never fewer than -n
-  CHECK(perf::iterations_for(s, 4096) == 256);   // 1 MiB / 4 KiB
-  CHECK(perf::iterations_for(s, 8) == 2000);     // capped
-  CHECK(perf::iterations_for(s, 0) == 2000);     // an empty buffer
-  CHECK(perf::iterations_for(settings_from({"-n", "7"}), 8) == 7);
+  CHECK(perf::iterations_for(s, 1 << 20) == 5);                     // one call moves enough; never fewer than -n
+  CHECK(perf::iterations_for(s, 4096) == 256);                      // 1 MiB / 4 KiB
+  CHECK(perf::iterations_for(s, 8) == 2000);                        // capped
+  CHECK(perf::iterations_for(s, 0) == 2000);                        // an empty buffer
+  CHECK(perf::iterations_for(settings_from({"-n", "7"}), 8) == 7);  // -n alone: exactly
+  CHECK(perf::iterations_for(settings_from({"--auto-iters", "1M", "-n", "7"}), 4096) == 256);
+  CHECK(perf::iterations_for(settings_from({}), 4096) == 2000);     // the default: 64 MiB, capped
+  CHECK(perf::iterations_for(settings_from({}), 16u << 20) == 20);  // never fewer than the default -n
 }
 
 TEST_CASE("harness: fill, warm up, barrier, time; then fill, run once and check") {

@@ -1,9 +1,10 @@
 // chorus-perf: collective benchmarks in nccl-tests units.
 //
-//   chorus-run -n 4 chorus-perf allreduce -b 8 -e 256M -f 2 [--algo ring|rd|rabenseifner|tree|shm|hierarchical|auto]
+//   chorus-run -n 4 chorus-perf allreduce -b 8 -e 256M -f 2 [--algo ring|rd|rabenseifner|tree|shm|shm_small|hierarchical|auto]
 //       [--dtype float|double|half|bfloat16|int8|int32|int64|uint8|uint32|uint64]
 //       [--op sum|prod|min|max|avg] [--root 0] [-n iters] [-w warmup] [-c 0|1] [--json out.json]
-//       [--auto-iters BYTES]   (repeat small sizes until BYTES moved, up to 2000 iterations)
+//       [--auto-iters BYTES]   (repeat small sizes until BYTES moved, up to 2000 iterations;
+//                               default 64M, or exactly -n iters where only -n is given)
 //       [--codec fp16|bf16|int8|onebit|identity|topk:R|randomk:R[:SEED]]   (allreduce, float, sum|avg: compressed)
 //       [--scheme ring|once|sparse]   (with --codec: force the compressed scheme; default automatic)
 //       [--device host|cuda]   (cuda: the buffers are CUDA device memory, one GPU per rank

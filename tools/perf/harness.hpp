@@ -50,7 +50,12 @@ class usage_error : public std::runtime_error {
 struct sweep_settings {
   std::size_t min_bytes = 8, max_bytes = 64u << 20, factor = 2;
   int iterations = 20, warmup = 5;
-  std::size_t auto_bytes = 0;  // --auto-iters: at least this many bytes per measurement
+  // At least this many bytes per measurement (--auto-iters; 0: exactly
+  // -n). By default 64 MiB: 20 calls of a few microseconds would weigh
+  // the ranks' skew leaving the barrier as much as the calls. -n alone
+  // means exactly ITERS, as in nccl-tests.
+  std::size_t auto_bytes = 64u << 20;
+  bool auto_given = false;
   bool check = true;
   std::string json;
 };
@@ -75,17 +80,19 @@ inline bool take_sweep_flag(sweep_settings& s, std::string_view flag, std::strin
     s.max_bytes = size_argument(value);
   else if (flag == "-f")
     s.factor = size_argument(value);
-  else if (flag == "-n")
+  else if (flag == "-n") {
     s.iterations = std::max(1, count_argument(value));
-  else if (flag == "-w")
+    if (!s.auto_given) s.auto_bytes = 0;
+  } else if (flag == "-w")
     s.warmup = count_argument(value);
   else if (flag == "-c")
     s.check = count_argument(value) != 0;
   else if (flag == "--json")
     s.json = value;
-  else if (flag == "--auto-iters")
+  else if (flag == "--auto-iters") {
     s.auto_bytes = size_argument(value);
-  else
+    s.auto_given = true;
+  } else
     return false;
   return true;
 }
@@ -108,8 +115,8 @@ inline std::vector<std::size_t> sizes(const sweep_settings& s) {
   return all;
 }
 
-// Small messages take microseconds: with --auto-iters they repeat until
-// BYTES have moved (at most 2000 times), so one hiccup does not dominate.
+// Small messages take microseconds: they repeat until auto_bytes have
+// moved (at most 2000 times, at least -n), so one hiccup does not dominate.
 inline int iterations_for(const sweep_settings& s, std::size_t bytes) {
   if (s.auto_bytes == 0) return s.iterations;
   const std::size_t wanted = s.auto_bytes / std::max<std::size_t>(1, bytes);

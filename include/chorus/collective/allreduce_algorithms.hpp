@@ -2,9 +2,12 @@
 //
 // Defaults, measured by bench/sweep on the development machine (2 cores,
 // UCX shared memory; docs/decision_table.md has the sweeps for 2, 3, 4 and
-// 8 ranks): inside one host shared memory from 16 KiB, across hosts that
-// hold several ranks each the hierarchical form from the same size (below
-// it the network algorithms' few small messages are as fast). Over the
+// 8 ranks): inside one host the one-slot shared-memory form below 16 KiB
+// (one flag wait per call: 1.2-2x ahead of recursive doubling at 1-8 KiB
+// on 2-4 ranks) and the chunked one from 16 KiB, where reducing only its
+// 1/n share pays for the extra flags; across hosts that hold several ranks
+// each the hierarchical form from 16 KiB (below it the network algorithms'
+// few small messages are as fast). Over the
 // network latency dominates through 8 KiB (4 KiB at 2 ranks), where
 // recursive doubling's log2(n) rounds win at every rank count (2x the ring
 // at 4); 2 ranks: the ring above that (pipelined segments beat one big
@@ -25,6 +28,7 @@
 #include <chorus/collective/allreduce_recursive_doubling.hpp>
 #include <chorus/collective/allreduce_ring.hpp>
 #include <chorus/collective/allreduce_shared_memory.hpp>
+#include <chorus/collective/allreduce_shared_memory_small.hpp>
 #include <chorus/collective/allreduce_tree.hpp>
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/selection.hpp>
@@ -40,10 +44,10 @@ namespace chorus::collective {
 struct allreduce_algorithms
     : algorithm_list<algorithms::allreduce_recursive_doubling, algorithms::allreduce_rabenseifner,
                      algorithms::allreduce_ring, algorithms::allreduce_tree, algorithms::allreduce_shared_memory,
-                     algorithms::allreduce_hierarchical> {
+                     algorithms::allreduce_shared_memory_small, algorithms::allreduce_hierarchical> {
   static constexpr std::string_view collective = "allreduce";
   static constexpr std::string_view defaults =
-      "allreduce@2-:16K-:shared_memory,16K-:hierarchical;allreduce@1:0-:recursive_doubling;"
+      "allreduce@2-:0-16K:shared_memory_small,16K-:shared_memory,16K-:hierarchical;allreduce@1:0-:recursive_doubling;"
       "allreduce@2:0-8K:recursive_doubling,8K-:ring;"
       "allreduce@3-:0-16K:recursive_doubling,16K-2M:rabenseifner,2M-:ring";
 };

@@ -144,13 +144,15 @@ choice choose(const Communicator& comm, const collective_entry& entry, workload 
     work.ranks_per_host = comm.layout().ranks_per_host;
   }
   choice made = choose(entry, work, forced, comm.config().tune, comm.config().allreduce_algorithm);
-  if (!made.facts->feasible(work))
+  if (!made.facts->feasible(work)) {
+    const std::string here = std::to_string(work.bytes) + " bytes on " + std::to_string(work.hosts) +
+                             (work.hosts == 1 ? " host" : " hosts") +
+                             (work.ranks_per_host == 0 ? " holding different numbers of ranks" : "");
     throw error(errc::invalid_argument,
-                std::string(entry.name) + " with " + std::string(to_string(made.chosen)) + " (" + made.reason + "): " +
-                    (work.hosts > 1 && made.chosen == algorithm::shared_memory
-                         ? "the ranks are on " + std::to_string(work.hosts) + " hosts, not one"
-                         : std::string("it cannot run here (the hosts hold different numbers of ranks)")),
+                std::string(entry.name) + " with " + std::string(to_string(made.chosen)) + " (" + made.reason +
+                    "): it needs " + std::string(made.facts->needs) + ", and this call is " + here,
                 {comm.transport().rank(), -1, std::string(entry.name)});
+  }
   return made;
 }
 

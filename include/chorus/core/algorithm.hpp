@@ -36,7 +36,7 @@ class algorithm {
 
   // The algorithms that ship, by their canonical names.
   static const algorithm automatic, ring, recursive_doubling, rabenseifner, tree, recursive_halving, chain, encode_once,
-      pairwise, nccl, sparse, shared_memory, hierarchical;
+      pairwise, nccl, sparse, shared_memory, shared_memory_small, hierarchical;
 
  private:
   std::array<char, max_name + 1> text_{};  // NUL-terminated; all NUL: automatic
@@ -54,7 +54,8 @@ inline constexpr algorithm algorithm::pairwise{"pairwise"};                     
 inline constexpr algorithm algorithm::nccl{"nccl"};                              // a chorus::nccl::communicator's own
 inline constexpr algorithm algorithm::sparse{"sparse"};                // compressed allreduce, top-k, random-k
 inline constexpr algorithm algorithm::shared_memory{"shared_memory"};  // every rank on one host
-inline constexpr algorithm algorithm::hierarchical{"hierarchical"};    // hosts holding equal numbers of ranks
+inline constexpr algorithm algorithm::shared_memory_small{"shared_memory_small"};  // allreduce, small messages
+inline constexpr algorithm algorithm::hierarchical{"hierarchical"};  // hosts holding equal numbers of ranks
 
 namespace algo {
 inline constexpr algorithm automatic = algorithm::automatic;
@@ -71,6 +72,8 @@ inline constexpr algorithm nccl = algorithm::nccl;
 inline constexpr algorithm sparse = algorithm::sparse;
 inline constexpr algorithm shared_memory = algorithm::shared_memory;
 inline constexpr algorithm shm = algorithm::shared_memory;
+inline constexpr algorithm shared_memory_small = algorithm::shared_memory_small;
+inline constexpr algorithm shm_small = algorithm::shared_memory_small;
 inline constexpr algorithm hierarchical = algorithm::hierarchical;
 }  // namespace algo
 

@@ -73,6 +73,20 @@ void post(Call& call, std::uint64_t step, std::span<const A> chunk) {
   call.publish(stage::posted, step);
 }
 
+// Waits until every other rank has posted `step`; returns each rank's
+// contribution at `offset` in rank order: this rank's own at `own` (where
+// the caller's input is), the others' in their slots.
+template <class Call, class A>
+std::vector<const A*> posted_contributions(Call& call, std::uint64_t step, const A* own, std::size_t offset) {
+  std::vector<const A*> inputs(static_cast<std::size_t>(call.size()));
+  for (int owner = 0; owner < call.size(); ++owner) {
+    if (owner != call.rank()) call.wait(owner, stage::posted, step);
+    inputs[static_cast<std::size_t>(owner)] =
+        owner == call.rank() ? own : call.channel().template slot<A>(owner, step).data() + offset;
+  }
+  return inputs;
+}
+
 // Once every rank has posted `step`: reduces this rank's slice of the
 // chunk over every rank's contribution, in rank order, reading its own
 // from `given` (the chunk this rank posted) and the others' in their
@@ -81,16 +95,9 @@ void post(Call& call, std::uint64_t step, std::span<const A> chunk) {
 template <class Call, class A, class Op>
 std::span<A> reduce_slice(Call& call, std::uint64_t step, std::span<const A> given, std::span<A> chunk, const Op& op) {
   const record::phase phase("shared-memory reduce");
-  const int n = call.size();
   const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
   const std::span<A> mine = own_slice(call, chunk);
-  std::vector<const A*> inputs(static_cast<std::size_t>(n));
-  for (int owner = 0; owner < n; ++owner) {
-    if (owner != call.rank()) call.wait(owner, stage::posted, step);
-    inputs[static_cast<std::size_t>(owner)] = owner == call.rank()
-                                                  ? own_slice(call, given).data()
-                                                  : call.channel().template slot<A>(owner, step).data() + offset;
-  }
+  const std::vector<const A*> inputs = posted_contributions(call, step, own_slice(call, given).data(), offset);
   reduce_many(mine, std::span<const A* const>(inputs), op);
   return mine;
 }

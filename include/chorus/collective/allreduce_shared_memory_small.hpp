@@ -52,12 +52,7 @@ void allreduce_shared_memory_small(exchange<Communicator>& ex, std::span<const A
     call.publish(stage::posted, step);
   }
   const record::phase phase("shared-memory reduce");
-  std::vector<const A*> contributions(static_cast<std::size_t>(n));
-  for (int owner = 0; owner < n; ++owner) {
-    if (owner != call.rank()) call.wait(owner, stage::posted, step);
-    contributions[static_cast<std::size_t>(owner)] =
-        owner == call.rank() ? input.data() : call.channel().template slot<A>(owner, step).data();
-  }
+  const std::vector<const A*> contributions = shared_memory_steps::posted_contributions(call, step, input.data(), 0);
   reduce_many(data, std::span<const A* const>(contributions), op);
   call.publish(stage::consumed, step);
   finalize_all(data, op, static_cast<std::size_t>(n));

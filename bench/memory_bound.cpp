@@ -9,14 +9,17 @@
 //   copy        memcpy(out, in, S)                 traffic 2 S (read, write)
 //   reduce      out[i] = op(out[i], in[i])          traffic 3 S (read two, write one),
 //               float sum at each vector width this CPU runs
-//               (collective/reduce_local.hpp), and the sums of half and
-//               bfloat16 elements (float arithmetic, rounded once)
+//               (collective/reduce_local.hpp)
+//   widen       S/2 bytes of half or bfloat16 into float, and narrow, the
+//               other way (core/convert.hpp): how a half or bfloat16 call
+//               enters and leaves its float accumulator; traffic 3/2 S
 // Each as GB/s of traffic over all threads and, for the kernels, as a ratio
 // to copy's GB/s: how near the kernel comes to moving its bytes as fast as
-// memcpy moves the same number. The allreduce bound bench/compare reads is
-// the copy figure (the traffic an algorithm's cost model states, over it).
+// memcpy moves the same number. bench/compare's allreduce bound is 2 S of
+// traffic per rank at the fastest of these rates at that size.
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/core/bfloat16.hpp>
+#include <chorus/core/convert.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/half.hpp>
@@ -121,6 +124,22 @@ work reduce_at(kernel::width at) {
   };
 }
 
+// S/2 bytes of a 16-bit type to S bytes of float (widen) or back (narrow).
+template <class Narrow>
+work widen() {
+  return [](arrays& a) {
+    const std::span<float> wide = a.as<float>(a.out);
+    chorus::convert(std::span<const Narrow>(a.as<Narrow>(a.in).first(wide.size())), wide);
+  };
+}
+template <class Narrow>
+work narrow() {
+  return [](arrays& a) {
+    const std::span<const float> wide = a.as<float>(a.out);
+    chorus::convert(wide, a.as<Narrow>(a.in).first(wide.size()));
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -138,13 +157,15 @@ int main(int argc, char** argv) try {
                           asm volatile("" ::: "memory");
                         });
     std::printf("  %10zu %-22s %10.2f %8s\n", bytes, "copy", copy / 1e9, "1.00");
-    const auto report = [&](const std::string& name, const work& once) {
-      const double rate = 3 * double(bytes) * threads / seconds(s, bytes, once);
+    const auto report = [&](const std::string& name, double traffic, const work& once) {
+      const double rate = traffic * double(bytes) * threads / seconds(s, bytes, once);
       std::printf("  %10zu %-22s %10.2f %8.2f\n", bytes, name.c_str(), rate / 1e9, rate / copy);
     };
-    for (const kernel::width w : widths) report(std::string("reduce float ") + to_text(w), reduce_at<float>(w));
-    report("reduce half", reduce_at<chorus::half>(chorus::simd::widest()));
-    report("reduce bfloat16", reduce_at<chorus::bfloat16>(chorus::simd::widest()));
+    for (const kernel::width w : widths) report(std::string("reduce float ") + to_text(w), 3, reduce_at<float>(w));
+    report("widen half", 1.5, widen<chorus::half>());
+    report("narrow half", 1.5, narrow<chorus::half>());
+    report("widen bfloat16", 1.5, widen<chorus::bfloat16>());
+    report("narrow bfloat16", 1.5, narrow<chorus::bfloat16>());
   }
   return 0;
 } catch (const std::exception& failure) {

@@ -1,7 +1,10 @@
 // half and bfloat16 conversions against an independent reference: the value
 // of every encoding computed with ldexp in double, and round-to-nearest-even
 // found by binary search over the encodings (ordered like their values).
+// The span conversions (core/convert.hpp) at every vector width this CPU
+// runs give the scalar conversions' bits.
 #include <chorus/core/bfloat16.hpp>
+#include <chorus/core/convert.hpp>
 #include <chorus/core/half.hpp>
 
 #include <doctest/doctest.h>
@@ -202,4 +205,79 @@ TEST_CASE("bfloat16: rounding at every decision point matches the reference") {
     CAPTURE(input);
     REQUIRE(chorus::bfloat16(input).bits() == reference_encode(bfloat16_format, input));
   }
+}
+
+namespace {
+
+std::vector<chorus::simd::width> widths_here() {
+  std::vector<chorus::simd::width> widths;
+  for (const auto w : {chorus::simd::width::portable, chorus::simd::width::avx2, chorus::simd::width::avx512})
+    if (chorus::simd::runs(w)) widths.push_back(w);
+  return widths;
+}
+
+// Floats around every 16-bit format's decision points and specials: a
+// stride through all 2^32 encodings, the rounding decision points of both
+// formats, and random bits (NaNs with payloads, subnormals, both signs).
+std::vector<float> floats_to_narrow() {
+  std::vector<float> values;
+  for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 32); bits += 65521)
+    values.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(bits)));
+  for (const format& f : {half_format, bfloat16_format})
+    for (float input : decision_points(f)) values.insert(values.end(), {input, -input});
+  std::mt19937 random(7);
+  for (int i = 0; i < 100000; ++i) values.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(random())));
+  return values;
+}
+
+template <class Narrow>
+void check_span_conversions() {
+  std::vector<Narrow> every(65536);
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) every[bits] = Narrow::from_bits(static_cast<std::uint16_t>(bits));
+  const std::vector<float> wide_inputs = floats_to_narrow();
+  for (const auto w : widths_here()) {
+    CAPTURE(std::string(chorus::simd::to_string(w)));
+    // Lengths around the 8-lane blocks, so that the tails run too.
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9},
+                                std::size_t{23}, every.size()}) {
+      CAPTURE(n);
+      std::vector<float> widened(n, -1.0f);
+      chorus::convert_at(w, std::span<const Narrow>(every.data(), n), std::span<float>(widened));
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto expected = std::bit_cast<std::uint32_t>(static_cast<float>(every[i]));
+        const auto got = std::bit_cast<std::uint32_t>(widened[i]);
+        // F16C widens a signalling NaN to a quiet one; nothing else may differ.
+        const bool nan = every[i].is_nan();
+        REQUIRE((nan ? (got | 0x400000u) == (expected | 0x400000u) : got == expected));
+      }
+    }
+    std::vector<Narrow> narrowed(wide_inputs.size());
+    chorus::convert_at(w, std::span<const float>(wide_inputs), std::span<Narrow>(narrowed));
+    for (std::size_t i = 0; i < wide_inputs.size(); ++i) {
+      CAPTURE(wide_inputs[i]);
+      REQUIRE(narrowed[i].bits() == Narrow(wide_inputs[i]).bits());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("convert: half spans at every vector width give the scalar conversions' bits") {
+  check_span_conversions<chorus::half>();
+}
+
+TEST_CASE("convert: bfloat16 spans at every vector width give the scalar conversions' bits") {
+  check_span_conversions<chorus::bfloat16>();
+}
+
+TEST_CASE("convert: same type copies, onto itself and shifted within one buffer") {
+  std::vector<float> buffer{1, 2, 3, 4, 5, 6};
+  chorus::convert(std::span<const float>(buffer), std::span<float>(buffer));
+  CHECK(buffer == std::vector<float>{1, 2, 3, 4, 5, 6});
+  chorus::convert(std::span<const float>(buffer.data(), 4), std::span<float>(buffer.data() + 2, 4));
+  CHECK(buffer == std::vector<float>{1, 2, 1, 2, 3, 4});
+  std::vector<int> numbers{7, -8};
+  std::vector<double> widened(2);
+  chorus::convert(std::span<const int>(numbers), std::span<double>(widened));
+  CHECK(widened == std::vector<double>{7.0, -8.0});
 }

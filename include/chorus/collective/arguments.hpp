@@ -4,6 +4,7 @@
 
 #include <chorus/collective/scratch.hpp>
 
+#include <chorus/core/convert.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/error.hpp>
 
@@ -49,14 +50,14 @@ inline void check_root(int root, int size, int rank, const char* operation) {
 template <element T>
 std::span<accumulator_t<T>> widened_copy(std::span<const T> input) {
   const auto wide = scratch<accumulator_t<T>>(input.size(), 1);
-  std::copy(input.begin(), input.end(), wide.begin());
+  convert(input, wide);
   return wide;
 }
 
 // Rounds accumulated values back to the element type, once, into `output`.
 template <class A, element T>
 void narrow_into(std::span<const A> values, std::span<T> output) {
-  std::transform(values.begin(), values.end(), output.begin(), [](A value) { return static_cast<T>(value); });
+  convert(values, output);
 }
 
 // Runs work(input, result) on spans of the accumulator type: `input` and

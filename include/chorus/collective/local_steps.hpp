@@ -12,6 +12,7 @@
 
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/scratch.hpp>
+#include <chorus/core/convert.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
 #include <chorus/route/direct_path.hpp>
@@ -39,10 +40,7 @@ struct host_steps {
   // copied onto itself (an in-place call's input) costs nothing.
   template <class From, class To>
   void copy(std::span<const From> from, std::span<To> to) const {
-    if constexpr (std::is_same_v<From, To>) {
-      if (from.data() != to.data()) std::copy(from.begin(), from.end(), to.begin());
-    } else
-      std::transform(from.begin(), from.end(), to.begin(), [](From value) { return static_cast<To>(value); });
+    convert(from, to);
   }
   template <class A, class Op>
   void reduce(std::span<A> target, std::span<const A> arrived, const Op& op, bool incoming_is_lower) const {

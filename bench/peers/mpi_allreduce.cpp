@@ -1,6 +1,10 @@
-// Open MPI's MPI_Allreduce (in place, float sum) over the sizes chorus-perf
-// sweeps, printing the same columns (peer_sweep.hpp).
-//   mpirun -np 4 mpi_allreduce -b 8 -e 256M -f 2 -n 20 -w 5
+// An MPI's MPI_Allreduce (in place, float sum) over the sizes chorus-perf
+// sweeps, printing the same columns (peer_sweep.hpp). Built once per MPI
+// (bench/peers/CMakeLists.txt): Open MPI as mpi_allreduce, MPICH as
+// mpich_allreduce, Intel MPI (PyPI's impi-rt, MPICH's ABI) as
+// impi_allreduce; each runs under its own launcher.
+//   mpirun.openmpi -np 4 mpi_allreduce -b 8 -e 256M -f 2 -n 20 -w 5
+//   mpirun.mpich -np 4 mpich_allreduce -b 8 -e 256M -f 2 -n 20 -w 5
 #include "peer_sweep.hpp"
 
 #include <mpi.h>
@@ -10,7 +14,15 @@ int main(int argc, char** argv) {
   peer::library lib;
   MPI_Comm_rank(MPI_COMM_WORLD, &lib.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &lib.size);
-  lib.name = "Open MPI";
+#if defined(CHORUS_PEER_NAME)
+  lib.name = CHORUS_PEER_NAME;
+#elif defined(MPICH_VERSION)
+  lib.name = "MPICH " MPICH_VERSION;
+#elif defined(OMPI_MAJOR_VERSION)
+  lib.name = "Open MPI " + std::to_string(OMPI_MAJOR_VERSION) + "." + std::to_string(OMPI_MINOR_VERSION);
+#else
+  lib.name = "MPI";
+#endif
   const peer::settings settings = peer::parse(argc, argv);
   lib.prepare = [](std::vector<float>&) {};
   lib.allreduce = [](std::vector<float>& data) {

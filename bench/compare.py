@@ -115,7 +115,7 @@ def fastest_of(best, tool, ranks, size):
     return min(times) if times else None
 
 
-def tables(best, ran_at, ceiling):
+def tables(best, ran_at, bounds):
     lines = ["Each cell: the time of one allreduce (us) and, in brackets, how many times",
              "faster chorus (auto, in place) is. bound: every rank reading its input and writing",
              "its output (2 S) at the fastest rate bench/memory_bound saw at that size with as",
@@ -137,7 +137,7 @@ def tables(best, ran_at, ceiling):
                     continue
                 peer = fastest_of(best, tool, ranks, size)
                 cells.append(f"{peer:.1f} ({peer / chorus:.2f}x)" if peer else "-")
-            bound = bound_us(size, ranks, ceiling.get((ranks, size)))
+            bound = bounds.get((ranks, size))
             of_bound = f"{bound / chorus:.2f}" + (f" / {bound / outside:.2f}" if outside else "") if bound else "-"
             cells += [f"{bound:.1f}" if bound else "-", of_bound]
             lines.append("| " + " | ".join(cells) + " |")
@@ -155,25 +155,27 @@ def main(raw_dir, out_dir):
     raw, out = pathlib.Path(raw_dir), pathlib.Path(out_dir)
     best, ran_at = collect(raw)
     ceiling = ceilings(raw)
+    bounds = {}  # (ranks, size): us, at the sizes chorus ran
+    for ranks, size in ran_at:
+        bound = bound_us(size, ranks, ceiling.get((ranks, size)))
+        if bound:
+            bounds[(ranks, size)] = bound
     with open(out / "allreduce.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["tool", "algo", "ranks", "size_bytes", "time_us", "busbw_GBps"])
         for (tool, algo, ranks, size), time_us in sorted(best.items()):
             writer.writerow([tool, algo, ranks, size, f"{time_us:.2f}", f"{allreduce_busbw(size, ranks, time_us):.4f}"])
-        for (ranks, size), ran in sorted(ran_at.items()):
-            bound = bound_us(size, ranks, ceiling.get((ranks, size)))
-            if bound:
-                writer.writerow(["bound", ran, ranks, size, f"{bound:.2f}", f"{allreduce_busbw(size, ranks, bound):.4f}"])
-    lines = tables(best, ran_at, ceiling)
+        for (ranks, size), bound in sorted(bounds.items()):
+            writer.writerow(["bound", ran_at[(ranks, size)], ranks, size, f"{bound:.2f}",
+                             f"{allreduce_busbw(size, ranks, bound):.4f}"])
+    lines = tables(best, ran_at, bounds)
     (out / "ratios.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     series = {}
     for (tool, algo, ranks, size), time_us in best.items():
         series.setdefault((tool, algo, ranks), {})[size] = time_us
-    for (ranks, size), ran in ran_at.items():
-        bound = bound_us(size, ranks, ceiling.get((ranks, size)))
-        if bound:
-            series.setdefault(("bound", "memory", ranks), {})[size] = bound
+    for (ranks, size), bound in bounds.items():
+        series.setdefault(("bound", "memory", ranks), {})[size] = bound
     plot(series, sorted({key[2] for key in series}), out / "allreduce.png")
 
 

@@ -21,17 +21,6 @@
 
 namespace {
 
-int env_int(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) value = std::getenv(fallback);
-  if (value == nullptr) {
-    std::fprintf(stderr, "ccl_allreduce: neither %s nor %s is set (start it with mpiexec or chorus-run)\n", name,
-                 fallback);
-    std::exit(2);
-  }
-  return std::atoi(value);
-}
-
 // Rank 0 writes the address whole (a rename), the others wait for it.
 ccl::shared_ptr_class<ccl::kvs> meet(int rank, const std::filesystem::path& store) {
   const std::filesystem::path file = store / "kvs_address";
@@ -60,21 +49,15 @@ ccl::shared_ptr_class<ccl::kvs> meet(int rank, const std::filesystem::path& stor
 
 int main(int argc, char** argv) {
   std::string store_dir;
-  std::vector<char*> rest{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--store" && i + 1 < argc)
-      store_dir = argv[++i];
-    else
-      rest.push_back(argv[i]);
-  }
+  std::vector<char*> rest = peer::take_flags(argc, argv, {{"--store", &store_dir}});
   if (store_dir.empty()) {
     std::fprintf(stderr, "ccl_allreduce: --store DIR is required\n");
     return 2;
   }
   const peer::settings settings = peer::parse(static_cast<int>(rest.size()), rest.data());
   peer::library lib;
-  lib.rank = env_int("PMI_RANK", "CHORUS_RANK");
-  lib.size = env_int("PMI_SIZE", "CHORUS_SIZE");
+  lib.rank = peer::from_launcher("ccl_allreduce", {"PMI_RANK", "CHORUS_RANK"});
+  lib.size = peer::from_launcher("ccl_allreduce", {"PMI_SIZE", "CHORUS_SIZE"});
   ccl::init();
   lib.name = std::string("oneCCL ") + ccl::get_library_version().full;
   auto comm = ccl::create_communicator(lib.size, lib.rank, meet(lib.rank, store_dir));

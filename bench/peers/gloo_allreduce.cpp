@@ -17,30 +17,9 @@
 
 #include <memory>
 
-namespace {
-
-int env_int(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) {
-    std::fprintf(stderr, "gloo_allreduce: %s is not set (start it with chorus-run)\n", name);
-    std::exit(2);
-  }
-  return std::atoi(value);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   std::string store_dir, listen_address = "127.0.0.1";
-  std::vector<char*> rest{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--store" && i + 1 < argc)
-      store_dir = argv[++i];
-    else if (std::string_view(argv[i]) == "--bind" && i + 1 < argc)
-      listen_address = argv[++i];
-    else
-      rest.push_back(argv[i]);
-  }
+  std::vector<char*> rest = peer::take_flags(argc, argv, {{"--store", &store_dir}, {"--bind", &listen_address}});
   if (store_dir.empty()) {
     std::fprintf(stderr, "gloo_allreduce: --store DIR is required\n");
     return 2;
@@ -48,8 +27,8 @@ int main(int argc, char** argv) {
   peer::settings settings = peer::parse(static_cast<int>(rest.size()), rest.data());
   if (settings.algorithm == "default") settings.algorithm = "ring";
   peer::library lib;
-  lib.rank = env_int("CHORUS_RANK");
-  lib.size = env_int("CHORUS_SIZE");
+  lib.rank = peer::from_launcher("gloo_allreduce", {"CHORUS_RANK"});
+  lib.size = peer::from_launcher("gloo_allreduce", {"CHORUS_SIZE"});
   lib.name = "Gloo " + settings.algorithm;
 
   gloo::transport::tcp::attr attributes(listen_address.c_str());

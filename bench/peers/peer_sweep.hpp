@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,35 @@ inline settings parse(int argc, char** argv) {
     std::exit(2);
   }
   return s;
+}
+
+// A rank or the job size from the first of `names` that the launcher set
+// (chorus-run: CHORUS_RANK/CHORUS_SIZE; Intel MPI's mpiexec: PMI_RANK/PMI_SIZE);
+// without any, `program` exits saying so.
+inline int from_launcher(const char* program, std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  std::string tried;
+  for (const char* name : names) tried += std::string(tried.empty() ? "" : " or ") + name;
+  std::fprintf(stderr, "%s: %s is not set (start it with its launcher)\n", program, tried.c_str());
+  std::exit(2);
+}
+
+// Takes a peer's own flags, each with a value, out of argv into `flags`;
+// returns the rest (argv[0] first), for parse().
+inline std::vector<char*> take_flags(int argc, char** argv,
+                                     std::initializer_list<std::pair<std::string_view, std::string*>> flags) {
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    bool taken = false;
+    for (const auto& [flag, value] : flags)
+      if (!taken && argv[i] == flag && i + 1 < argc) {
+        *value = argv[++i];
+        taken = true;
+      }
+    if (!taken) rest.push_back(argv[i]);
+  }
+  return rest;
 }
 
 // What one library provides.

@@ -144,9 +144,7 @@ work narrow() {
 
 int main(int argc, char** argv) try {
   const settings s = parse(argc, argv);
-  std::vector<kernel::width> widths{kernel::width::portable};
-  if (chorus::simd::widest() != kernel::width::portable) widths.push_back(kernel::width::avx2);
-  if (chorus::simd::widest() == kernel::width::avx512) widths.push_back(kernel::width::avx512);
+  const std::vector<kernel::width> widths = chorus::simd::runnable_widths();
   std::printf("# memory_bound: %d threads, best of %d rounds; GB/s of traffic over all threads (ratio to copy)\n",
               s.threads, s.rounds);
   std::printf("# %10s %-22s %10s %8s\n", "size(B)", "test", "GB/s", "vs copy");

@@ -209,13 +209,6 @@ TEST_CASE("bfloat16: rounding at every decision point matches the reference") {
 
 namespace {
 
-std::vector<chorus::simd::width> widths_here() {
-  std::vector<chorus::simd::width> widths;
-  for (const auto w : {chorus::simd::width::portable, chorus::simd::width::avx2, chorus::simd::width::avx512})
-    if (chorus::simd::runs(w)) widths.push_back(w);
-  return widths;
-}
-
 // Floats around every 16-bit format's decision points and specials: a
 // stride through all 2^32 encodings, the rounding decision points of both
 // formats, and random bits (NaNs with payloads, subnormals, both signs).
@@ -235,7 +228,7 @@ void check_span_conversions() {
   std::vector<Narrow> every(65536);
   for (std::uint32_t bits = 0; bits < 65536; ++bits) every[bits] = Narrow::from_bits(static_cast<std::uint16_t>(bits));
   const std::vector<float> wide_inputs = floats_to_narrow();
-  for (const auto w : widths_here()) {
+  for (const auto w : chorus::simd::runnable_widths()) {
     CAPTURE(std::string(chorus::simd::to_string(w)));
     // Lengths around the 8-lane blocks, so that the tails run too.
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9},

@@ -20,13 +20,6 @@ namespace kernel = chorus::collective::kernel;
 
 std::string to_text(chorus::simd::width w) { return std::string(chorus::simd::to_string(w)); }
 
-std::vector<kernel::width> widths_here() {
-  std::vector<kernel::width> widths{kernel::width::portable};
-  if (chorus::simd::widest() != kernel::width::portable) widths.push_back(kernel::width::avx2);
-  if (chorus::simd::widest() == kernel::width::avx512) widths.push_back(kernel::width::avx512);
-  return widths;
-}
-
 template <class T>
 std::vector<T> random_values(std::size_t count, std::mt19937& random) {
   std::vector<T> values(count);
@@ -69,7 +62,7 @@ void check_kernels(const Op& op) {
         for (std::size_t j = 1; j < k; ++j) value = op(value, inputs[j][i]);
         expected[i] = value;
       }
-      for (const kernel::width w : widths_here()) {
+      for (const kernel::width w : chorus::simd::runnable_widths()) {
         CAPTURE(to_text(w));
         CAPTURE(n);
         CAPTURE(k);
@@ -88,7 +81,7 @@ void check_kernels(const Op& op) {
       std::vector<T> expected(n);
       for (std::size_t i = 0; i < n; ++i)
         expected[i] = incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i]);
-      for (const kernel::width w : widths_here()) {
+      for (const kernel::width w : chorus::simd::runnable_widths()) {
         CAPTURE(to_text(w));
         CAPTURE(n);
         CAPTURE(incoming_is_lower);

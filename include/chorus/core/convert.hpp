@@ -38,7 +38,6 @@ template <class From, class To>
 // widening is a shift; narrowing rounds to nearest even and keeps NaN a
 // quiet NaN, bfloat16.hpp's formula written as a lane select.
 #if defined(__GNUC__) && !defined(__CUDACC__)
-#define CHORUS_CONVERT_VECTORS 1
 using bits16x8 = std::uint16_t __attribute__((vector_size(16)));
 using bits32x8 = std::uint32_t __attribute__((vector_size(32)));
 
@@ -66,7 +65,6 @@ using bits32x8 = std::uint32_t __attribute__((vector_size(32)));
   portable(from + i, to + i, n - i);
 }
 #else
-#define CHORUS_CONVERT_VECTORS 0
 [[gnu::always_inline]] inline void bfloat16_to_float(const bfloat16* from, float* to, std::size_t n) {
   portable(from, to, n);
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CHORUS_X86_SIMD 1
@@ -57,5 +58,14 @@ inline width widest() {
 
 // Whether this CPU runs `wanted`.
 inline bool runs(width wanted) { return static_cast<int>(wanted) <= static_cast<int>(widest()); }
+
+// Every width this CPU runs, narrowest first: what the kernels' tests and
+// bench/memory_bound compare.
+inline std::vector<width> runnable_widths() {
+  std::vector<width> widths;
+  for (const width w : {width::portable, width::avx2, width::avx512})
+    if (runs(w)) widths.push_back(w);
+  return widths;
+}
 
 }  // namespace chorus::simd

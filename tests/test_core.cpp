@@ -1,19 +1,23 @@
-// Reduction operators, element traits, errors, memory kinds and the
-// environment parsers.
+// Reduction operators, element traits, errors, memory kinds, the
+// environment parsers and the streaming copy.
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/memory_kind.hpp>
 #include <chorus/core/reduce_op.hpp>
+#include <chorus/core/streaming_copy.hpp>
 #include <chorus/core/variables.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 using namespace std::chrono_literals;
 
@@ -275,4 +279,43 @@ TEST_CASE("integer sums and products wrap on overflow (two's complement), never 
   CHECK(chorus::op::prod{}(std::uint16_t{65535}, std::uint16_t{65535}) == 1);  // not promoted to int
   CHECK(chorus::op::sum{}(std::int8_t{127}, std::int8_t{1}) == -128);
   CHECK(chorus::op::sum{}(1.5f, 2.25f) == 3.75f);
+}
+
+// Every alignment of source and target (the streamed middle starts at a
+// 16-byte boundary of the target), lengths around the 16-byte stores and
+// the 64-byte blocks: the bytes equal memcpy's, none outside the target
+// is touched.
+TEST_CASE("streaming_copy: memcpy's bytes at every alignment and length, nothing past the target") {
+  std::vector<unsigned char> source(4096 + 64), target(4096 + 128);
+  for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 131 + 7);
+  std::size_t wrong = 0;
+  for (std::size_t from = 0; from < 16; from += 3)
+    for (std::size_t to = 0; to < 16; ++to)
+      for (const std::size_t bytes : {0, 1, 15, 16, 17, 48, 63, 64, 65, 127, 128, 129, 200, 1000, 4095}) {
+        std::fill(target.begin(), target.end(), 0xEE);
+        chorus::streaming_copy(std::span<const unsigned char>(source.data() + from, bytes),
+                               std::span<unsigned char>(target.data() + 32 + to, bytes));
+        chorus::streaming_fence();
+        wrong += std::memcmp(target.data() + 32 + to, source.data() + from, bytes) != 0;
+        for (std::size_t i = 0; i < target.size(); ++i)
+          if (i < 32 + to || i >= 32 + to + bytes) wrong += target[i] != 0xEE;
+      }
+  CHECK(wrong == 0);
+
+  // Elements wider than a byte, at an offset that is not 16-aligned.
+  std::vector<double> values(1001), copied(1003, -1.0);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * double(i) - 3.0;
+  chorus::streaming_copy(std::span<const double>(values), std::span<double>(copied).subspan(1, values.size()));
+  chorus::streaming_fence();
+  CHECK(std::vector<double>(copied.begin() + 1, copied.end() - 1) == values);
+  CHECK(copied.front() == -1.0);
+  CHECK(copied.back() == -1.0);
+}
+
+TEST_CASE("streaming stores pay where the footprint fills the last-level cache, unless CHORUS_STREAMING_STORES says") {
+  const std::size_t cache = chorus::last_level_cache_bytes();
+  CHECK(cache >= (std::size_t{256} << 10));
+  if (std::getenv("CHORUS_STREAMING_STORES") != nullptr) return;  // read once per process: auto is the case here
+  CHECK_FALSE(chorus::streaming_pays(cache - 1));
+  CHECK(chorus::streaming_pays(cache) == bool(CHORUS_STREAMING_STORES));
 }

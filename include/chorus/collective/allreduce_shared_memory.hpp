@@ -3,18 +3,20 @@
 //
 // In steps of one slot (512 KiB): every rank copies its chunk into its slot
 // (all but its own slice, which only it reads); each rank reduces its 1/n
-// slice of the chunk in its own buffer, reading the others' slots in place,
-// in rank order, and puts the result in its slot; every rank then copies
-// the others' reduced slices out. Each element is reduced once, by
-// one rank, in rank order, so every rank ends with the same bits. Two slots
-// per rank let a fast rank fill step g + 1 while others finish step g.
+// slice of the chunk, reading its own input where it is and the others'
+// slots in place, in rank order, and puts the result in its slot; every
+// rank then copies the others' reduced slices out. Each element is reduced
+// once, by one rank, in rank order, so every rank ends with the same bits.
+// Two slots per rank let a fast rank fill step g + 1 while others finish
+// step g.
 //
 // Cost per rank, S bytes, m per byte of memory traffic: (n-1)/n S m to copy
 // in, S m + 2 S/n m to reduce and share its slice, (n-1)/n S m to copy out,
-// in place or out of place alike (the input is read where it is),
-// and 3 flag round trips per step (about a microsecond each), where UCX's
-// shared-memory ring copies 2 (n-1)/n S twice (into its FIFO and out) and
-// reduces besides.
+// in place or out of place alike (the input is read where it is; an output
+// larger than the cache is written with streaming stores, so that its
+// lines are not read first: core/streaming_copy.hpp), and 3 flag round
+// trips per step (about a microsecond each), where UCX's shared-memory ring
+// copies 2 (n-1)/n S twice (into its FIFO and out) and reduces besides.
 //
 // Chosen when every rank of the communicator is on one host, from 16 KiB
 // (below that recursive doubling's log2(n) small messages are as fast).
@@ -26,6 +28,7 @@
 #include <chorus/collective/local_steps.hpp>
 #include <chorus/collective/reduce_local.hpp>
 #include <chorus/collective/shared_memory_channel.hpp>
+#include <chorus/core/streaming_copy.hpp>
 #include <chorus/record/trace.hpp>
 
 #include <algorithm>
@@ -115,10 +118,38 @@ void share_slice(Call& call, std::uint64_t step, std::span<const A> chunk, bool 
   call.publish(stage::reduced, step);
 }
 
+// Reduce and share for an output streamed past the cache: this rank's
+// slice of the chunk is reduced over every rank's contribution, in rank
+// order, into its slot (no rank reads that part of the slot before
+// `reduced`), a block at a time, each block finalised there and streamed
+// to its place in `chunk` while it is in L1; then it is shared. (For an
+// output that stays cached, reduce_slice and share_slice cost less: the
+// kernel's stores into the slot would pull its lines from the other
+// ranks' caches one by one, where share_slice's bulk copy does not.)
+template <class Call, class A, class Op>
+void reduce_and_share_streaming(Call& call, std::uint64_t step, std::span<const A> given, std::span<A> chunk,
+                                const Op& op) {
+  const record::phase phase("shared-memory reduce");
+  constexpr std::size_t block = 2048 / sizeof(A);
+  const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
+  const std::span<A> mine = own_slice(call, chunk);
+  const std::span<A> result = call.channel().template slot<A>(call.rank(), step).subspan(offset, mine.size());
+  std::vector<const A*> inputs = posted_contributions(call, step, own_slice(call, given).data(), offset);
+  for (std::size_t done = 0; done < mine.size(); done += block) {
+    const std::size_t n = std::min(block, mine.size() - done);
+    reduce_many(result.subspan(done, n), std::span<const A* const>(inputs), op);
+    for (const A*& input : inputs) input += n;
+    finalize_all(result.subspan(done, n), op, static_cast<std::size_t>(call.size()));
+    streaming_copy(std::span<const A>(result.subspan(done, n)), mine.subspan(done, n));
+  }
+  call.publish(stage::reduced, step);
+}
+
 // Once the others have shared their slices of `step`: copies them into
-// `chunk` and says this rank is done with the step.
+// `chunk` (streamed, where `streaming`) and says this rank is done with the
+// step.
 template <class Call, class A>
-void gather_slices(Call& call, std::uint64_t step, std::span<A> chunk) {
+void gather_slices(Call& call, std::uint64_t step, std::span<A> chunk, bool streaming = false) {
   const record::phase phase("shared-memory copy out");
   const block_partition slices = slices_of(call, chunk.size());
   for (int owner = 0; owner < call.size(); ++owner) {
@@ -127,7 +158,7 @@ void gather_slices(Call& call, std::uint64_t step, std::span<A> chunk) {
     const auto block = static_cast<std::size_t>(owner);
     const std::span<const A> reduced =
         call.channel().template slot<A>(owner, step).subspan(slices.offset(block), slices.size(block));
-    std::copy(reduced.begin(), reduced.end(), chunk.begin() + static_cast<std::ptrdiff_t>(slices.offset(block)));
+    copy_out(reduced, chunk.subspan(slices.offset(block), slices.size(block)), streaming);
   }
   call.publish(stage::consumed, step);
 }
@@ -135,23 +166,32 @@ void gather_slices(Call& call, std::uint64_t step, std::span<A> chunk) {
 }  // namespace shared_memory_steps
 
 // `input` to `data`, which may be the same span (in place): the input is
-// read where it is, the result written where it goes, no pass besides.
+// read where it is, the result written where it goes, no pass besides. An
+// output apart from the input that outgrows the cache is streamed (in
+// place, its lines were just read, so a plain store costs no extra read).
 template <class Communicator, class A, class Op>
 void allreduce_shared_memory(exchange<Communicator>& ex, std::span<const A> input, std::span<A> data, const Op& op) {
   const std::size_t per_step = shared_memory_channel::default_slot_bytes / sizeof(A);
   const std::uint64_t steps = steps_for(data.size(), per_step);
   const std::vector<int> group = every_rank(ex.size());
+  const bool streaming =
+      input.data() != data.data() && streaming_pays(data.size_bytes() * 2 * static_cast<std::size_t>(ex.size()));
   shared_memory_call call(ex, group, steps, data.size_bytes());
   for (std::uint64_t k = 0; k < steps; ++k) {
     const std::span<const A> given = chunk_of(input, k, per_step);
     const std::span<A> chunk = chunk_of(data, k, per_step);
     const std::uint64_t step = call.step(k);
     shared_memory_steps::post(call, step, given);
-    finalize_all(shared_memory_steps::reduce_slice(call, step, given, chunk, op), op,
-                 static_cast<std::size_t>(ex.size()));
-    shared_memory_steps::share_slice(call, step, std::span<const A>(chunk));
-    shared_memory_steps::gather_slices(call, step, chunk);
+    if (streaming) {
+      shared_memory_steps::reduce_and_share_streaming(call, step, given, chunk, op);
+    } else {
+      finalize_all(shared_memory_steps::reduce_slice(call, step, given, chunk, op), op,
+                   static_cast<std::size_t>(ex.size()));
+      shared_memory_steps::share_slice(call, step, std::span<const A>(chunk));
+    }
+    shared_memory_steps::gather_slices(call, step, chunk, streaming);
   }
+  if (streaming) streaming_fence();
 }
 
 namespace algorithms {

@@ -27,6 +27,7 @@ inline constexpr std::array<std::string_view, 4> progress_choices{"spin", "yield
 inline constexpr std::array<std::string_view, 2> codec_simd_choices{"auto", "portable"};
 inline constexpr std::array<std::string_view, 3> cuda_path_choices{"auto", "staged", "direct"};
 inline constexpr std::array<std::string_view, 2> window_network_choices{"messages", "rma"};
+inline constexpr std::array<std::string_view, 3> streaming_store_choices{"auto", "always", "never"};
 
 // CHORUS_ALLREDUCE_ALGO: automatic when unset or "auto". Whether allreduce
 // offers the name is checked by allreduce's list when it chooses.
@@ -50,7 +51,7 @@ inline void any_value() {}
 
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
-inline constexpr std::array<variable, 22> catalogue{{
+inline constexpr std::array<variable, 23> catalogue{{
     {"CHORUS_RANK", any_value, "this rank", "from MPI/PMI/Slurm, else 0"},
     {"CHORUS_SIZE", any_value, "the job size", "from MPI/PMI/Slurm, else 1"},
     {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); },
@@ -99,6 +100,10 @@ inline constexpr std::array<variable, 22> catalogue{{
      "rules that override the defaults: `collective[@ranks]:low-high:algorithm,...;...` (collectives.md)", "none"},
     {"CHORUS_CODEC_SIMD", [] { env::get_choice("CHORUS_CODEC_SIMD", codec_simd_choices); },
      "`portable`: codecs use their portable loops even where AVX2/F16C exist (same bits)", "`auto`"},
+    {"CHORUS_STREAMING_STORES", [] { env::get_choice("CHORUS_STREAMING_STORES", streaming_store_choices); },
+     "`always`: out-of-place shared-memory allreduces write their output with streaming stores at every size; "
+     "`never`: at none",
+     "`auto`: where the output and input of the host's ranks fill the last-level cache"},
     {"CHORUS_FUSION_BUCKET", [] { env::get_size("CHORUS_FUSION_BUCKET"); },
      "bucket size of `fused_allreduce`: bytes, or with `K`/`M`/`G`", "`25M`"},
     {"CHORUS_CUDA_PATH", [] { env::get_choice("CHORUS_CUDA_PATH", cuda_path_choices); },

@@ -130,7 +130,7 @@ template <class Call, class A, class Op>
 void reduce_and_share_streaming(Call& call, std::uint64_t step, std::span<const A> given, std::span<A> chunk,
                                 const Op& op) {
   const record::phase phase("shared-memory reduce");
-  constexpr std::size_t block = 2048 / sizeof(A);
+  constexpr std::size_t block = std::max<std::size_t>(2048 / sizeof(A), 1);  // L1-sized
   const std::size_t offset = slices_of(call, chunk.size()).offset(static_cast<std::size_t>(call.rank()));
   const std::span<A> mine = own_slice(call, chunk);
   const std::span<A> result = call.channel().template slot<A>(call.rank(), step).subspan(offset, mine.size());

@@ -21,12 +21,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <span>
-#include <string>
-#include <string_view>
 #include <type_traits>
 
 #if defined(__x86_64__) && !defined(__CUDACC__)
@@ -45,14 +42,18 @@ inline std::size_t last_level_cache_bytes(std::size_t fallback = std::size_t{32}
   static const std::size_t found = [fallback] {
     std::size_t largest = 0;
     for (int index = 0; index < 8; ++index) {
-      std::ifstream file("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
-      std::string text;
-      if (!(file >> text)) break;
-      char* end = nullptr;
-      std::size_t value = std::strtoull(text.c_str(), &end, 10);
-      if (end != nullptr && *end == 'K') value <<= 10;
-      if (end != nullptr && *end == 'M') value <<= 20;
-      largest = std::max(largest, value);
+      char path[64];
+      std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+      std::FILE* file = std::fopen(path, "r");
+      if (file == nullptr) break;
+      unsigned long long value = 0;
+      char unit = 0;
+      const int read = std::fscanf(file, "%llu%c", &value, &unit);
+      std::fclose(file);
+      if (read < 1) break;
+      if (unit == 'K') value <<= 10;
+      if (unit == 'M') value <<= 20;
+      largest = std::max(largest, static_cast<std::size_t>(value));
     }
     return largest != 0 ? largest : fallback;
   }();

@@ -1,11 +1,19 @@
 """chorus.Communicator: the collectives on any DLPack array.
 
-Arrays are NumPy arrays, torch CPU tensors or anything else with
+Arrays are NumPy arrays, torch tensors, CuPy arrays or anything else with
 ``__dlpack__``, C-contiguous and of a type chorus has (int8-64, uint8-64,
 float16, bfloat16, float32, float64, bool). They are used where they are:
 an in-place call writes the caller's array; nothing is copied or converted,
 and an array chorus cannot take raises :class:`chorus.InvalidArgument`
 before anything is written.
+
+CUDA arrays (one GPU per process: chorus.cuda) go through the collectives
+and point-to-point calls, staged through pinned memory or handed to the
+transport as they are (CHORUS_CUDA_PATH). Each such call takes `stream=`
+(an integer cudaStream_t, a torch or CuPy stream; default: torch's current
+stream for torch tensors, else the legacy default stream): it reads its
+arrays after the work already on that stream, and work put on the stream
+after it sees its result.
 
 Every blocking call releases the GIL. ``i*`` calls start the operation on
 the communicator's background thread and return a :class:`Request`; keep
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import enum
+import functools
 import os
 import weakref
 from typing import Any, Callable, Optional, Union
@@ -59,6 +68,43 @@ def _empty_like(array: Array, shape: tuple, role: str) -> Array:
 
         return numpy.empty(shape, dtype=array.dtype)
     raise InvalidArgument(f"pass {role}=: chorus allocates outputs only for NumPy arrays and torch tensors")
+
+
+def _stream_handle(stream: Any, arguments: tuple) -> Optional[int]:
+    """The device stream a call orders on, as an integer cudaStream_t:
+    `stream` as given (an integer, a torch.cuda.Stream or a CuPy stream),
+    else torch's current stream on the device of the first torch CUDA
+    tensor among the arguments; None for a call on host arrays."""
+    if stream is not None:
+        for attribute in ("cuda_stream", "ptr"):  # torch, CuPy
+            if hasattr(stream, attribute):
+                return int(getattr(stream, attribute))
+        return int(stream)
+    for value in arguments:
+        if getattr(value, "is_cuda", False) is True:
+            import torch
+
+            return torch.cuda.current_stream(value.device).cuda_stream
+    return None
+
+
+def _ordered(method: Callable) -> Callable:
+    """A call that takes `stream=`: its device arrays are read and written in
+    order with the work on that stream (see _stream_handle), and work put on
+    the stream after the call sees its result."""
+
+    @functools.wraps(method)
+    def call(self: "Communicator", *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        handle = _stream_handle(stream, (*args, *kwargs.values()))
+        if handle is None:
+            return method(self, *args, **kwargs)
+        previous = _chorus._set_stream(handle)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            _chorus._set_stream(previous)
+
+    return call
 
 
 def _count(array: Array) -> int:
@@ -170,6 +216,7 @@ class Communicator:
         return Communicator(self._impl.split(color, self.rank if key is None else key))
 
     # -- reductions --------------------------------------------------------
+    @_ordered
     def allreduce(self, tensor: Array, op: OpLike = Op.SUM, *, out: Array = None, algo: str = "auto",
                   codec: CodecLike = None) -> Array:
         """Reduces over all ranks, into `out` if given, else in place. Returns the result.
@@ -180,6 +227,7 @@ class Communicator:
         self._impl.allreduce(tensor, out, _op_name(op), algo, codec)
         return tensor if out is None else out
 
+    @_ordered
     def iallreduce(self, tensor: Array, op: OpLike = Op.SUM, *, out: Array = None, algo: str = "auto",
                    codec: CodecLike = None, callback: Optional[Callable[[Optional[BaseException]], None]] = None
                    ) -> Request:
@@ -197,54 +245,64 @@ class Communicator:
         """powersgd on the background thread; the state and tensors are kept until it is done."""
         return Request(self._impl.ipowersgd(state, list(tensors), callback))
 
+    @_ordered
     def reduce(self, tensor: Array, root: int, op: OpLike = Op.SUM, *, out: Array = None) -> Array:
         """Reduces onto `root`: into `out` (else `tensor`) there; other ranks' arrays are unchanged."""
         self._impl.reduce(tensor, root, out, _op_name(op))
         return tensor if out is None else out
 
+    @_ordered
     def reduce_scatter(self, input: Array, op: OpLike = Op.SUM, *, out: Array = None, algo: str = "auto") -> Array:
         """Reduces `input` (size blocks) over all ranks; rank r gets block r."""
         out = self._block_of(input, out)
         self._impl.reduce_scatter(input, out, _op_name(op), algo)
         return out
 
+    @_ordered
     def ireduce_scatter(self, input: Array, op: OpLike = Op.SUM, *, out: Array = None, algo: str = "auto",
                         callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
         out = self._block_of(input, out)
         return Request(self._impl.ireduce_scatter(input, out, _op_name(op), algo, callback), out)
 
     # -- data movement -----------------------------------------------------
+    @_ordered
     def broadcast(self, tensor: Array, root: int, *, algo: str = "auto", codec: CodecLike = None) -> Array:
         """Copies `root`'s tensor into every rank's, in place."""
         self._impl.broadcast(tensor, root, algo, codec)
         return tensor
 
+    @_ordered
     def ibroadcast(self, tensor: Array, root: int, *, algo: str = "auto", codec: CodecLike = None,
                    callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
         return Request(self._impl.ibroadcast(tensor, root, algo, codec, callback), tensor)
 
+    @_ordered
     def allgather(self, tensor: Array, *, out: Array = None, algo: str = "auto", codec: CodecLike = None) -> Array:
         """Every rank's tensor in rank order; a new array of shape (size, *tensor.shape) unless `out` is given."""
         out = self._stacked(tensor, out)
         self._impl.allgather(tensor, out, algo, codec)
         return out
 
+    @_ordered
     def iallgather(self, tensor: Array, *, out: Array = None, algo: str = "auto", codec: CodecLike = None,
                    callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
         out = self._stacked(tensor, out)
         return Request(self._impl.iallgather(tensor, out, algo, codec, callback), out)
 
+    @_ordered
     def alltoall(self, input: Array, *, out: Array = None) -> Array:
         """Block r of `input` goes to rank r; block r of the result came from rank r."""
         out = _empty_like(input, tuple(input.shape), "out") if out is None else out
         self._impl.alltoall(input, out)
         return out
 
+    @_ordered
     def ialltoall(self, input: Array, *, out: Array = None,
                   callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
         out = _empty_like(input, tuple(input.shape), "out") if out is None else out
         return Request(self._impl.ialltoall(input, out, callback), out)
 
+    @_ordered
     def gather(self, tensor: Array, root: int, *, out: Array = None) -> Optional[Array]:
         """Every rank's tensor onto `root`: (size, *tensor.shape) there, None elsewhere."""
         if self.rank == root and out is None:
@@ -252,28 +310,34 @@ class Communicator:
         self._impl.gather(tensor, out if self.rank == root else None, root)
         return out if self.rank == root else None
 
+    @_ordered
     def scatter(self, input: Optional[Array], root: int, *, out: Array) -> Array:
         """Block r of `root`'s input into rank r's `out`."""
         self._impl.scatter(input if self.rank == root else None, out, root)
         return out
 
     # -- point to point ----------------------------------------------------
+    @_ordered
     def send(self, tensor: Array, peer: int, tag: int = 0) -> None:
         self._impl.send(tensor, peer, tag)
 
+    @_ordered
     def recv(self, tensor: Array, peer: int, tag: int = 0) -> Array:
         """Receives exactly len(tensor) elements from `peer` into `tensor`."""
         self._impl.recv(tensor, peer, tag)
         return tensor
 
+    @_ordered
     def isend(self, tensor: Array, peer: int, tag: int = 0,
               callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
         return Request(self._impl.isend(tensor, peer, tag, callback), tensor)
 
+    @_ordered
     def irecv(self, tensor: Array, peer: int, tag: int = 0,
               callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
         return Request(self._impl.irecv(tensor, peer, tag, callback), tensor)
 
+    @_ordered
     def recv_any(self, tensor: Array, tag: int = 0) -> int:
         """Receives exactly len(tensor) elements from whichever rank sends with
         `tag` first; returns that rank."""
@@ -281,6 +345,7 @@ class Communicator:
         request.wait()
         return request.source
 
+    @_ordered
     def irecv_any(self, tensor: Array, tag: int = 0,
                   callback: Optional[Callable[[Optional[BaseException]], None]] = None) -> Request:
         """recv_any, non-blocking: the Request's `source` is the sender once done."""

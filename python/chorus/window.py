@@ -36,6 +36,10 @@ def _views(tensors: Any) -> List[np.ndarray]:
         tensors = [tensors]
     views = []
     for tensor in tensors:
+        where = tensor.__dlpack_device__()[0] if hasattr(tensor, "__dlpack_device__") else 1
+        if where not in (1, 3):  # DLPack's kDLCPU, kDLCUDAHost
+            raise InvalidArgument(f"a window holds host memory, and this tensor is in device memory (DLPack device "
+                                  f"type {where}): windows take CPU tensors")
         array = tensor.detach().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
         if array.dtype != np.float32 or not array.flags["C_CONTIGUOUS"]:
             raise InvalidArgument("a window holds float32 C-contiguous arrays (CPU tensors)")

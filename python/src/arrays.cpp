@@ -1,4 +1,5 @@
-// DLPack arrays as chorus takes them: CPU memory, C-contiguous (a view
+// DLPack arrays as chorus takes them: host memory (or CUDA memory where the
+// call allows it: devices.cpp), C-contiguous (a view
 // with gaps would be read and written where it is not), one of chorus's
 // element types. Nothing is converted: a copy would leave the caller's
 // array unchanged by an in-place collective. Also the argument checks the
@@ -57,16 +58,30 @@ std::string describe(dl::dtype given) {
   return kind + std::to_string(given.bits) + (given.lanes != 1 ? "x" + std::to_string(given.lanes) : "");
 }
 
+// DLPack device types: host memory (CPU, CUDA pinned), or CUDA memory.
+bool in_host_memory(int device) {
+  return device == static_cast<int>(nb::device::cpu::value) || device == static_cast<int>(nb::device::cuda_host::value);
+}
+bool in_device_memory(int device) {
+  return device == static_cast<int>(nb::device::cuda::value) ||
+         device == static_cast<int>(nb::device::cuda_managed::value);
+}
+
 template <class Array>
-buffer view(const Array& given, std::string_view role, std::string_view operation) {
+buffer view(const Array& given, std::string_view role, std::string_view operation, memory where) {
   const auto bad = [&](const std::string& why) {
     return error(errc::invalid_argument, std::string(role) + " " + why, {-1, -1, std::string(operation)});
   };
   const int device = given.device_type();
-  if (device != static_cast<int>(nb::device::cpu::value) && device != static_cast<int>(nb::device::cuda_host::value))
-    throw bad("is not in CPU memory (DLPack device type " + std::to_string(device) +
-              "): the Python binding takes host arrays; move it with .cpu() or use chorus's C++ GPU path");
   buffer seen;
+  seen.device = in_device_memory(device);
+  if (seen.device && where == memory::host)
+    throw bad("is in CUDA memory, and " + std::string(operation) +
+              " reads it on the host: pass a host array (.cpu()); the collectives and point-to-point calls take "
+              "device arrays");
+  if (!seen.device && !in_host_memory(device))
+    throw bad("is in memory chorus cannot reach (DLPack device type " + std::to_string(device) +
+              "): host arrays, and CUDA arrays in the collectives");
   if (const auto type = chorus_type(given.dtype(), seen.boolean))
     seen.type = *type;
   else
@@ -84,6 +99,7 @@ buffer view(const Array& given, std::string_view role, std::string_view operatio
     }
   }
   seen.data = reinterpret_cast<std::byte*>(const_cast<void*>(static_cast<const void*>(given.data())));
+  if (seen.device) take_device_array(seen.data, seen.bytes(), given.device_id(), role, operation);
   return seen;
 }
 
@@ -96,18 +112,18 @@ error not_an_array(nb::handle given, std::string_view role, std::string_view ope
 
 }  // namespace
 
-buffer writable(nb::handle given, std::string_view role, std::string_view operation) {
+buffer writable(nb::handle given, std::string_view role, std::string_view operation, memory where) {
   array taken;
-  if (nb::try_cast(given, taken, false)) return view(taken, role, operation);
+  if (nb::try_cast(given, taken, false)) return view(taken, role, operation, where);
   const_array read_only;
   if (nb::try_cast(given, read_only, false))
     throw not_an_array(given, role, operation, "is read-only, and chorus writes into it");
   throw not_an_array(given, role, operation, "is not an array (NumPy, torch or another DLPack exporter)");
 }
 
-buffer readable(nb::handle given, std::string_view role, std::string_view operation) {
+buffer readable(nb::handle given, std::string_view role, std::string_view operation, memory where) {
   const_array taken;
-  if (nb::try_cast(given, taken, false)) return view(taken, role, operation);
+  if (nb::try_cast(given, taken, false)) return view(taken, role, operation, where);
   throw not_an_array(given, role, operation, "is not an array (NumPy, torch or another DLPack exporter)");
 }
 

@@ -44,7 +44,7 @@ struct py_scheme {
 avg::parameters parameters_of(nb::handle tensors, const char* role) {
   std::vector<std::span<float>> spans;
   for (nb::handle tensor : tensors) {
-    const buffer seen = writable(tensor, role, "averaging");
+    const buffer seen = writable(tensor, role, "averaging", memory::host_or_device);
     if (seen.type != dtype::float32 || seen.boolean)
       throw error(errc::invalid_argument,
                   std::string(role) + " must be float32 arrays, not " + std::string(to_string(seen.type)),

@@ -45,10 +45,12 @@ using const_array = nb::ndarray<nb::ro>;
 
 // One DLPack array as chorus sees it: its element type, contiguous bytes
 // and element count. A bool array travels as bytes (`boolean` set), so the
-// reductions turn sum/max into "or" and prod/min into "and".
+// reductions turn sum/max into "or" and prod/min into "and". `device`:
+// CUDA memory, which only chorus's front doors (routed) may touch.
 struct buffer {
   dtype type = dtype::uint8;
   bool boolean = false;
+  bool device = false;
   std::byte* data = nullptr;
   std::size_t count = 0;
 
@@ -59,11 +61,23 @@ struct buffer {
   std::size_t bytes() const { return count * size_of(type); }
 };
 
-// Checks an array (CPU memory, C-contiguous, a type chorus has, writable
-// for outputs) and views it; `role` names the argument in the error
-// ("tensor", "output"). The view is valid while `given` lives.
-buffer writable(nb::handle given, std::string_view role, std::string_view operation);
-buffer readable(nb::handle given, std::string_view role, std::string_view operation);
+// Where an argument may live: in host memory only (the arguments the
+// binding or a scheme reads on the host), or on the process's GPU too (the
+// collectives' and point-to-point calls': chorus's front doors route them,
+// devices.cpp).
+enum class memory { host, host_or_device };
+
+// Checks an array (C-contiguous, a type chorus has, writable for outputs,
+// in memory `where` allows) and views it; `role` names the argument in the
+// error ("tensor", "output"). The view is valid while `given` lives.
+buffer writable(nb::handle given, std::string_view role, std::string_view operation, memory where = memory::host);
+buffer readable(nb::handle given, std::string_view role, std::string_view operation, memory where = memory::host);
+
+// A device array's first sight (devices.cpp): checks it is on the
+// process's device, and installs the router for every front door on
+// first use. Unavailable where there is no GPU or no CUDA in this build.
+void take_device_array(const void* data, std::size_t bytes, int device_index, std::string_view role,
+                       std::string_view operation);
 // An input and an output of one call must have the same element type.
 void require_same_type(const buffer& a, const buffer& b, std::string_view operation);
 
@@ -154,6 +168,7 @@ void call_back(const std::shared_ptr<nb::object>& callback, const std::exception
 std::shared_ptr<nb::object> share_callable(nb::object callable);
 
 void bind_errors(nb::module_& m);
+void bind_devices(nb::module_& m);
 void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator);
 void bind_reductions(nb::class_<py_communicator>& communicator);
 void bind_movements(nb::class_<py_communicator>& communicator);

@@ -9,6 +9,7 @@ NB_MODULE(_chorus, m) {
   // interpreter's end; nanobind would report them as leaks.
   nb::set_leak_warnings(false);
   bind_errors(m);
+  bind_devices(m);
   nb::class_<py_communicator> communicator(m, "Communicator", "A group of ranks that run collectives together.");
   bind_communicator(m, communicator);
   bind_reductions(communicator);

@@ -54,7 +54,7 @@ struct broadcast_call {
 
 broadcast_call checked_broadcast(nb::handle tensor, int root, const std::string& algo, nb::handle codec,
                                  const char* operation) {
-  broadcast_call call{writable(tensor, "tensor", operation), root, algorithm_named(algo, "broadcast"),
+  broadcast_call call{writable(tensor, "tensor", operation, memory::host_or_device), root, algorithm_named(algo, "broadcast"),
                       codec_choice::from(codec, operation)};
   if (call.wire.active()) require_float32(call.data, call.wire, operation);
   return call;
@@ -79,7 +79,7 @@ struct allgather_call {
 
 allgather_call checked_allgather(nb::handle tensor, nb::handle output, const std::string& algo, nb::handle codec,
                                  const char* operation) {
-  allgather_call call{readable(tensor, "tensor", operation), writable(output, "output", operation),
+  allgather_call call{readable(tensor, "tensor", operation, memory::host_or_device), writable(output, "output", operation, memory::host_or_device),
                       algorithm_named(algo, "allgather"), codec_choice::from(codec, operation)};
   require_same_type(call.mine, call.all, operation);
   if (call.wire.active()) require_float32(call.mine, call.wire, operation);
@@ -99,7 +99,7 @@ void run_alltoall(chorus::communicator& comm, const pair_call& call) {
 // an empty array.
 buffer at_root_or_empty(nb::handle given, const buffer& like, bool writable_array, const char* role,
                         const char* operation) {
-  if (!given.is_none()) return writable_array ? writable(given, role, operation) : readable(given, role, operation);
+  if (!given.is_none()) return writable_array ? writable(given, role, operation, memory::host_or_device) : readable(given, role, operation, memory::host_or_device);
   buffer empty = like;
   empty.count = 0;
   return empty;
@@ -158,7 +158,7 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
       "alltoall",
       [](py_communicator& self, nb::handle input, nb::handle output) {
         chorus::communicator& comm = self.get("alltoall");
-        const pair_call call{readable(input, "input", "alltoall"), writable(output, "output", "alltoall")};
+        const pair_call call{readable(input, "input", "alltoall", memory::host_or_device), writable(output, "output", "alltoall", memory::host_or_device)};
         require_same_type(call.in, call.out, "alltoall");
         without_gil([&] { run_alltoall(comm, call); });
         self.last_algorithm = to_string(algorithm::pairwise);
@@ -169,7 +169,7 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
   communicator.def(
       "ialltoall",
       [](py_communicator& self, nb::handle input, nb::handle output, nb::object callback) {
-        const pair_call call{readable(input, "input", "ialltoall"), writable(output, "output", "ialltoall")};
+        const pair_call call{readable(input, "input", "ialltoall", memory::host_or_device), writable(output, "output", "ialltoall", memory::host_or_device)};
         require_same_type(call.in, call.out, "ialltoall");
         return start_collective(
             self, "ialltoall", [call](chorus::communicator& c) { run_alltoall(c, call); },
@@ -182,7 +182,7 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
       "gather",
       [](py_communicator& self, nb::handle tensor, nb::handle output, int root) {
         chorus::communicator& comm = self.get("gather");
-        pair_call call{readable(tensor, "tensor", "gather"), {}, root};
+        pair_call call{readable(tensor, "tensor", "gather", memory::host_or_device), {}, root};
         call.out = at_root_or_empty(output, call.in, true, "output", "gather");
         if (!output.is_none()) require_same_type(call.in, call.out, "gather");
         without_gil([&] { visit_pair(call.in, call.out, [&](auto in, auto out) { gather(comm, in, out, root); }); });
@@ -193,7 +193,7 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
       "scatter",
       [](py_communicator& self, nb::handle input, nb::handle output, int root) {
         chorus::communicator& comm = self.get("scatter");
-        pair_call call{{}, writable(output, "output", "scatter"), root};
+        pair_call call{{}, writable(output, "output", "scatter", memory::host_or_device), root};
         call.in = at_root_or_empty(input, call.out, false, "input", "scatter");
         if (!input.is_none()) require_same_type(call.in, call.out, "scatter");
         without_gil([&] { visit_pair(call.in, call.out, [&](auto in, auto out) { scatter(comm, in, out, root); }); });

@@ -98,7 +98,7 @@ struct allreduce_call {
   // first, then reduced there.
   algorithm run_compressed(chorus::communicator& comm) const {
     const std::span<float> data = out.as<float>();
-    if (in.data != out.data) std::copy_n(in.as<const float>().data(), in.count, data.data());
+    if (in.data != out.data) copy_elements(comm, in.as<const float>().data(), in.count, data.data());
     compression_options told;
     if (forced != algorithm::automatic) told.scheme = compressed::as_scheme(forced);
     return wire.visit([&](auto& coder) {
@@ -111,8 +111,8 @@ struct allreduce_call {
 allreduce_call checked_allreduce(nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
                                  nb::handle codec, const char* operation) {
   allreduce_call call;
-  call.out = output.is_none() ? writable(tensor, "tensor", operation) : writable(output, "output", operation);
-  call.in = output.is_none() ? call.out : readable(tensor, "tensor", operation);
+  call.out = output.is_none() ? writable(tensor, "tensor", operation, memory::host_or_device) : writable(output, "output", operation, memory::host_or_device);
+  call.in = output.is_none() ? call.out : readable(tensor, "tensor", operation, memory::host_or_device);
   require_same_type(call.in, call.out, operation);
   if (call.in.count != call.out.count)
     throw error(errc::invalid_argument,
@@ -174,8 +174,8 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
       "reduce",
       [](py_communicator& self, nb::handle tensor, int root, nb::handle output, const std::string& op) {
         chorus::communicator& comm = self.get("reduce");
-        rooted_call call{writable(tensor, "tensor", "reduce"), {}, op, root};
-        call.out = output.is_none() ? call.in : writable(output, "output", "reduce");
+        rooted_call call{writable(tensor, "tensor", "reduce", memory::host_or_device), {}, op, root};
+        call.out = output.is_none() ? call.in : writable(output, "output", "reduce", memory::host_or_device);
         require_same_type(call.in, call.out, "reduce");
         self.last_algorithm = to_string(without_gil([&] {
           algorithm ran = algorithm::automatic;
@@ -201,7 +201,7 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
       [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output, const std::string& op,
                             const std::string& algo) {
         chorus::communicator& comm = self.get("reduce_scatter");
-        const rooted_call call{readable(input, "input", "reduce_scatter"), writable(output, "output", "reduce_scatter"),
+        const rooted_call call{readable(input, "input", "reduce_scatter", memory::host_or_device), writable(output, "output", "reduce_scatter", memory::host_or_device),
                                op, 0};
         require_same_type(call.in, call.out, "reduce_scatter");
         const algorithm forced = algorithm_named(algo, "reduce_scatter");
@@ -216,8 +216,8 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
       "ireduce_scatter",
       [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output, const std::string& op,
                             const std::string& algo, nb::object callback) {
-        const rooted_call call{readable(input, "input", "ireduce_scatter"),
-                               writable(output, "output", "ireduce_scatter"), op, 0};
+        const rooted_call call{readable(input, "input", "ireduce_scatter", memory::host_or_device),
+                               writable(output, "output", "ireduce_scatter", memory::host_or_device), op, 0};
         require_same_type(call.in, call.out, "ireduce_scatter");
         const algorithm forced = algorithm_named(algo, "reduce_scatter");
         return start_collective(

@@ -11,47 +11,18 @@ import sys
 import numpy as np
 
 import chorus
-from references import reduction
+from checking import check, checks, counted, data
+from checking import reference as reference_of
 
 comm = chorus.init()
 rank, size = comm.rank, comm.size
-checks = 0
 
 INTEGERS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 FLOATS = [np.float16, np.float32, np.float64]
-TOLERANCE = {np.float16: 2e-3, np.float32: 2e-6, np.float64: 1e-12}
-
-
-def data(r: int, dtype, count: int, salt: int = 0) -> np.ndarray:
-    rng = np.random.default_rng([r, count, salt, np.dtype(dtype).num])
-    if dtype == np.bool_:
-        return rng.integers(0, 2, count).astype(np.bool_)
-    if np.issubdtype(dtype, np.integer):
-        low = -5 if np.issubdtype(dtype, np.signedinteger) else 0
-        return rng.integers(low, 6, count).astype(dtype)
-    return rng.uniform(-1, 1, count).astype(dtype)
-
-
-def check(what: str, got: np.ndarray, want: np.ndarray) -> None:
-    global checks
-    checks += 1
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        raise AssertionError(f"rank {rank}: {what}: shape {got.shape}, expected {want.shape}")
-    if got.dtype.kind == "f":
-        scale = TOLERANCE[got.dtype.type] * (1 + np.abs(want.astype(np.float64)))
-        wrong = np.abs(got.astype(np.float64) - want.astype(np.float64)) > scale
-    else:
-        wrong = got != want
-    if wrong.any():
-        at = int(np.argmax(wrong))
-        raise AssertionError(f"rank {rank}: {what}: {int(wrong.sum())} of {got.size} wrong, first at {at}: "
-                             f"{got.flat[at]!r}, expected {want.flat[at]!r}")
 
 
 def reference(op: str, inputs: list, dtype) -> np.ndarray:
-    kind = np.dtype(dtype)
-    return reduction(op, inputs, size, bits=kind.itemsize * 8, signed=kind.kind == "i").astype(dtype)
+    return reference_of(op, inputs, dtype, size)
 
 
 def ops_for(dtype) -> list:
@@ -163,7 +134,6 @@ def test_point_to_point_and_nonblocking() -> None:
 
 
 def test_codecs() -> None:
-    global checks
     for codec in ("fp16", "bf16", "int8", "onebit", chorus.Codec("int8", block=64)):
         for op in ("sum", "avg"):
             inputs = [data(r, np.float32, 1001, 7) for r in range(size)]
@@ -175,7 +145,7 @@ def test_codecs() -> None:
             comm.allreduce(mine, op, codec=codec)
             error = np.abs(mine - exact)
             assert (error <= bound).all(), f"{codec} {op}: error {error.max()} over the bound at {error.argmax()}"
-            checks += 1
+            counted()
     feedback = chorus.ErrorFeedback("int8")
     inputs = [data(r, np.float32, 777, 8) for r in range(size)]
     mine = inputs[rank].copy()
@@ -183,7 +153,7 @@ def test_codecs() -> None:
     bound = chorus.allreduce_error_bound("int8", np.stack(inputs)) / size
     assert (np.abs(mine - np.stack(inputs).mean(axis=0)) <= bound).all()
     assert len(feedback.residual()) == 777 and np.any(np.array(feedback.residual()) != 0)
-    checks += 1
+    counted()
     for codec in ("fp16", "int8"):
         values = data(0, np.float32, 513, 9)
         mine = values.copy() if rank == 0 else np.zeros(513, np.float32)
@@ -209,7 +179,6 @@ def test_split() -> None:
 def test_powersgd() -> None:
     """A rank-1 matrix on every rank (u v^T times a rank's own scalar) and a vector, at rank 1: the mean exactly,
     blocking and not; a bad array is a clear error."""
-    global checks
     u, v = np.sin(np.arange(9) * 0.7), np.cos(np.arange(6) * 1.3)
     matrix = lambda r: (np.outer(u, v) * (1 + r)).astype(np.float32).ravel()
     vector = lambda r: data(r, np.float32, 5, salt=9)
@@ -228,7 +197,7 @@ def test_powersgd() -> None:
         raise AssertionError("a float64 array was taken")
     except chorus.InvalidArgument as refused:
         assert "float32" in str(refused)
-        checks += 1
+        counted()
 
 
 test_allreduce()
@@ -238,6 +207,6 @@ test_point_to_point_and_nonblocking()
 test_codecs()
 test_split()
 comm.barrier()
-print(f"rank {rank}: passed {checks} checks", flush=True)
+print(f"rank {rank}: passed {checks()} checks", flush=True)
 comm.close()
 sys.exit(0)

@@ -167,8 +167,11 @@ class fake_device final : public chorus::cuda::device_operations {
 
   // The direct path: the fake stands in for a UCX that moves device memory
   // by handing the network its read-write alias (set_network_reaches(false):
-  // a UCX without CUDA support, like Debian's).
-  bool network_reaches_device(const chorus::memory_kinds&) const noexcept override { return network_reaches_; }
+  // a UCX without CUDA support, like Debian's). A transport that says it
+  // moves device memory (NCCL) reaches it, as with the CUDA runtime.
+  bool network_reaches_device(const chorus::memory_kinds& moved) const noexcept override {
+    return network_reaches_ || moved.contains(chorus::memory_kind::cuda_device);
+  }
   void* network_address(void* device_pointer) const noexcept override {
     return const_cast<fake_device*>(this)->translate(device_pointer, 0);
   }

@@ -13,7 +13,7 @@ are ``chorus.Window``.
 
 from __future__ import annotations
 
-from . import averaging, cuda, errors, heterogeneity, record
+from . import averaging, cuda, errors, heterogeneity, nccl, record
 from ._chorus import Codec, ErrorFeedback, PowerSGD, Topology, allreduce_error_bound
 from .communicator import Communicator, Op, Request, connect, init, join
 from .errors import Error, InvalidArgument, Mismatch, PeerFailure, TimeoutError, TransportError, Unavailable
@@ -24,5 +24,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Codec", "Communicator", "Error", "ErrorFeedback", "InvalidArgument", "Mismatch", "Op", "PeerFailure", "PowerSGD",
     "Request", "TimeoutError", "Topology", "TransportError", "Unavailable", "allreduce_error_bound", "averaging", "cuda",
+    "nccl",
     "Window", "connect", "errors", "heterogeneity", "init", "join", "record",
 ]

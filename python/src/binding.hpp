@@ -21,6 +21,7 @@
 #include <chorus/core/algorithm.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/nccl/communicator.hpp>
 #include <chorus/window/request.hpp>
 
 #include <atomic>
@@ -28,9 +29,11 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -78,6 +81,13 @@ buffer readable(nb::handle given, std::string_view role, std::string_view operat
 // first use. Unavailable where there is no GPU or no CUDA in this build.
 void take_device_array(const void* data, std::size_t bytes, int device_index, std::string_view role,
                        std::string_view operation);
+// The fake device chorus._testing installed, or null (devices.cpp).
+struct device_handoff;
+const device_handoff* installed_test_device();
+// The process's device: chosen (chorus.cuda.use_device, a device array, an
+// NCCL communicator), or not yet; choosing another is InvalidArgument.
+std::optional<int> process_device();
+void use_process_device(int index, std::string_view operation);
 // An input and an output of one call must have the same element type.
 void require_same_type(const buffer& a, const buffer& b, std::string_view operation);
 
@@ -106,6 +116,21 @@ struct py_communicator {
   chorus::communicator& get(std::string_view operation);  // an error once closed
   background_worker& completion_thread();
   void close();  // finishes what is queued, then leaves the job
+};
+
+// An NCCL communicator made from a chorus one (nccl.cpp): device arrays go
+// through NCCL on the caller's stream, host arrays through its own chorus
+// communicator. The collectives and point-to-point calls are bound on it
+// from the same code as on py_communicator (the `Holder` of the bind
+// functions: get(operation), last_algorithm).
+struct py_nccl_communicator {
+  nccl::communicator comm;
+  std::string last_algorithm = "none";
+
+  explicit py_nccl_communicator(nccl::communicator made) : comm(std::move(made)) {}
+  ~py_nccl_communicator();  // closes without the GIL: finalizing is bounded, but waits
+  nccl::communicator& get(std::string_view operation);
+  void close();
 };
 
 // A non-blocking operation as chorus.Request holds it: done when its task
@@ -146,6 +171,29 @@ std::unique_ptr<pending_request> start_collective(py_communicator& self, const c
 std::unique_ptr<pending_request> start_completion(py_communicator& self, const char* operation, work_on work,
                                                   nb::object keep, nb::object callback,
                                                   std::shared_ptr<std::atomic<int>> source = {});
+// On an NCCL communicator a non-blocking call runs at once (NCCL's stream
+// is where it overlaps: the call returns once the stream has done it), and
+// its Request is complete when returned; the callback is called before.
+using nccl_work_on = std::function<void(nccl::communicator&)>;
+std::unique_ptr<pending_request> start_collective(py_nccl_communicator& self, const char* operation, nccl_work_on work,
+                                                  nb::object keep, nb::object callback);
+
+// The chorus communicator that waits for a call's local copies (an NCCL
+// communicator's host side).
+inline chorus::communicator& host_of(chorus::communicator& comm) { return comm; }
+inline chorus::communicator& host_of(nccl::communicator& comm) { return comm.host(); }
+
+// Where a call runs: on `comm`, or, for what an NCCL communicator has no
+// form for (NcclHasIt false: bitwise ops, codecs on broadcast and
+// allgather), over the NCCL communicator's chorus communicator, which
+// stages device arrays as a chorus communicator does.
+template <bool NcclHasIt, class Comm>
+auto& runs_on(Comm& comm) {
+  if constexpr (std::is_same_v<Comm, nccl::communicator> && !NcclHasIt)
+    return comm.host();
+  else
+    return comm;
+}
 
 // Releases the GIL around a blocking chorus call.
 template <class Call>
@@ -171,8 +219,11 @@ void bind_errors(nb::module_& m);
 void bind_devices(nb::module_& m);
 void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator);
 void bind_reductions(nb::class_<py_communicator>& communicator);
+void bind_reductions(nb::class_<py_nccl_communicator>& communicator);
 void bind_movements(nb::class_<py_communicator>& communicator);
+void bind_movements(nb::class_<py_nccl_communicator>& communicator);
 void bind_point_to_point(nb::class_<py_communicator>& communicator);
+void bind_nccl(nb::module_& m);
 void bind_codecs(nb::module_& m);
 void bind_averaging(nb::module_& m);
 void bind_windows(nb::module_& m);

@@ -148,6 +148,30 @@ void take_device_array(const void* data, std::size_t bytes, int index, std::stri
                        operation);
 }
 
+const device_handoff* installed_test_device() {
+  device_state& s = state();
+  const std::lock_guard lock(s.mutex);
+  return s.installed.operations != nullptr ? &s.installed : nullptr;
+}
+
+std::optional<int> process_device() {
+  device_state& s = state();
+  const std::lock_guard lock(s.mutex);
+  return s.index;
+}
+
+void use_process_device(int index, std::string_view operation) {
+  device_state& s = state();
+  const std::lock_guard lock(s.mutex);
+  if (index < 0) throw device_error(errc::invalid_argument, "a device index is 0 or more", operation);
+  if (s.index && *s.index != index)
+    throw device_error(errc::invalid_argument,
+                       "chorus in this process already uses " + device_name(*s.index) + ", not " + device_name(index) +
+                           " (one GPU per process)",
+                       operation);
+  s.index = index;
+}
+
 void bind_devices(nb::module_& m) {
   m.def(
       "_set_stream",
@@ -158,20 +182,7 @@ void bind_devices(nb::module_& m) {
       nb::arg("stream"),
       "Orders this thread's chorus calls on a device stream (a cudaStream_t as an integer; 0: the legacy "
       "default stream); returns the one set before.");
-  m.def(
-      "_use_device",
-      [](int index) {
-        device_state& s = state();
-        const std::lock_guard lock(s.mutex);
-        if (s.index && *s.index != index)
-          throw device_error(
-              errc::invalid_argument,
-              "chorus in this process already uses " + device_name(*s.index) + ", not " + device_name(index),
-              "use_device");
-        if (index < 0) throw device_error(errc::invalid_argument, "a device index is 0 or more", "use_device");
-        s.index = index;
-      },
-      nb::arg("index"));
+  m.def("_use_device", [](int index) { use_process_device(index, "use_device"); }, nb::arg("index"));
   m.def("_device", [] {
     device_state& s = state();
     const std::lock_guard lock(s.mutex);

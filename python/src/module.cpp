@@ -19,4 +19,5 @@ NB_MODULE(_chorus, m) {
   bind_averaging(m);
   bind_windows(m);
   bind_powersgd(m, communicator);
+  bind_nccl(m);
 }

@@ -11,6 +11,8 @@
 #include <chorus/collective/scatter.hpp>
 #include <chorus/compressed/allgather.hpp>
 
+#include <chorus/nccl/collectives.hpp>
+
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -40,9 +42,11 @@ struct broadcast_call {
   algorithm forced = algorithm::automatic;
   codec_choice wire;
 
-  algorithm run(chorus::communicator& comm) const {
+  template <class Comm>
+  algorithm run(Comm& comm) const {
     if (wire.active()) {
-      wire.visit_codec([&](const auto& coder) { chorus::broadcast(comm, data.as<float>(), root, coder); });
+      wire.visit_codec(
+          [&](const auto& coder) { chorus::broadcast(runs_on<false>(comm), data.as<float>(), root, coder); });
       return algorithm::automatic;
     }
     algorithm ran = algorithm::automatic;
@@ -54,8 +58,8 @@ struct broadcast_call {
 
 broadcast_call checked_broadcast(nb::handle tensor, int root, const std::string& algo, nb::handle codec,
                                  const char* operation) {
-  broadcast_call call{writable(tensor, "tensor", operation, memory::host_or_device), root, algorithm_named(algo, "broadcast"),
-                      codec_choice::from(codec, operation)};
+  broadcast_call call{writable(tensor, "tensor", operation, memory::host_or_device), root,
+                      algorithm_named(algo, "broadcast"), codec_choice::from(codec, operation)};
   if (call.wire.active()) require_float32(call.data, call.wire, operation);
   return call;
 }
@@ -65,10 +69,12 @@ struct allgather_call {
   algorithm forced = algorithm::automatic;
   codec_choice wire;
 
-  algorithm run(chorus::communicator& comm) const {
+  template <class Comm>
+  algorithm run(Comm& comm) const {
     if (wire.active()) {
-      wire.visit_codec(
-          [&](const auto& coder) { chorus::allgather(comm, mine.as<const float>(), all.as<float>(), coder); });
+      wire.visit_codec([&](const auto& coder) {
+        chorus::allgather(runs_on<false>(comm), mine.as<const float>(), all.as<float>(), coder);
+      });
       return algorithm::automatic;
     }
     algorithm ran = algorithm::automatic;
@@ -79,8 +85,9 @@ struct allgather_call {
 
 allgather_call checked_allgather(nb::handle tensor, nb::handle output, const std::string& algo, nb::handle codec,
                                  const char* operation) {
-  allgather_call call{readable(tensor, "tensor", operation, memory::host_or_device), writable(output, "output", operation, memory::host_or_device),
-                      algorithm_named(algo, "allgather"), codec_choice::from(codec, operation)};
+  allgather_call call{readable(tensor, "tensor", operation, memory::host_or_device),
+                      writable(output, "output", operation, memory::host_or_device), algorithm_named(algo, "allgather"),
+                      codec_choice::from(codec, operation)};
   require_same_type(call.mine, call.all, operation);
   if (call.wire.active()) require_float32(call.mine, call.wire, operation);
   return call;
@@ -91,7 +98,8 @@ struct pair_call {
   int root = 0;
 };
 
-void run_alltoall(chorus::communicator& comm, const pair_call& call) {
+template <class Comm>
+void run_alltoall(Comm& comm, const pair_call& call) {
   visit_pair(call.in, call.out, [&](auto in, auto out) { alltoall(comm, in, out); });
 }
 
@@ -99,19 +107,21 @@ void run_alltoall(chorus::communicator& comm, const pair_call& call) {
 // an empty array.
 buffer at_root_or_empty(nb::handle given, const buffer& like, bool writable_array, const char* role,
                         const char* operation) {
-  if (!given.is_none()) return writable_array ? writable(given, role, operation, memory::host_or_device) : readable(given, role, operation, memory::host_or_device);
+  if (!given.is_none())
+    return writable_array ? writable(given, role, operation, memory::host_or_device)
+                          : readable(given, role, operation, memory::host_or_device);
   buffer empty = like;
   empty.count = 0;
   return empty;
 }
 
-}  // namespace
-
-void bind_movements(nb::class_<py_communicator>& communicator) {
+// Bound on both communicator classes (binding.hpp: Holder).
+template <class Holder>
+void bind_movements_on(nb::class_<Holder>& communicator) {
   communicator.def(
       "broadcast",
-      [](py_communicator& self, nb::handle tensor, int root, const std::string& algo, nb::handle codec) {
-        chorus::communicator& comm = self.get("broadcast");
+      [](Holder& self, nb::handle tensor, int root, const std::string& algo, nb::handle codec) {
+        auto& comm = self.get("broadcast");
         const broadcast_call call = checked_broadcast(tensor, root, algo, codec, "broadcast");
         const algorithm ran = without_gil([&] { return call.run(comm); });
         self.last_algorithm = call.wire.active() ? std::string(call.wire.name()) : std::string(to_string(ran));
@@ -121,20 +131,18 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
       "Copies `root`'s `tensor` into every rank's.");
   communicator.def(
       "ibroadcast",
-      [](py_communicator& self, nb::handle tensor, int root, const std::string& algo, nb::handle codec,
-         nb::object callback) {
+      [](Holder& self, nb::handle tensor, int root, const std::string& algo, nb::handle codec, nb::object callback) {
         const broadcast_call call = checked_broadcast(tensor, root, algo, codec, "ibroadcast");
         return start_collective(
-            self, "ibroadcast", [call](chorus::communicator& c) { call.run(c); }, nb::make_tuple(tensor, codec),
-            std::move(callback));
+            self, "ibroadcast", [call](auto& c) { call.run(c); }, nb::make_tuple(tensor, codec), std::move(callback));
       },
       nb::arg("tensor"), nb::arg("root"), nb::arg("algo") = "auto", nb::arg("codec").none() = nb::none(),
       nb::arg("callback").none() = nb::none(), "broadcast started on the background thread; returns a Request.");
 
   communicator.def(
       "allgather",
-      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& algo, nb::handle codec) {
-        chorus::communicator& comm = self.get("allgather");
+      [](Holder& self, nb::handle tensor, nb::handle output, const std::string& algo, nb::handle codec) {
+        auto& comm = self.get("allgather");
         const allgather_call call = checked_allgather(tensor, output, algo, codec, "allgather");
         const algorithm ran = without_gil([&] { return call.run(comm); });
         self.last_algorithm = call.wire.active() ? std::string(call.wire.name()) : std::string(to_string(ran));
@@ -144,11 +152,11 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
       "Every rank's `tensor`, in rank order, into every rank's `output` (size x len(tensor) elements).");
   communicator.def(
       "iallgather",
-      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& algo, nb::handle codec,
+      [](Holder& self, nb::handle tensor, nb::handle output, const std::string& algo, nb::handle codec,
          nb::object callback) {
         const allgather_call call = checked_allgather(tensor, output, algo, codec, "iallgather");
         return start_collective(
-            self, "iallgather", [call](chorus::communicator& c) { call.run(c); }, nb::make_tuple(tensor, output, codec),
+            self, "iallgather", [call](auto& c) { call.run(c); }, nb::make_tuple(tensor, output, codec),
             std::move(callback));
       },
       nb::arg("tensor"), nb::arg("output"), nb::arg("algo") = "auto", nb::arg("codec").none() = nb::none(),
@@ -156,9 +164,10 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
 
   communicator.def(
       "alltoall",
-      [](py_communicator& self, nb::handle input, nb::handle output) {
-        chorus::communicator& comm = self.get("alltoall");
-        const pair_call call{readable(input, "input", "alltoall", memory::host_or_device), writable(output, "output", "alltoall", memory::host_or_device)};
+      [](Holder& self, nb::handle input, nb::handle output) {
+        auto& comm = self.get("alltoall");
+        const pair_call call{readable(input, "input", "alltoall", memory::host_or_device),
+                             writable(output, "output", "alltoall", memory::host_or_device)};
         require_same_type(call.in, call.out, "alltoall");
         without_gil([&] { run_alltoall(comm, call); });
         self.last_algorithm = to_string(algorithm::pairwise);
@@ -168,20 +177,21 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
       "Block r of `input` goes to rank r; block r of `output` comes from rank r (equal blocks).");
   communicator.def(
       "ialltoall",
-      [](py_communicator& self, nb::handle input, nb::handle output, nb::object callback) {
-        const pair_call call{readable(input, "input", "ialltoall", memory::host_or_device), writable(output, "output", "ialltoall", memory::host_or_device)};
+      [](Holder& self, nb::handle input, nb::handle output, nb::object callback) {
+        const pair_call call{readable(input, "input", "ialltoall", memory::host_or_device),
+                             writable(output, "output", "ialltoall", memory::host_or_device)};
         require_same_type(call.in, call.out, "ialltoall");
         return start_collective(
-            self, "ialltoall", [call](chorus::communicator& c) { run_alltoall(c, call); },
-            nb::make_tuple(input, output), std::move(callback));
+            self, "ialltoall", [call](auto& c) { run_alltoall(c, call); }, nb::make_tuple(input, output),
+            std::move(callback));
       },
       nb::arg("input"), nb::arg("output"), nb::arg("callback").none() = nb::none(),
       "alltoall started on the background thread; returns a Request.");
 
   communicator.def(
       "gather",
-      [](py_communicator& self, nb::handle tensor, nb::handle output, int root) {
-        chorus::communicator& comm = self.get("gather");
+      [](Holder& self, nb::handle tensor, nb::handle output, int root) {
+        auto& comm = self.get("gather");
         pair_call call{readable(tensor, "tensor", "gather", memory::host_or_device), {}, root};
         call.out = at_root_or_empty(output, call.in, true, "output", "gather");
         if (!output.is_none()) require_same_type(call.in, call.out, "gather");
@@ -191,8 +201,8 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
       "Every rank's `tensor`, in rank order, into `output` on `root` (None elsewhere).");
   communicator.def(
       "scatter",
-      [](py_communicator& self, nb::handle input, nb::handle output, int root) {
-        chorus::communicator& comm = self.get("scatter");
+      [](Holder& self, nb::handle input, nb::handle output, int root) {
+        auto& comm = self.get("scatter");
         pair_call call{{}, writable(output, "output", "scatter", memory::host_or_device), root};
         call.in = at_root_or_empty(input, call.out, false, "input", "scatter");
         if (!input.is_none()) require_same_type(call.in, call.out, "scatter");
@@ -201,5 +211,10 @@ void bind_movements(nb::class_<py_communicator>& communicator) {
       nb::arg("input").none(), nb::arg("output"), nb::arg("root"),
       "Block r of `input` on `root` (None elsewhere) into rank r's `output`.");
 }
+
+}  // namespace
+
+void bind_movements(nb::class_<py_communicator>& communicator) { bind_movements_on(communicator); }
+void bind_movements(nb::class_<py_nccl_communicator>& communicator) { bind_movements_on(communicator); }
 
 }  // namespace chorus::python

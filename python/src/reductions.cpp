@@ -10,6 +10,9 @@
 #include <chorus/collective/reduce_scatter.hpp>
 #include <chorus/compressed/allreduce.hpp>
 
+#include <chorus/nccl/collectives.hpp>
+#include <chorus/nccl/compressed_allreduce.hpp>
+
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -51,6 +54,11 @@ std::string_view boolean_op(std::string_view name, std::string_view operation) {
               {-1, -1, std::string(operation)});
 }
 
+// NCCL has no bitwise reductions: on an NCCL communicator they run over chorus.
+template <class Op>
+constexpr bool nccl_reduces =
+    !std::is_same_v<Op, bitwise_and> && !std::is_same_v<Op, bitwise_or> && !std::is_same_v<Op, bitwise_xor>;
+
 // Calls f(op) with the operator called `name` for element type T.
 template <class T, class F>
 void visit_op(std::string_view name, bool boolean, std::string_view operation, F&& f) {
@@ -84,21 +92,24 @@ struct allreduce_call {
   algorithm forced = algorithm::automatic;
   codec_choice wire;
 
-  algorithm run(chorus::communicator& comm) const {
+  template <class Comm>
+  algorithm run(Comm& comm) const {
     if (wire.active()) return run_compressed(comm);
     algorithm ran = algorithm::automatic;
     visit_reduction(in, out, op, "allreduce", [&](auto input, auto output, auto reduction) {
-      ran = input.data() == output.data() ? allreduce(comm, output, reduction, forced)
-                                          : allreduce(comm, input, output, reduction, forced);
+      auto& on = runs_on<nccl_reduces<decltype(reduction)>>(comm);
+      ran = input.data() == output.data() ? allreduce(on, output, reduction, forced)
+                                          : allreduce(on, input, output, reduction, forced);
     });
     return ran;
   }
 
   // A codec sums or averages float32: the input is copied to the output
   // first, then reduced there.
-  algorithm run_compressed(chorus::communicator& comm) const {
+  template <class Comm>
+  algorithm run_compressed(Comm& comm) const {
     const std::span<float> data = out.as<float>();
-    if (in.data != out.data) copy_elements(comm, in.as<const float>().data(), in.count, data.data());
+    if (in.data != out.data) copy_elements(host_of(comm), in.as<const float>().data(), in.count, data.data());
     compression_options told;
     if (forced != algorithm::automatic) told.scheme = compressed::as_scheme(forced);
     return wire.visit([&](auto& coder) {
@@ -111,7 +122,8 @@ struct allreduce_call {
 allreduce_call checked_allreduce(nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
                                  nb::handle codec, const char* operation) {
   allreduce_call call;
-  call.out = output.is_none() ? writable(tensor, "tensor", operation, memory::host_or_device) : writable(output, "output", operation, memory::host_or_device);
+  call.out = output.is_none() ? writable(tensor, "tensor", operation, memory::host_or_device)
+                              : writable(output, "output", operation, memory::host_or_device);
   call.in = output.is_none() ? call.out : readable(tensor, "tensor", operation, memory::host_or_device);
   require_same_type(call.in, call.out, operation);
   if (call.in.count != call.out.count)
@@ -141,14 +153,14 @@ struct rooted_call {
   int root = 0;
 };
 
-}  // namespace
-
-void bind_reductions(nb::class_<py_communicator>& communicator) {
+// Bound on both communicator classes (binding.hpp: Holder).
+template <class Holder>
+void bind_reductions_on(nb::class_<Holder>& communicator) {
   communicator.def(
       "allreduce",
-      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
+      [](Holder& self, nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
          nb::handle codec) {
-        chorus::communicator& comm = self.get("allreduce");
+        auto& comm = self.get("allreduce");
         const allreduce_call call = checked_allreduce(tensor, output, op, algo, codec, "allreduce");
         self.last_algorithm = to_string(without_gil([&] { return call.run(comm); }));
         return self.last_algorithm;
@@ -159,11 +171,11 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
 
   communicator.def(
       "iallreduce",
-      [](py_communicator& self, nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
+      [](Holder& self, nb::handle tensor, nb::handle output, const std::string& op, const std::string& algo,
          nb::handle codec, nb::object callback) {
         const allreduce_call call = checked_allreduce(tensor, output, op, algo, codec, "iallreduce");
         return start_collective(
-            self, "iallreduce", [call](chorus::communicator& c) { call.run(c); }, nb::make_tuple(tensor, output, codec),
+            self, "iallreduce", [call](auto& c) { call.run(c); }, nb::make_tuple(tensor, output, codec),
             std::move(callback));
       },
       nb::arg("tensor"), nb::arg("output").none() = nb::none(), nb::arg("op") = "sum", nb::arg("algo") = "auto",
@@ -172,15 +184,15 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
 
   communicator.def(
       "reduce",
-      [](py_communicator& self, nb::handle tensor, int root, nb::handle output, const std::string& op) {
-        chorus::communicator& comm = self.get("reduce");
+      [](Holder& self, nb::handle tensor, int root, nb::handle output, const std::string& op) {
+        auto& comm = self.get("reduce");
         rooted_call call{writable(tensor, "tensor", "reduce", memory::host_or_device), {}, op, root};
         call.out = output.is_none() ? call.in : writable(output, "output", "reduce", memory::host_or_device);
         require_same_type(call.in, call.out, "reduce");
         self.last_algorithm = to_string(without_gil([&] {
           algorithm ran = algorithm::automatic;
           visit_reduction(call.in, call.out, call.op, "reduce", [&](auto in, auto out, auto reduction) {
-            ran = reduce(comm, in, out, call.root, reduction);
+            ran = reduce(runs_on<nccl_reduces<decltype(reduction)>>(comm), in, out, call.root, reduction);
           });
           return ran;
         }));
@@ -190,19 +202,20 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
       "Reduces `tensor` over all ranks into `output` (else `tensor`) on `root`; other ranks' outputs are "
       "left as they were.");
 
-  const auto reduce_scatter_into = [](chorus::communicator& comm, const rooted_call& call, algorithm forced) {
+  const auto reduce_scatter_into = [](auto& comm, const rooted_call& call, algorithm forced) {
     algorithm ran = algorithm::automatic;
-    visit_reduction(call.in, call.out, call.op, "reduce_scatter",
-                    [&](auto in, auto out, auto reduction) { ran = reduce_scatter(comm, in, out, reduction, forced); });
+    visit_reduction(call.in, call.out, call.op, "reduce_scatter", [&](auto in, auto out, auto reduction) {
+      ran = reduce_scatter(runs_on<nccl_reduces<decltype(reduction)>>(comm), in, out, reduction, forced);
+    });
     return ran;
   };
   communicator.def(
       "reduce_scatter",
-      [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output, const std::string& op,
+      [reduce_scatter_into](Holder& self, nb::handle input, nb::handle output, const std::string& op,
                             const std::string& algo) {
-        chorus::communicator& comm = self.get("reduce_scatter");
-        const rooted_call call{readable(input, "input", "reduce_scatter", memory::host_or_device), writable(output, "output", "reduce_scatter", memory::host_or_device),
-                               op, 0};
+        auto& comm = self.get("reduce_scatter");
+        const rooted_call call{readable(input, "input", "reduce_scatter", memory::host_or_device),
+                               writable(output, "output", "reduce_scatter", memory::host_or_device), op, 0};
         require_same_type(call.in, call.out, "reduce_scatter");
         const algorithm forced = algorithm_named(algo, "reduce_scatter");
         self.last_algorithm = to_string(without_gil([&] { return reduce_scatter_into(comm, call, forced); }));
@@ -214,7 +227,7 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
 
   communicator.def(
       "ireduce_scatter",
-      [reduce_scatter_into](py_communicator& self, nb::handle input, nb::handle output, const std::string& op,
+      [reduce_scatter_into](Holder& self, nb::handle input, nb::handle output, const std::string& op,
                             const std::string& algo, nb::object callback) {
         const rooted_call call{readable(input, "input", "ireduce_scatter", memory::host_or_device),
                                writable(output, "output", "ireduce_scatter", memory::host_or_device), op, 0};
@@ -222,11 +235,16 @@ void bind_reductions(nb::class_<py_communicator>& communicator) {
         const algorithm forced = algorithm_named(algo, "reduce_scatter");
         return start_collective(
             self, "ireduce_scatter",
-            [call, forced, reduce_scatter_into](chorus::communicator& c) { reduce_scatter_into(c, call, forced); },
+            [call, forced, reduce_scatter_into](auto& c) { reduce_scatter_into(c, call, forced); },
             nb::make_tuple(input, output), std::move(callback));
       },
       nb::arg("input"), nb::arg("output"), nb::arg("op") = "sum", nb::arg("algo") = "auto",
       nb::arg("callback").none() = nb::none(), "reduce_scatter started on the background thread; returns a Request.");
 }
+
+}  // namespace
+
+void bind_reductions(nb::class_<py_communicator>& communicator) { bind_reductions_on(communicator); }
+void bind_reductions(nb::class_<py_nccl_communicator>& communicator) { bind_reductions_on(communicator); }
 
 }  // namespace chorus::python

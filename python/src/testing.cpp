@@ -37,7 +37,19 @@ using chorus_test::fake_device;
 struct fake_gpu {
   fake_device device;
   fake_compute compute{device};
-  chorus::python::device_handoff handoff{&device, &compute};
+  chorus::python::device_handoff handoff = handed_off();
+
+  // As tests/fake_nccl.hpp: the host adapter moves device memory through its
+  // host alias, after the work already on the stream.
+  chorus::python::device_handoff handed_off() {
+    chorus::python::device_handoff made{&device, &compute, {}, {}, {}};
+    made.nccl_moves = [this](const void* p) { return device.kind_of(p) == chorus::memory_kind::cuda_device; };
+    made.nccl_address = [this](const void* p) {
+      return static_cast<void*>(device.alias_of(const_cast<std::byte*>(static_cast<const std::byte*>(p))));
+    };
+    made.nccl_after_stream = [this](void* stream) { device.synchronize(stream); };
+    return made;
+  }
 };
 
 fake_gpu& the_fake() {

@@ -19,6 +19,13 @@ def test_device_arrays_staged(ranks):
     require_passed(run_chorus(ranks, "device_arrays.py", "staged"), ranks)
 
 
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_device_arrays_through_nccl(ranks):
+    """chorus.nccl.connect's communicator over chorus's NCCL host adapter on the fake device: every collective,
+    blocking send/recv, split; host memory and bitwise ops over its chorus communicator."""
+    require_passed(run_chorus(ranks, "device_arrays.py", "nccl"), ranks)
+
+
 def test_device_arrays_direct():
     require_passed(run_chorus(3, "device_arrays.py", "direct", env={"CHORUS_CUDA_PATH": "direct"}), 3)
 
@@ -31,13 +38,18 @@ try:
     comm.allreduce(array)
 except (chorus.Unavailable, chorus.InvalidArgument) as refused:
     print(type(refused).__name__, refused)
+try:
+    chorus.nccl.connect(comm)
+    print("nccl: connected")
+except chorus.Unavailable as refused:
+    print("nccl:", type(refused).__name__, refused)
 """
 
 
 def test_a_cuda_array_chorus_cannot_reach_is_refused():
     """The fake's arrays are DLPack CUDA arrays, and here no one installed the fake: with no GPU (or a build
     without CUDA) that is Unavailable; on a GPU, whose runtime does not know the address, InvalidArgument.
-    Never a crash."""
+    chorus.nccl.connect is Unavailable where there is no GPU, and connects where there is. Never a crash."""
     done = subprocess.run([sys.executable, "-c", NO_DEVICE], env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=60)
     assert done.returncode == 0, done.stdout
@@ -45,9 +57,11 @@ def test_a_cuda_array_chorus_cannot_reach_is_refused():
 
     if torch.cuda.is_available():
         assert "InvalidArgument" in done.stdout and "does not know its address" in done.stdout, done.stdout
+        assert "nccl: connected" in done.stdout, done.stdout
     else:
         assert "Unavailable" in done.stdout, done.stdout
         assert "no CUDA device" in done.stdout or "without the CUDA toolkit" in done.stdout, done.stdout
+        assert "nccl: Unavailable" in done.stdout, done.stdout  # NCCL says why: no driver, or not built
 
 
 @pytest.mark.parametrize("ranks", [1, 3])

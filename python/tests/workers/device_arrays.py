@@ -5,8 +5,10 @@ read or write through a device pointer kills the process). Each result is
 downloaded and checked against a NumPy reference of every rank's input.
 
 argv[1]: "staged" (the fake stands in for Debian's UCX, which moves host
-memory only) or "direct" (it stands in for a UCX that moves CUDA memory,
-with the fake's kernels, under CHORUS_CUDA_PATH=direct)."""
+memory only), "direct" (it stands in for a UCX that moves CUDA memory,
+with the fake's kernels, under CHORUS_CUDA_PATH=direct) or "nccl" (the
+calls on chorus.nccl.connect's communicator, over chorus's NCCL host
+adapter on the fake device)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ from checking import check, checks, data, reference
 path = sys.argv[1]
 fake = chorus._testing.fake_device()
 fake.network_reaches_device = path == "direct"
-comm = chorus.init()
+world = chorus.init()
+comm = chorus.nccl.connect(world) if path == "nccl" else world
 rank, size = comm.rank, comm.size
+SMALL_INT = np.int32 if path == "nccl" else np.int16  # NCCL has no 16-bit integers
 up, down = fake.upload, fake.download
 
 
@@ -46,13 +50,33 @@ def test_reductions() -> None:
                 check(f"allreduce {name} out of place", down(out), want)
                 check(f"allreduce {name} leaves its input", down(given), inputs[rank])
     inputs = [data(r, np.float32, 4099, 1) for r in range(size)]
-    for algo in ("ring", "recursive_doubling", "rabenseifner", "tree"):
+    for algo in ("ring", "recursive_doubling", "rabenseifner", "tree") if path != "nccl" else ():
         mine = up(inputs[rank])
         comm.allreduce(mine, algo=algo)
         check(f"allreduce algo={algo}", down(mine), reference("sum", inputs, np.float32, size))
+    if path == "nccl":
+        mine = up(inputs[rank])
+        comm.allreduce(mine)
+        assert comm.last_algorithm == "nccl", comm.last_algorithm
+        check("allreduce through NCCL", down(mine), reference("sum", inputs, np.float32, size))
+        host = inputs[rank].copy()
+        comm.allreduce(host)
+        assert comm.last_algorithm != "nccl", "host memory went to NCCL"
+        check("allreduce of host memory on an NCCL communicator", host, reference("sum", inputs, np.float32, size))
+        bits = [data(r, np.int32, 33, 2) for r in range(size)]
+        mine = up(bits[rank])
+        comm.allreduce(mine, "bxor")  # NCCL has none: over its chorus communicator, staged
+        check("bxor on an NCCL communicator", down(mine), reference("bxor", bits, np.int32, size))
     host_in, device_out = inputs[rank].copy(), zeros(4099, np.float32)
-    comm.allreduce(host_in, out=device_out)
-    check("allreduce host input, device output", down(device_out), reference("sum", inputs, np.float32, size))
+    if path != "nccl":
+        comm.allreduce(host_in, out=device_out)
+        check("allreduce host input, device output", down(device_out), reference("sum", inputs, np.float32, size))
+    else:
+        try:
+            comm.allreduce(host_in, out=device_out)
+            raise AssertionError("NCCL took a host input and a device output")
+        except chorus.InvalidArgument as refused:
+            assert "device memory and some are not" in str(refused), refused
     for block in (0, 1, 333):
         whole = [data(r, np.int64, block * size, 3) for r in range(size)]
         out = zeros(block, np.int64)
@@ -66,7 +90,7 @@ def test_reductions() -> None:
 
 
 def test_moving() -> None:
-    for dtype in (np.float32, np.int16, np.bool_):
+    for dtype in (np.float32, SMALL_INT, np.bool_):
         for block in (0, 1, 5, 4097):
             name = f"{np.dtype(dtype).name} block {block}"
             inputs = [data(r, dtype, block, 2) for r in range(size)]
@@ -95,7 +119,24 @@ def test_moving() -> None:
 
 
 def test_point_to_point_and_nonblocking() -> None:
-    if size > 1:
+    if size > 1 and path == "nccl":  # blocking only, matched in order: pairs (0, 1), (2, 3), ...; the lower sends first
+        partner = rank ^ 1
+        for count in (0, 1, 4097) if partner < size else ():
+            got, mine = zeros(count, np.float32), up(data(rank, np.float32, count, 4))
+            if rank < partner:
+                comm.send(mine, partner)
+                comm.recv(got, partner)
+            else:
+                comm.recv(got, partner)
+                comm.send(mine, partner)
+            check(f"send/recv x{count} through NCCL", down(got), data(partner, np.float32, count, 4))
+        after = (rank + 1) % size
+        try:
+            comm.isend(up(np.zeros(1, np.float32)), after)
+            raise AssertionError("isend on an NCCL communicator raised nothing")
+        except chorus.InvalidArgument:
+            pass
+    elif size > 1:
         after, before = (rank + 1) % size, (rank - 1) % size
         for count in (0, 1, 4097, 300001):  # the largest goes by rendezvous
             got = zeros(count, np.float32)
@@ -203,11 +244,19 @@ test_point_to_point_and_nonblocking()
 test_streams()
 test_codecs()
 test_refusals()
-if path == "direct":
+if path == "nccl":
+    half = comm.split(rank % 2)
+    members = [r for r in range(size) if r % 2 == rank % 2]
+    mine = up(np.array([rank], np.int64))
+    half.allreduce(mine)
+    check("split NCCL communicator's allreduce", down(mine), np.array([sum(members)], np.int64))
+    half.close()
+elif path == "direct":
     assert fake.kernel_launches > 0 or size == 1, "the direct path launched no reductions"
 else:
     assert fake.copies > copies_before, "nothing was staged"
 comm.barrier()
 print(f"rank {rank}: passed {checks()} device-array checks ({path})", flush=True)
 comm.close()
+world.close()
 sys.exit(0)

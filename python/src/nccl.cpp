@@ -1,0 +1,170 @@
+// chorus.nccl.connect: an NCCL communicator made from a chorus one (C++
+// chorus::nccl::connect), with the collectives bound from the same code as
+// on chorus.Communicator (reductions.cpp, movements.cpp): device arrays go
+// through NCCL on the caller's stream, host arrays through the NCCL
+// communicator's own chorus communicator over UCX. Waits are bounded by the
+// timeout; an NCCL error or a timeout aborts the NCCL communicator and is
+// the chorus error of its category.
+//
+// The NCCL library comes from chorus._nccl (nccl_library.cpp) in a capsule,
+// or, in the tests, it is chorus's host adapter over chorus._testing's fake
+// device (nccl/host_adapter.hpp); with neither, connect is Unavailable.
+#include "binding.hpp"
+#include "device_handoff.hpp"
+
+#include <chorus/nccl/collectives.hpp>
+#include <chorus/nccl/compressed_allreduce.hpp>
+#include <chorus/nccl/host_adapter.hpp>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <future>
+#include <optional>
+
+namespace chorus::python {
+
+nccl::communicator& py_nccl_communicator::get(std::string_view operation) {
+  if (!comm.valid())
+    throw error(errc::invalid_argument, "the NCCL communicator is closed", {-1, -1, std::string(operation)});
+  return comm;
+}
+
+py_nccl_communicator::~py_nccl_communicator() {
+  if (PyGILState_Check()) {
+    nb::gil_scoped_release released;
+    close();
+  } else {
+    close();
+  }
+}
+
+void py_nccl_communicator::close() { comm = {}; }
+
+std::unique_ptr<pending_request> start_collective(py_nccl_communicator& self, const char* operation, nccl_work_on work,
+                                                  nb::object keep, nb::object callback) {
+  nccl::communicator& comm = self.get(operation);
+  std::exception_ptr failure;
+  try {
+    without_gil([&] { work(comm); });
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  (void)keep;  // the call is done: nothing reads the arrays any more
+  if (!callback.is_none()) callback(failure ? exception_for(failure) : nb::none());
+  std::promise<void> outcome;
+  if (failure)
+    outcome.set_exception(failure);
+  else
+    outcome.set_value();
+  return std::make_unique<pending_request>(collective_request(outcome.get_future(), comm.timeout(), operation));
+}
+
+namespace {
+
+// The adapter connect() uses: the test device's host adapter, else the
+// NCCL library chorus._nccl handed over (`library`: its capsule, or None).
+std::shared_ptr<nccl::adapter> adapter_for(nb::handle library, std::string_view operation) {
+  if (const device_handoff* fake = installed_test_device(); fake != nullptr && fake->nccl_moves) {
+    nccl::host_adapter_options on_fake;
+    on_fake.moves = fake->nccl_moves;
+    on_fake.address = fake->nccl_address;
+    on_fake.after_stream = fake->nccl_after_stream;
+    return std::make_shared<nccl::host_adapter>(std::move(on_fake));
+  }
+  nb::capsule handed;
+  if (nb::try_cast(library, handed, false) && std::string_view(handed.name()) == "chorus.nccl_adapter")
+    return *static_cast<const std::shared_ptr<nccl::adapter>*>(handed.data());
+  throw error(errc::unavailable,
+              "no NCCL: this chorus extension was built without it, or its library could not be loaded "
+              "(chorus._nccl; reinstall with pip install ./python where CUDA and NCCL are found)",
+              {-1, -1, std::string(operation)});
+}
+
+// Point-to-point on NCCL: blocking, and no tags (NCCL matches the messages
+// between two ranks in the order they were posted).
+template <bool Sending>
+void move_bytes(py_nccl_communicator& self, nb::handle tensor, int peer, int tag, const char* operation) {
+  nccl::communicator& comm = self.get(operation);
+  if (tag != 0)
+    throw error(errc::invalid_argument, "NCCL has no tags: messages between two ranks match in order (tag=0)",
+                {comm.rank(), peer, operation});
+  if constexpr (Sending) {
+    const buffer data = readable(tensor, "tensor", operation, memory::host_or_device);
+    without_gil(
+        [&] { nccl::send(comm, std::span<const std::uint8_t>(data.as<std::uint8_t>().data(), data.bytes()), peer); });
+  } else {
+    const buffer data = writable(tensor, "tensor", operation, memory::host_or_device);
+    without_gil([&] { nccl::recv(comm, std::span<std::uint8_t>(data.as<std::uint8_t>().data(), data.bytes()), peer); });
+  }
+}
+
+}  // namespace
+
+void bind_nccl(nb::module_& m) {
+  nb::class_<py_nccl_communicator> communicator(
+      m, "NcclCommunicator",
+      "An NCCL communicator made from a chorus one: device arrays through NCCL, host arrays through chorus.");
+  communicator.def_prop_ro("rank", [](py_nccl_communicator& self) { return self.get("rank").rank(); })
+      .def_prop_ro("size", [](py_nccl_communicator& self) { return self.get("size").size(); })
+      .def_prop_ro("device", [](py_nccl_communicator& self) { return self.get("device").device(); })
+      .def_prop_ro("timeout",
+                   [](py_nccl_communicator& self) {
+                     return std::chrono::duration<double>(self.get("timeout").timeout()).count();
+                   })
+      .def_prop_ro("last_algorithm", [](py_nccl_communicator& self) { return self.last_algorithm; })
+      .def_prop_ro("closed", [](py_nccl_communicator& self) { return !self.comm.valid(); })
+      .def("close",
+           [](py_nccl_communicator& self) {
+             nb::gil_scoped_release released;
+             self.close();
+           })
+      .def("barrier",
+           [](py_nccl_communicator& self) {
+             nccl::communicator& comm = self.get("barrier");
+             without_gil([&] { nccl::barrier(comm); });
+           })
+      .def(
+          "split",
+          [](py_nccl_communicator& self, int color, int key) {
+            nccl::communicator& comm = self.get("split");
+            return std::make_unique<py_nccl_communicator>(without_gil([&] { return comm.split(color, key); }));
+          },
+          nb::arg("color"), nb::arg("key"))
+      .def(
+          "send",
+          [](py_nccl_communicator& self, nb::handle tensor, int peer, int tag) {
+            move_bytes<true>(self, tensor, peer, tag, "send");
+          },
+          nb::arg("tensor"), nb::arg("peer"), nb::arg("tag") = 0)
+      .def(
+          "recv",
+          [](py_nccl_communicator& self, nb::handle tensor, int peer, int tag) {
+            move_bytes<false>(self, tensor, peer, tag, "recv");
+          },
+          nb::arg("tensor"), nb::arg("peer"), nb::arg("tag") = 0);
+  bind_reductions(communicator);
+  bind_movements(communicator);
+
+  m.def(
+      "nccl_connect",
+      [](py_communicator& from, std::optional<int> device, nb::handle library) {
+        chorus::communicator& comm = from.get("nccl.connect");
+        nccl::options given;
+        if (device)
+          given.device = *device;
+        else if (const std::optional<int> chosen = process_device())
+          given.device = *chosen;
+        std::shared_ptr<nccl::adapter> through = adapter_for(library, "nccl.connect");
+        auto made = std::make_unique<py_nccl_communicator>(
+            without_gil([&] { return nccl::communicator(comm, std::move(through), given); }));
+        use_process_device(made->comm.device(), "nccl.connect");
+        return made;
+      },
+      nb::arg("comm"), nb::arg("device").none() = nb::none(), nb::arg("library").none() = nb::none(),
+      "Collective over `comm`: an NCCL communicator of the same ranks, on `device` (default: the one chorus "
+      "uses in this process, else CHORUS_LOCAL_RANK modulo the GPUs).");
+}
+
+}  // namespace chorus::python

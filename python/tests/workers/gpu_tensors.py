@@ -67,6 +67,38 @@ check("allreduce on a side stream", mine.cpu().numpy(),
 work = comm.iallreduce(on_gpu(inputs[rank]))
 check("iallreduce", host(work.wait()), reference("sum", inputs, np.float32, size))
 
+# NCCL: the same calls through chorus.nccl's communicator.
+gpus = chorus.nccl.connect(comm)
+for count in (0, 1, 1 << 20):
+    inputs = [data(r, np.float32, count, 4) for r in range(size)]
+    mine = on_gpu(inputs[rank])
+    gpus.allreduce(mine)
+    assert count == 0 or gpus.last_algorithm == "nccl", gpus.last_algorithm
+    check(f"allreduce through NCCL x{count}", host(mine), reference("sum", inputs, np.float32, size))
+check("allgather through NCCL", host(gpus.allgather(on_gpu(inputs[rank]))), np.stack(inputs))
+mine = on_gpu(inputs[rank])
+gpus.allreduce(mine, "avg", codec="int8")
+exact = np.mean(np.stack(inputs).astype(np.float64), axis=0)
+bound = chorus.allreduce_error_bound("int8", np.stack(inputs)) / size
+assert (np.abs(host(mine) - exact) <= bound).all(), "int8 through NCCL over its bound"
+gpus.close()
+
+# Two schemes on CUDA parameters: local SGD averages at its period, D-PSGD mixes over a ring.
+from chorus import averaging  # noqa: E402
+
+start = [data(r, np.float32, 1001, 5) for r in range(size)]
+model = [on_gpu(start[rank])]
+scheme = averaging.LocalSGD(comm, model, period=1)
+scheme.begin_step()
+scheme.end_step()
+check("local SGD on CUDA parameters", host(model[0]), np.mean(start, axis=0).astype(np.float32))
+model = [on_gpu(start[rank])]
+scheme = averaging.DPSGD(comm, model)
+scheme.begin_step()
+scheme.end_step()
+ring = [(rank + offset) % size for offset in (-1, 0, 1)]
+check("D-PSGD on CUDA parameters", host(model[0]), (sum(start[j] for j in ring) / 3).astype(np.float32))
+
 comm.barrier()
 print(f"rank {rank}: passed {checks()} GPU checks on {device}", flush=True)
 comm.close()

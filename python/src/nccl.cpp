@@ -52,7 +52,7 @@ std::unique_ptr<pending_request> start_collective(py_nccl_communicator& self, co
     failure = std::current_exception();
   }
   (void)keep;  // the call is done: nothing reads the arrays any more
-  if (!callback.is_none()) callback(failure ? exception_for(failure) : nb::none());
+  call_back(std::make_shared<nb::object>(std::move(callback)), failure);  // as from a chorus thread: never raises
   std::promise<void> outcome;
   if (failure)
     outcome.set_exception(failure);

@@ -5,6 +5,7 @@ of torch's types, DistBackendError, that is also chorus's).
 
     killed.py plain    chorus.init() from CHORUS_* (no launcher)
     killed.py torch    torch.distributed with the chorus backend (env://)
+    killed.py nccl     chorus.nccl.connect's communicator on chorus._testing's fake device (NCCL's host adapter)
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ if mode == "torch":
 
     def allreduce(values: np.ndarray) -> None:
         dist.all_reduce(torch.from_numpy(values))
+elif mode == "nccl":
+    import chorus
+    import chorus._testing
+
+    fake = chorus._testing.fake_device()
+    gpus = chorus.nccl.connect(chorus.init())
+    rank, size = gpus.rank, gpus.size
+    on_device = fake.upload(np.ones(100000, np.float32))
+
+    def allreduce(values: np.ndarray) -> None:
+        gpus.allreduce(on_device)
 else:
     import chorus
 

@@ -202,6 +202,19 @@ decltype(auto) without_gil(Call&& call) {
   return std::forward<Call>(call)();
 }
 
+// Runs `call` without the GIL whether or not this thread holds it: a
+// destructor that closes (and so waits) runs under the collector, with the
+// GIL, or on a chorus thread, without.
+template <class Call>
+void without_gil_if_held(Call&& call) {
+  if (PyGILState_Check()) {
+    nb::gil_scoped_release released;
+    std::forward<Call>(call)();
+  } else {
+    std::forward<Call>(call)();
+  }
+}
+
 // Builds the exception object for a chorus::error (errors.cpp), for the
 // completion callbacks of non-blocking calls.
 nb::object exception_for(const std::exception_ptr& failure);

@@ -34,12 +34,7 @@ background_worker& py_communicator::completion_thread() {
 }
 
 py_communicator::~py_communicator() {
-  if (PyGILState_Check()) {
-    nb::gil_scoped_release released;
-    close();
-  } else {
-    close();
-  }
+  without_gil_if_held([this] { close(); });
 }
 
 void py_communicator::close() {

@@ -32,12 +32,7 @@ nccl::communicator& py_nccl_communicator::get(std::string_view operation) {
 }
 
 py_nccl_communicator::~py_nccl_communicator() {
-  if (PyGILState_Check()) {
-    nb::gil_scoped_release released;
-    close();
-  } else {
-    close();
-  }
+  without_gil_if_held([this] { close(); });
 }
 
 void py_nccl_communicator::close() { comm = {}; }

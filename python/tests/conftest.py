@@ -76,6 +76,16 @@ def spawn_env_ranks(ranks: int, worker: str, *args: str, env: Optional[dict] = N
     return started
 
 
+def spawn_chorus_ranks(ranks: int, worker: str, *args: str, env: Optional[dict] = None) -> List[subprocess.Popen]:
+    """RANKS processes with chorus's CHORUS_RANK, CHORUS_SIZE and CHORUS_ADDR set by hand (no launcher)."""
+    port = free_port()
+    return [subprocess.Popen([sys.executable, str(WORKERS / worker), *args],
+                             env=_env(dict(env or {}, CHORUS_RANK=str(rank), CHORUS_SIZE=str(ranks),
+                                           CHORUS_ADDR=f"127.0.0.1:{port}", CHORUS_TOKEN=f"{worker}-by-hand")),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for rank in range(ranks)]
+
+
 def require_passed(done: subprocess.CompletedProcess, ranks: int, marker: str = "passed") -> str:
     """Exit 0 and every rank printed its marker line."""
     output = done.stdout

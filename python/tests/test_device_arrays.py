@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import WORKERS, _env, free_port, require_passed, require_survivors_raised, run_chorus
+from conftest import _env, require_passed, require_survivors_raised, run_chorus, spawn_chorus_ranks
 
 
 @pytest.mark.parametrize("ranks", [1, 3])
@@ -73,11 +73,4 @@ def test_schemes_on_device_parameters(ranks):
 def test_killed_rank_on_an_nccl_communicator():
     """A rank of an NCCL communicator (the host adapter on the fake device) is SIGKILLed mid-allreduce, without
     a launcher: every survivor gets a chorus exception within the timeout, never a hang."""
-    port, ranks = free_port(), 3
-    processes = [subprocess.Popen([sys.executable, str(WORKERS / "killed.py"), "nccl"],
-                                  env=_env({"CHORUS_RANK": str(r), "CHORUS_SIZE": str(ranks),
-                                            "CHORUS_ADDR": f"127.0.0.1:{port}", "CHORUS_TOKEN": "killed-nccl",
-                                            "CHORUS_TIMEOUT": "20"}),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(ranks)]
-    require_survivors_raised(processes, within=60)
+    require_survivors_raised(spawn_chorus_ranks(3, "killed.py", "nccl", env={"CHORUS_TIMEOUT": "20"}), within=60)

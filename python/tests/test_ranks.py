@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conftest import WORKERS, _env, chorus_run_path, free_port, require_passed, require_survivors_raised, run_chorus
+from conftest import (WORKERS, _env, chorus_run_path, require_passed, require_survivors_raised, run_chorus,
+                      spawn_chorus_ranks)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
@@ -44,11 +45,4 @@ def test_workers_join_a_running_gosgd(tmp_path):
 
 
 def test_killed_rank_gives_survivors_an_exception():
-    port, ranks = free_port(), 3
-    processes = [subprocess.Popen([sys.executable, str(WORKERS / "killed.py"), "plain"],
-                                  env=_env({"CHORUS_RANK": str(r), "CHORUS_SIZE": str(ranks),
-                                            "CHORUS_ADDR": f"127.0.0.1:{port}", "CHORUS_TOKEN": "killed-test",
-                                            "CHORUS_TIMEOUT": "20"}),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(ranks)]
-    require_survivors_raised(processes, within=60)
+    require_survivors_raised(spawn_chorus_ranks(3, "killed.py", "plain", env={"CHORUS_TIMEOUT": "20"}), within=60)

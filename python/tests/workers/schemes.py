@@ -14,21 +14,11 @@ import numpy as np
 
 import chorus
 from chorus import averaging
+from models import SHAPES, start, step_of
 
 comm = chorus.init()
 rank, size = comm.rank, comm.size
 checks = 0
-SHAPES = (33, 0, 7)
-
-
-def start(r: int) -> list:
-    rng = np.random.default_rng([r, 11])
-    return [rng.uniform(-1, 1, n).astype(np.float32) for n in SHAPES]
-
-
-def step_of(r: int, t: int) -> list:
-    rng = np.random.default_rng([r, t, 12])
-    return [rng.uniform(-0.1, 0.1, n).astype(np.float32) for n in SHAPES]
 
 
 def close(what: str, got: list, want: list, tolerance: float = 2e-5) -> None:

@@ -18,21 +18,11 @@ import chorus
 import chorus._testing
 from chorus import averaging
 from checking import check, checks, counted
+from models import SHAPES, start, step_of
 
 fake = chorus._testing.fake_device()
 comm = chorus.init()
 rank, size = comm.rank, comm.size
-SHAPES = (33, 0, 7)
-
-
-def start(r: int) -> list:
-    rng = np.random.default_rng([r, 11])
-    return [rng.uniform(-1, 1, n).astype(np.float32) for n in SHAPES]
-
-
-def step_of(r: int, t: int) -> list:
-    rng = np.random.default_rng([r, t, 12])
-    return [rng.uniform(-0.1, 0.1, n).astype(np.float32) for n in SHAPES]
 
 
 class Host:

@@ -31,3 +31,10 @@ def device() -> Optional[int]:
 def built_with_cuda() -> bool:
     """Whether this chorus extension was built with the CUDA runtime (it takes CUDA arrays)."""
     return bool(_chorus._device()["built_with_cuda"])
+
+
+def built_with_kernels() -> bool:
+    """Whether nvcc compiled chorus's device kernels into this extension: the reductions and codecs that
+    NCCL's compressed allreduce and the DDP hooks run on the GPU. Without them such a call on CUDA arrays
+    is :class:`chorus.Unavailable` where it cannot stage through the host."""
+    return bool(_chorus._device()["built_with_kernels"])

@@ -19,6 +19,9 @@
 #ifndef CHORUS_PYTHON_CUDA
 #define CHORUS_PYTHON_CUDA 0  // python/CMakeLists.txt sets 1 where it links the CUDA runtime
 #endif
+#ifndef CHORUS_PYTHON_KERNELS
+#define CHORUS_PYTHON_KERNELS 0  // and 1 where nvcc compiled src/device_kernels.cu
+#endif
 
 #include <chorus/cuda/router.hpp>
 #if CHORUS_PYTHON_CUDA
@@ -34,6 +37,11 @@
 #include <utility>
 
 namespace chorus::python {
+
+#if CHORUS_PYTHON_KERNELS
+// src/device_kernels.cu: cuda/kernels.cuh on the process's GPU.
+std::unique_ptr<cuda::device_compute> device_kernels(int index);
+#endif
 
 namespace {
 
@@ -80,6 +88,7 @@ struct device_state {
   std::mutex mutex;
   device_handoff installed;  // a test's fake device, if any
   std::unique_ptr<cuda::device_operations> runtime;
+  std::unique_ptr<cuda::device_compute> kernels;
   std::optional<int> index;  // the DLPack device id arrays must carry
   std::unique_ptr<cuda::device> device;
   std::unique_ptr<cuda::router> router;
@@ -115,13 +124,25 @@ cuda::device_operations& operations_for(device_state& s, int index, std::string_
 #endif
 }
 
+// The reductions and codecs on the device: the test device's own, else
+// chorus's kernels where nvcc built them.
+cuda::device_compute* compute_for(device_state& s, int index) {
+  if (s.installed.operations != nullptr) return s.installed.compute;
+#if CHORUS_PYTHON_KERNELS
+  s.kernels = device_kernels(index);
+#else
+  (void)index;
+#endif
+  return s.kernels.get();
+}
+
 // The router, made on first use (with the GIL held: calls are serialised).
 cuda::router& router_for(device_state& s, int index, std::string_view operation) {
   if (s.router) return *s.router;
   cuda::device_operations& ops = operations_for(s, index, operation);
   s.index = index;
   s.device = std::make_unique<cuda::device>(ops);
-  s.router = std::make_unique<cuda::router>(*s.device, cuda::staging_options{}, s.installed.compute);
+  s.router = std::make_unique<cuda::router>(*s.device, cuda::staging_options{}, compute_for(s, index));
   s.routing = std::make_unique<cuda::route_front_doors>(*s.router);
   return *s.router;
 }
@@ -188,6 +209,7 @@ void bind_devices(nb::module_& m) {
     const std::lock_guard lock(s.mutex);
     nb::dict seen;
     seen["built_with_cuda"] = CHORUS_PYTHON_CUDA != 0;
+    seen["built_with_kernels"] = CHORUS_PYTHON_KERNELS != 0;
     seen["index"] = s.index ? nb::cast(*s.index) : nb::none();
     seen["device"] = s.device ? nb::cast(s.device->operations().name()) : nb::none();
     seen["test_device"] = s.installed.operations != nullptr;

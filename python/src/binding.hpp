@@ -126,6 +126,10 @@ struct py_communicator {
 struct py_nccl_communicator {
   nccl::communicator comm;
   std::string last_algorithm = "none";
+  // Sends and receives queued by isend/irecv (their arrays kept), posted as
+  // one NCCL group by the next wait.
+  std::vector<nccl::communicator::request> queued;
+  std::vector<nb::object> queued_arrays;
 
   explicit py_nccl_communicator(nccl::communicator made) : comm(std::move(made)) {}
   ~py_nccl_communicator();  // closes without the GIL: finalizing is bounded, but waits

@@ -77,22 +77,38 @@ std::shared_ptr<nccl::adapter> adapter_for(nb::handle library, std::string_view 
               {-1, -1, std::string(operation)});
 }
 
-// Point-to-point on NCCL: blocking, and no tags (NCCL matches the messages
-// between two ranks in the order they were posted).
+// Point-to-point on NCCL: no tags (NCCL matches the messages between two
+// ranks in the order they were posted). A device array's send or receive
+// is queued until the next post, which starts everything queued as one
+// NCCL group (so a ring of sends and receives cannot deadlock); a host
+// array's starts at once on the chorus side.
 template <bool Sending>
-void move_bytes(py_nccl_communicator& self, nb::handle tensor, int peer, int tag, const char* operation) {
+void queue_bytes(py_nccl_communicator& self, nb::handle tensor, int peer, int tag, const char* operation) {
   nccl::communicator& comm = self.get(operation);
   if (tag != 0)
     throw error(errc::invalid_argument, "NCCL has no tags: messages between two ranks match in order (tag=0)",
                 {comm.rank(), peer, operation});
   if constexpr (Sending) {
     const buffer data = readable(tensor, "tensor", operation, memory::host_or_device);
-    without_gil(
-        [&] { nccl::send(comm, std::span<const std::uint8_t>(data.as<std::uint8_t>().data(), data.bytes()), peer); });
+    self.queued.push_back(
+        comm.isend(std::span<const std::uint8_t>(data.as<std::uint8_t>().data(), data.bytes()), peer));
   } else {
     const buffer data = writable(tensor, "tensor", operation, memory::host_or_device);
-    without_gil([&] { nccl::recv(comm, std::span<std::uint8_t>(data.as<std::uint8_t>().data(), data.bytes()), peer); });
+    self.queued.push_back(comm.irecv(std::span<std::uint8_t>(data.as<std::uint8_t>().data(), data.bytes()), peer));
   }
+  self.queued_arrays.push_back(nb::borrow(tensor));
+}
+
+// Posts what is queued as one group and waits for it (bounded): until its
+// stream has done it, or, on a communicator made with synchronous=False,
+// until it is enqueued.
+void post_queued(py_nccl_communicator& self, const char* operation) {
+  nccl::communicator& comm = self.get(operation);
+  std::vector<nccl::communicator::request> posting;
+  posting.swap(self.queued);
+  std::vector<nb::object> arrays;  // released once posted, with the GIL
+  arrays.swap(self.queued_arrays);
+  without_gil([&] { comm.wait_all(posting, operation); });
 }
 
 }  // namespace
@@ -130,23 +146,54 @@ void bind_nccl(nb::module_& m) {
       .def(
           "send",
           [](py_nccl_communicator& self, nb::handle tensor, int peer, int tag) {
-            move_bytes<true>(self, tensor, peer, tag, "send");
+            queue_bytes<true>(self, tensor, peer, tag, "send");
+            post_queued(self, "send");
           },
           nb::arg("tensor"), nb::arg("peer"), nb::arg("tag") = 0)
       .def(
           "recv",
           [](py_nccl_communicator& self, nb::handle tensor, int peer, int tag) {
-            move_bytes<false>(self, tensor, peer, tag, "recv");
+            queue_bytes<false>(self, tensor, peer, tag, "recv");
+            post_queued(self, "recv");
           },
-          nb::arg("tensor"), nb::arg("peer"), nb::arg("tag") = 0);
+          nb::arg("tensor"), nb::arg("peer"), nb::arg("tag") = 0)
+      .def(
+          "queue_send",
+          [](py_nccl_communicator& self, nb::handle tensor, int peer) {
+            queue_bytes<true>(self, tensor, peer, 0, "isend");
+          },
+          nb::arg("tensor"), nb::arg("peer"), "Queues a send until the next post (a host array's starts now).")
+      .def(
+          "queue_recv",
+          [](py_nccl_communicator& self, nb::handle tensor, int peer) {
+            queue_bytes<false>(self, tensor, peer, 0, "irecv");
+          },
+          nb::arg("tensor"), nb::arg("peer"), "Queues a receive until the next post (a host array's starts now).")
+      .def_prop_ro("queued", [](py_nccl_communicator& self) { return self.queued.size(); })
+      .def(
+          "post", [](py_nccl_communicator& self) { post_queued(self, "wait"); },
+          "Starts the queued sends and receives as one NCCL group and waits for them (bounded).")
+      .def(
+          "synchronize",
+          [](py_nccl_communicator& self, std::uintptr_t stream) {
+            nccl::communicator& comm = self.get("synchronize");
+            without_gil([&] { comm.wait(reinterpret_cast<cuda::stream_handle>(stream), "synchronize"); });
+          },
+          nb::arg("stream"),
+          "Waits until the stream (a cudaStream_t as an integer) has done its work, at most the timeout; NCCL's "
+          "error or the timeout aborts the communicator and raises.")
+      .def(
+          "abort", [](py_nccl_communicator& self, std::string reason) { self.get("abort").abort(std::move(reason)); },
+          nb::arg("reason"), "Stops what the NCCL side has in flight; the communicator is unusable after.");
   bind_reductions(communicator);
   bind_movements(communicator);
 
   m.def(
       "nccl_connect",
-      [](py_communicator& from, std::optional<int> device, nb::handle library) {
+      [](py_communicator& from, std::optional<int> device, nb::handle library, bool synchronous) {
         chorus::communicator& comm = from.get("nccl.connect");
         nccl::options given;
+        given.synchronous = synchronous;
         if (device)
           given.device = *device;
         else if (const std::optional<int> chosen = process_device())
@@ -158,8 +205,10 @@ void bind_nccl(nb::module_& m) {
         return made;
       },
       nb::arg("comm"), nb::arg("device").none() = nb::none(), nb::arg("library").none() = nb::none(),
+      nb::arg("synchronous") = true,
       "Collective over `comm`: an NCCL communicator of the same ranks, on `device` (default: the one chorus "
-      "uses in this process, else CHORUS_LOCAL_RANK modulo the GPUs).");
+      "uses in this process, else CHORUS_LOCAL_RANK modulo the GPUs). synchronous=False: a call on device "
+      "arrays returns once enqueued on its stream (synchronize(stream) waits for it).");
 }
 
 }  // namespace chorus::python

@@ -16,7 +16,22 @@ reduce_scatter, reduce_scatter_tensor, alltoall, alltoall_single (with split
 sizes), gather, scatter, barrier, monitored_barrier, send, recv (from a rank
 or from any source; isend, irecv, batch_isend_irecv), new_group and
 destroy_process_group. Other calls raise NotImplementedError naming the call.
-CPU tensors only.
+
+CUDA tensors (the backend registers for cpu and cuda, so
+``init_process_group("chorus")``, ``"cpu:chorus,cuda:chorus"`` and
+``"cpu:gloo,cuda:chorus"`` serve a model on GPUs) go through an NCCL
+communicator made from the group's chorus one at the group's first call on
+CUDA tensors, which every rank of the group makes (chorus.nccl), one GPU
+per process. They are enqueued on torch's current stream, as torch's NCCL
+backend does: a call returns once enqueued, ``Work.wait()`` makes the
+caller's current stream wait for it without blocking the host, and
+``Work.synchronize()``, ``wait(timeout)`` and ``TORCH_NCCL_BLOCKING_WAIT=1``
+block the host until it is done, bounded (an NCCL error or the timeout
+aborts the NCCL communicator and raises). isend/irecv (and with them
+batch_isend_irecv) are queued and started together, as one NCCL group, by
+the first wait of any of them; NCCL has no tags and no receive from any
+source. Reduce ops that NCCL lacks (the bitwise ones) and sparse tensors
+run over chorus on CUDA tensors (staged through the host).
 
 Errors are torch's: a chorus failure raised through the backend is also a
 torch.distributed.DistBackendError (DistNetworkError for the transport's),
@@ -37,6 +52,7 @@ import functools
 import os
 import secrets
 import socket
+import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -101,13 +117,6 @@ def _connect_through(store: Any, rank: int, size: int, timeout: timedelta) -> Co
                    look_up=lambda: store.get("chorus/store").decode())
 
 
-def _cpu_tensors(tensors: List[torch.Tensor], call: str) -> None:
-    for tensor in tensors:
-        if tensor.device.type != "cpu":
-            raise InvalidArgument(f"chorus backend: {call} got a {tensor.device} tensor; the backend takes CPU "
-                                  "tensors (register it for cpu, use NCCL for cuda)")
-
-
 # The torch exception each chorus category is also raised as.
 _TORCH_BASES = {
     errors.TimeoutError: dist.DistBackendError,
@@ -161,10 +170,13 @@ def _call(name: str) -> Iterator[None]:
             raise translated from failure
 
 
-def _future_with_callback(result: Any) -> "tuple[torch.futures.Future, Callable[[Optional[BaseException]], None]]":
+def _future_with_callback(result: Any, devices: Optional[List[torch.device]] = None
+                          ) -> "tuple[torch.futures.Future, Callable[[Optional[BaseException]], None]]":
     """A torch Future and the completion callback a non-blocking chorus call
-    takes: called with None, the future gets `result`; with an exception, that."""
-    future: torch.futures.Future = torch.futures.Future()
+    takes: called with None, the future gets `result`; with an exception, that.
+    `devices`: the CUDA devices of the result's tensors (a CUDA-aware future,
+    whose waiters' streams wait for the streams current when it is set)."""
+    future: torch.futures.Future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
 
     def done(failure: Optional[BaseException]) -> None:
         if failure is None:
@@ -186,6 +198,18 @@ class _Named(torch._C._distributed_c10d.Backend):
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return "chorus"
+
+
+def _name_holder(rank: int, size: int) -> Any:
+    """A _Named where torch lets Python subclass its Backend (2.13 on); in an
+    older torch, its own FakeProcessGroup, which likewise only holds the name
+    (torch keeps a group's name in its backends, and calls the group's own
+    methods, never the backend's)."""
+    try:
+        return _Named(rank, size)
+    except TypeError:
+        fake = torch._C._distributed_c10d.FakeProcessGroup
+        return getattr(fake, "_create_internal", fake)(rank, size)
 
 
 class ChorusWork(dist.Work):
@@ -229,6 +253,117 @@ class ChorusWork(dist.Work):
         return self._future
 
 
+def _blocking_wait() -> bool:
+    """TORCH_NCCL_BLOCKING_WAIT=1: wait() blocks the host, as with torch's NCCL backend."""
+    return os.environ.get("TORCH_NCCL_BLOCKING_WAIT", "0").lower() in ("1", "true", "yes")
+
+
+class _GpuWork(ChorusWork):
+    """The Work of a call on CUDA tensors, enqueued on torch's current stream
+    of their device (as ProcessGroupNCCL's Work): wait() makes the caller's
+    current stream wait for it and returns at once; synchronize() blocks the
+    host until the stream has done it, bounded by the NCCL communicator's
+    timeout, and wait(timeout) by `timeout`; an NCCL error or the timeout
+    aborts the NCCL communicator and raises. A queued send or receive
+    (`post`) is started, with everything queued, by the first of these."""
+
+    def __init__(self, result: Any, device: torch.device, gpus: Any, post: Optional[Callable[[], Any]] = None) -> None:
+        super().__init__(torch.futures.Future(devices=[device]))
+        self._result, self._gpus, self._post = result, gpus, post
+        self._stream = torch.cuda.current_stream(device)
+        self._done = torch.cuda.Event()
+        if post is None:
+            self._enqueued()
+
+    def _enqueued(self) -> None:
+        # On the call's stream: the event, and the future's own, which
+        # future.wait() makes the current stream wait for.
+        with torch.cuda.stream(self._stream):
+            self._done.record()
+            self._future.set_result(self._result)
+
+    def _started(self) -> None:
+        if self._post is not None:
+            post, self._post = self._post, None
+            with _call("wait"):
+                post()
+            self._enqueued()
+
+    def wait(self, timeout: Optional[timedelta] = None) -> bool:
+        self._started()
+        seconds = timeout.total_seconds() if timeout is not None else 0.0
+        if seconds > 0:
+            self._wait_on_host(seconds)
+        elif _blocking_wait():
+            self.synchronize()
+        self._future.wait()
+        return True
+
+    def synchronize(self) -> None:
+        self._started()
+        with _call("synchronize"):
+            self._gpus.synchronize(self._stream)
+
+    def _wait_on_host(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._done.query():
+            if time.monotonic() >= deadline:
+                reason = f"not done within {seconds:g} s (wait's timeout); the NCCL communicator was aborted"
+                self._gpus.abort(reason)
+                raise torch_error(errors.TimeoutError(f"chorus timeout: in wait: nccl: {reason}"))
+            time.sleep(0.0001)
+
+    def is_completed(self) -> bool:
+        self._started()
+        return self._done.query()
+
+    def is_success(self) -> bool:
+        return self.is_completed()
+
+    def get_future(self) -> torch.futures.Future:
+        self._started()
+        return self._future
+
+
+class _Route:
+    """Where a call's tensors go: CPU tensors to the group's chorus
+    communicator; CUDA tensors to its NCCL communicator, enqueued on torch's
+    current stream of their device."""
+
+    __slots__ = ("impl", "device", "gpus")
+
+    def __init__(self, impl: Any, device: Optional[torch.device] = None, gpus: Any = None) -> None:
+        self.impl, self.device, self.gpus = impl, device, gpus
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device is not None
+
+    @contextlib.contextmanager
+    def ordered(self) -> Iterator[None]:
+        """The chorus calls inside are enqueued on torch's current stream (CUDA tensors)."""
+        if self.device is None:
+            yield
+            return
+        previous = _chorus._set_stream(torch.cuda.current_stream(self.device).cuda_stream)
+        try:
+            yield
+        finally:
+            _chorus._set_stream(previous)
+
+    def completed(self, result: Any) -> ChorusWork:
+        """The Work of a call that has run (CPU tensors) or been enqueued (CUDA tensors)."""
+        if self.device is not None:
+            return _GpuWork(result, self.device, self.gpus)
+        future: torch.futures.Future = torch.futures.Future()
+        future.set_result(result)
+        return ChorusWork(future)
+
+    def empty(self, shape: Any, dtype: torch.dtype) -> torch.Tensor:
+        """A scratch tensor where the call's tensors are."""
+        return torch.empty(shape, dtype=dtype, device=self.device or "cpu")
+
+
 def _recorded_as(name: str) -> Callable:
     """The chorus calls a ProcessGroup method makes are recorded under
     torch's name for it (the flight recorder: chorus.record,
@@ -257,13 +392,15 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._impl = self._comm._impl
         self._timeout = timeout
         self._last_started: Any = None  # the last collective started on the background thread
+        self._gpus: Any = None  # chorus.nccl's communicator for CUDA tensors, made at the first call on them
         # torch keeps a group's name and devices in the C++ backends
         # registered on it; this group's calls are its own methods, and a
         # backend that only names itself stands for it there (so the group
-        # has a name destroy_process_group can unregister, and a CPU device
-        # monitored_barrier asks for).
+        # has a name destroy_process_group can unregister, and the devices
+        # monitored_barrier and DDP ask for).
         self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
-        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, _Named(rank, size))
+        for device in ("cpu", "cuda"):
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, _name_holder(rank, size))
 
     # -- what torch asks of every group -------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -271,6 +408,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     def shutdown(self) -> None:
         """destroy_process_group: finishes what was started, leaves the job."""
+        if self._gpus is not None:
+            self._gpus.close()
         self._comm.close()
 
     abort = shutdown
@@ -279,30 +418,72 @@ class ProcessGroupChorus(dist.ProcessGroup):
     def communicator(self) -> Communicator:
         return self._comm
 
+    @property
+    def nccl_communicator(self) -> Any:
+        """The NCCL communicator CUDA tensors go through (chorus.nccl), or None before the first call on them."""
+        return self._gpus
+
     # torch asks a group for its per-device backend (batch_isend_irecv asks
-    # it whether it coalesces): this group is its own, for CPU tensors.
+    # it whether it coalesces): this group is its own, for CPU and CUDA
+    # tensors. It does not coalesce as torch means it: its CUDA sends and
+    # receives are queued and started together by the first wait.
     supports_coalescing = False
 
     def _get_backend(self, device: Any) -> "ProcessGroupChorus":
-        if torch.device(device).type != "cpu":
-            raise RuntimeError(f"chorus backend: no backend for {device} tensors (the chorus backend takes CPU tensors)")
+        if torch.device(device).type not in ("cpu", "cuda"):
+            raise RuntimeError(f"chorus backend: no backend for {device} tensors (the chorus backend takes CPU and "
+                               "CUDA tensors)")
         return self
 
     # -- plumbing ----------------------------------------------------------
-    def _collective(self, opts: Any, result: Any, start: Callable[[Callable[[Optional[BaseException]], None]], Any],
-                    now: Callable[[], Any]) -> Any:
-        """A collective as torch asks for it. Blocking (torch's own blocking
-        calls set opts.asyncOp to False): `now()` on this thread once the
-        collectives started before it are done, then a completed Work; no
-        hand-off to a thread and back. Otherwise started on chorus's
-        background thread, in call order."""
-        if getattr(opts, "asyncOp", True):
+    def _route(self, tensors: List[torch.Tensor], call: str) -> _Route:
+        """Where a call on `tensors` runs: CPU tensors on the chorus
+        communicator, CUDA tensors (all on one device) on the NCCL one."""
+        devices = {t.device for t in tensors}
+        if not devices or devices == {torch.device("cpu")}:
+            return _Route(self._impl)
+        if len(devices) > 1 or next(iter(devices)).type != "cuda":
+            raise InvalidArgument(f"chorus backend: {call} got tensors on {sorted(str(d) for d in devices)}; it "
+                                  "takes CPU tensors, or CUDA tensors on the process's one device")
+        device = next(iter(devices))
+        gpus = self._nccl_for(device, call)
+        return _Route(gpus._impl, device, gpus)
+
+    def _nccl_for(self, device: torch.device, call: str) -> Any:
+        """The group's NCCL communicator on `device`, made (collectively) at the first call on CUDA tensors."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if self._gpus is None:
+            from .. import nccl
+
+            self._drain()  # connecting runs on the chorus communicator, which the background thread may be using
+            self._gpus = nccl.connect(self._comm, index, synchronous=False)
+        elif self._gpus.device != index:
+            raise InvalidArgument(f"chorus backend: {call} got a tensor on cuda:{index}, and the group's NCCL "
+                                  f"communicator is on cuda:{self._gpus.device} (one GPU per process)")
+        return self._gpus
+
+    def _collective(self, opts: Any, result: Any, route: _Route,
+                    start: Callable[[Callable[[Optional[BaseException]], None]], Any], now: Callable[[], Any]) -> Any:
+        """A collective as torch asks for it. CUDA tensors: `now()`
+        enqueued on torch's current stream, and a Work on that stream.
+        Blocking (torch's own blocking calls set opts.asyncOp to False):
+        `now()` on this thread once the collectives started before it are
+        done, then a completed Work; no hand-off to a thread and back.
+        Otherwise started on chorus's background thread, in call order."""
+        if not route.on_gpu and getattr(opts, "asyncOp", True):
             work = self._started(start, result)
             self._last_started = work.request
             return work
-        self._drain()
-        now()
-        return self._completed(result)
+        return self._now(route, result, now)
+
+    def _now(self, route: _Route, result: Any, now: Callable[[], Any]) -> ChorusWork:
+        """`now()` run (CPU tensors, after what the background thread has
+        started) or enqueued (CUDA tensors), and its Work."""
+        if not route.on_gpu:
+            self._drain()
+        with route.ordered():
+            now()
+        return route.completed(result)
 
     def _started(self, start: Callable[[Callable[[Optional[BaseException]], None]], Any], result: Any) -> Any:
         """Starts a non-blocking chorus call and returns a Work on its Future."""
@@ -320,15 +501,9 @@ class ProcessGroupChorus(dist.ProcessGroup):
             except Error:
                 pass
 
-    def _completed(self, result: Any) -> Any:
-        future: torch.futures.Future = torch.futures.Future()
-        future.set_result(result)
-        return ChorusWork(future)
-
     def _single(self, tensors: List[torch.Tensor], call: str) -> torch.Tensor:
         if len(tensors) != 1:
             raise InvalidArgument(f"chorus backend: {call} takes one tensor per process, got {len(tensors)}")
-        _cpu_tensors(tensors, call)
         return tensors[0]
 
     # -- reductions --------------------------------------------------------
@@ -341,19 +516,20 @@ class ProcessGroupChorus(dist.ProcessGroup):
         if tensor.is_complex() and op not in ("sum", "avg"):
             raise InvalidArgument(f"chorus backend: allreduce of complex tensors with {op}")
         flat = _flat(tensor)
-        return self._collective(opts, tensors,
-                                lambda done: self._impl.iallreduce(flat, None, op, "auto", None, done),
-                                lambda: self._impl.allreduce(flat, None, op, "auto", None))
+        route = self._route(tensors, "allreduce")
+        return self._collective(opts, tensors, route,
+                                lambda done: route.impl.iallreduce(flat, None, op, "auto", None, done),
+                                lambda: route.impl.allreduce(flat, None, op, "auto", None))
 
     def _sparse_allreduce(self, tensor: torch.Tensor, op: str) -> Any:
         """The sum of every rank's COO tensor, coalesced, into `tensor` on every
         rank (as Gloo): each rank's indices and values are gathered (padded to
         the largest count) and summed in rank order, so every rank gets the
-        same bits."""
+        same bits. CUDA ones go through the host."""
         if op != "sum":
             raise InvalidArgument(f"chorus backend: allreduce of sparse tensors sums; {op} is not supported")
         self._drain()
-        mine = tensor.coalesce()
+        mine = tensor.coalesce().cpu()
         indices, values = mine.indices(), mine.values()
         counts = torch.zeros(self.size(), dtype=torch.int64)
         self._impl.allgather(torch.tensor([values.shape[0]], dtype=torch.int64), counts, "auto", None)
@@ -370,15 +546,15 @@ class ProcessGroupChorus(dist.ProcessGroup):
         summed = torch.sparse_coo_tensor(torch.cat([all_indices[r][:, kept[r]] for r in range(self.size())], dim=1),
                                          torch.cat([all_values[r][kept[r]] for r in range(self.size())]),
                                          tensor.shape).coalesce()
-        tensor.copy_(summed)
-        return self._completed([tensor])
+        tensor.copy_(summed.to(tensor.device))
+        return _Route(self._impl).completed([tensor])
 
     @_recorded_as("allreduce_coalesced")
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        _cpu_tensors(tensors, "allreduce_coalesced")
+        route = self._route(tensors, "allreduce_coalesced")
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce_coalesced")
         if not tensors:
-            return self._completed(tensors)
+            return route.completed(tensors)
         flats = [_flat(t) for t in tensors]
 
         def start(done: Callable[[Optional[BaseException]], None]) -> Any:
@@ -386,22 +562,21 @@ class ProcessGroupChorus(dist.ProcessGroup):
             # tensor until done: the last one's completion is everyone's (an
             # earlier one's failure, a peer's, fails the last one too).
             for flat in flats[:-1]:
-                self._impl.iallreduce(flat, None, op, "auto", None, None)
-            return self._impl.iallreduce(flats[-1], None, op, "auto", None, done)
+                route.impl.iallreduce(flat, None, op, "auto", None, None)
+            return route.impl.iallreduce(flats[-1], None, op, "auto", None, done)
 
         def now() -> None:
             for flat in flats:
-                self._impl.allreduce(flat, None, op, "auto", None)
+                route.impl.allreduce(flat, None, op, "auto", None)
 
-        return self._collective(opts, tensors, start, now)
+        return self._collective(opts, tensors, route, start, now)
 
     @_recorded_as("reduce")
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(tensors, "reduce")
         op = _op_name(opts.reduceOp, "reduce")
-        self._drain()
-        self._impl.reduce(_flat(tensor), opts.rootRank, None, op)
-        return self._completed(tensors)
+        route = self._route(tensors, "reduce")
+        return self._now(route, tensors, lambda: route.impl.reduce(_flat(tensor), opts.rootRank, None, op))
 
     @_recorded_as("reduce_scatter")
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
@@ -414,16 +589,15 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     @_recorded_as("reduce_scatter_tensor")
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
-        _cpu_tensors([output, input], "reduce_scatter_tensor")
         return self._reduce_scatter_into(output, input, opts, "reduce_scatter_tensor")
 
     @_recorded_as("reduce_scatter_tensor_coalesced")
     def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any) -> Any:
-        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
-        for work in works:
+        route = self._route(outputs + inputs, "reduce_scatter_tensor_coalesced")
+        for work in [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]:
             work.wait()
-        return self._completed(outputs)
+        return route.completed(outputs)
 
     def _reduce_scatter_into(self, output: torch.Tensor, input: torch.Tensor, opts: Any, call: str) -> Any:
         op = _op_name(opts.reduceOp, call)
@@ -431,9 +605,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
             raise InvalidArgument(f"chorus backend: {call}: input has {input.numel()} elements, "
                                   f"{self.size()} x output's {output.numel()} expected")
         source, target = _flat(input), _flat(output)
-        return self._collective(opts, [output],
-                                lambda done: self._impl.ireduce_scatter(source, target, op, "auto", done),
-                                lambda: self._impl.reduce_scatter(source, target, op, "auto"))
+        route = self._route([output, input], call)
+        return self._collective(opts, [output], route,
+                                lambda done: route.impl.ireduce_scatter(source, target, op, "auto", done),
+                                lambda: route.impl.reduce_scatter(source, target, op, "auto"))
 
     # -- data movement -----------------------------------------------------
     @_recorded_as("broadcast")
@@ -441,8 +616,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensor = self._single(tensors, "broadcast")
         root = opts.rootRank
         flat = _flat(tensor)
-        return self._collective(opts, tensors, lambda done: self._impl.ibroadcast(flat, root, "auto", None, done),
-                                lambda: self._impl.broadcast(flat, root, "auto", None))
+        route = self._route(tensors, "broadcast")
+        return self._collective(opts, tensors, route,
+                                lambda done: route.impl.ibroadcast(flat, root, "auto", None, done),
+                                lambda: route.impl.broadcast(flat, root, "auto", None))
 
     @_recorded_as("allgather")
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
@@ -454,15 +631,17 @@ class ProcessGroupChorus(dist.ProcessGroup):
         for out in outputs:
             if out.numel() != tensor.numel() or out.dtype != tensor.dtype:
                 raise InvalidArgument("chorus backend: allgather outputs must match the input's size and dtype")
-        gathered = torch.empty((self.size(), *tensor.shape), dtype=tensor.dtype)
+        route = self._route([tensor, *outputs], "allgather")
+        gathered = route.empty((self.size(), *tensor.shape), tensor.dtype)
 
         def scatter_back() -> None:
             for out, part in zip(outputs, gathered):
                 out.copy_(part.reshape(out.shape))
 
-        return self._allgather_then(opts, output_tensors, _flat(tensor.contiguous()), _flat(gathered), scatter_back)
+        return self._allgather_then(opts, output_tensors, route, _flat(tensor.contiguous()), _flat(gathered),
+                                    scatter_back)
 
-    def _allgather_then(self, opts: Any, result: Any, mine: torch.Tensor, into: torch.Tensor,
+    def _allgather_then(self, opts: Any, result: Any, route: _Route, mine: torch.Tensor, into: torch.Tensor,
                         after: Callable[[], None]) -> Any:
         """An allgather of `mine` into `into`, then after() (copying the parts
         where the caller wants them), blocking or not as torch asks."""
@@ -472,35 +651,36 @@ class ProcessGroupChorus(dist.ProcessGroup):
             done(failure)
 
         def now() -> None:
-            self._impl.allgather(mine, into, "auto", None)
+            route.impl.allgather(mine, into, "auto", None)
             after()
 
         return self._collective(
-            opts, result,
-            lambda done: self._impl.iallgather(mine, into, "auto", None, lambda failure: then(failure, done)), now)
+            opts, result, route,
+            lambda done: route.impl.iallgather(mine, into, "auto", None, lambda failure: then(failure, done)), now)
 
     @_recorded_as("allgather_into_tensor")
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        _cpu_tensors([output, input], "all_gather_into_tensor")
+        route = self._route([output, input], "all_gather_into_tensor")
         if output.numel() != input.numel() * self.size():
             raise InvalidArgument(f"chorus backend: all_gather_into_tensor: output has {output.numel()} elements, "
                                   f"{self.size()} x input's {input.numel()} expected")
         mine, into = _flat(input), _flat(output)
-        return self._collective(opts, [output], lambda done: self._impl.iallgather(mine, into, "auto", None, done),
-                                lambda: self._impl.allgather(mine, into, "auto", None))
+        return self._collective(opts, [output], route,
+                                lambda done: route.impl.iallgather(mine, into, "auto", None, done),
+                                lambda: route.impl.allgather(mine, into, "auto", None))
 
     @_recorded_as("allgather_coalesced")
     def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                             opts: Any = None) -> Any:
         """Every rank's list of tensors into every rank's output lists, in one
         allgather of their bytes (any sizes and types, empty ones included)."""
-        _cpu_tensors(inputs + [t for outputs in output_lists for t in outputs], "all_gather_coalesced")
+        route = self._route(inputs + [t for outputs in output_lists for t in outputs], "all_gather_coalesced")
         if len(output_lists) != self.size() or any(len(outputs) != len(inputs) for outputs in output_lists):
             raise InvalidArgument(f"chorus backend: all_gather_coalesced takes {self.size()} output lists of "
                                   f"{len(inputs)} tensors")
         packed = torch.cat([_flat(t).contiguous().reshape(-1).view(torch.uint8) for t in inputs]) if inputs \
-            else torch.empty(0, dtype=torch.uint8)
-        gathered = torch.empty((self.size(), packed.numel()), dtype=torch.uint8)
+            else route.empty(0, torch.uint8)
+        gathered = route.empty((self.size(), packed.numel()), torch.uint8)
 
         def unpack() -> None:
             for rank, outputs in enumerate(output_lists):
@@ -510,34 +690,34 @@ class ProcessGroupChorus(dist.ProcessGroup):
                     out.copy_(gathered[rank, offset:offset + length].clone().view(out.dtype).reshape(out.shape))
                     offset += length
 
-        return self._allgather_then(opts, output_lists, packed, gathered, unpack)
+        return self._allgather_then(opts, output_lists, route, packed, gathered, unpack)
 
     @_recorded_as("allgather_into_tensor_coalesced")
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any = None) -> Any:
-        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
-        for work in works:
+        route = self._route(outputs + inputs, "all_gather_into_tensor_coalesced")
+        for work in [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]:
             work.wait()
-        return self._completed(outputs)
+        return route.completed(outputs)
 
     @_recorded_as("alltoall_base")
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: List[int],
                       input_split_sizes: List[int], opts: Any = None) -> Any:
-        _cpu_tensors([output, input], "alltoall_single")
+        route = self._route([output, input], "alltoall_single")
         if not output_split_sizes and not input_split_sizes:
             source, target = _flat(input), _flat(output)
-            return self._collective(opts, [output], lambda done: self._impl.ialltoall(source, target, done),
-                                    lambda: self._impl.alltoall(source, target))
+            return self._collective(opts, [output], route, lambda done: route.impl.ialltoall(source, target, done),
+                                    lambda: route.impl.alltoall(source, target))
         return self._alltoall_by_parts(self._split(output, output_split_sizes, "output"),
-                                       self._split(input, input_split_sizes, "input"), [output])
+                                       self._split(input, input_split_sizes, "input"), [output], route)
 
     @_recorded_as("alltoall")
     def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor],
                  opts: Any = None) -> Any:
-        _cpu_tensors(output_tensors + input_tensors, "alltoall")
+        route = self._route(output_tensors + input_tensors, "alltoall")
         if len(output_tensors) != self.size() or len(input_tensors) != self.size():
             raise InvalidArgument(f"chorus backend: alltoall takes {self.size()} input and output tensors")
-        return self._alltoall_by_parts(output_tensors, input_tensors, output_tensors)
+        return self._alltoall_by_parts(output_tensors, input_tensors, output_tensors, route)
 
     def _split(self, tensor: torch.Tensor, sizes: List[int], role: str) -> List[torch.Tensor]:
         if not sizes:
@@ -550,71 +730,89 @@ class ProcessGroupChorus(dist.ProcessGroup):
                                   f"{tensor.shape[0]} rows in {self.size()} parts")
         return list(torch.split(tensor, list(sizes)))
 
-    def _alltoall_by_parts(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], result: Any) -> Any:
-        """Uneven blocks: every pair of parts as its own send and receive, all posted at once."""
-        self._drain()
+    def _alltoall_by_parts(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], result: Any,
+                           route: _Route) -> Any:
+        """Uneven blocks: every pair of parts as its own send and receive, all
+        posted at once (CUDA tensors: as one NCCL group)."""
         me = self.rank()
         staged = [o if o.is_contiguous() else torch.empty_like(o) for o in outputs]
-        requests = []
-        for peer in range(self.size()):
-            if peer == me:
-                continue
-            requests.append(self._impl.irecv(_flat(staged[peer]), peer, 0x7A11, None))
-            requests.append(self._impl.isend(_flat(inputs[peer].contiguous()), peer, 0x7A11, None))
-        staged[me].copy_(inputs[me])
-        for request in requests:
-            request.wait()
-        for out, part in zip(outputs, staged):
-            if out is not part:
-                out.copy_(part)
-        return self._completed(result)
+
+        def exchange() -> None:
+            requests = []
+            for peer in range(self.size()):
+                if peer == me:
+                    continue
+                if route.on_gpu:
+                    route.impl.queue_recv(_flat(staged[peer]), peer)
+                    route.impl.queue_send(_flat(inputs[peer].contiguous()), peer)
+                else:
+                    requests.append(route.impl.irecv(_flat(staged[peer]), peer, 0x7A11, None))
+                    requests.append(route.impl.isend(_flat(inputs[peer].contiguous()), peer, 0x7A11, None))
+            staged[me].copy_(inputs[me])
+            if route.on_gpu:
+                route.impl.post()
+            for request in requests:
+                request.wait()
+            for out, part in zip(outputs, staged):
+                if out is not part:
+                    out.copy_(part)
+
+        return self._now(route, result, exchange)
 
     @_recorded_as("gather")
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(input_tensors, "gather")
         root = opts.rootRank
-        self._drain()
-        if self.rank() != root:
-            self._impl.gather(_flat(tensor.contiguous()), None, root)
-            return self._completed(output_tensors)
-        outputs = output_tensors[0]
-        gathered = torch.empty((self.size(), *tensor.shape), dtype=tensor.dtype)
-        self._impl.gather(_flat(tensor.contiguous()), _flat(gathered), root)
-        for out, part in zip(outputs, gathered):
-            out.copy_(part.reshape(out.shape))
-        return self._completed(output_tensors)
+        outputs = output_tensors[0] if self.rank() == root else []
+        route = self._route([tensor, *outputs], "gather")
+
+        def run() -> None:
+            if self.rank() != root:
+                route.impl.gather(_flat(tensor.contiguous()), None, root)
+                return
+            gathered = route.empty((self.size(), *tensor.shape), tensor.dtype)
+            route.impl.gather(_flat(tensor.contiguous()), _flat(gathered), root)
+            for out, part in zip(outputs, gathered):
+                out.copy_(part.reshape(out.shape))
+
+        return self._now(route, output_tensors, run)
 
     @_recorded_as("gather")
     def gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
         """gather into one tensor at the root (size x input's elements)."""
-        _cpu_tensors([output, input], "gather_into_tensor")
         root = opts.rootRank
         at_root = self.rank() == root
-        self._drain()
+        route = self._route([output, input] if at_root else [input], "gather_into_tensor")
         if at_root and output.numel() != input.numel() * self.size():
             raise InvalidArgument(f"chorus backend: gather_into_tensor: output has {output.numel()} elements, "
                                   f"{self.size()} x input's {input.numel()} expected")
-        self._impl.gather(_flat(input.contiguous()), _flat(output) if at_root else None, root)
-        return self._completed([output])
+        return self._now(route, [output], lambda: route.impl.gather(_flat(input.contiguous()),
+                                                                    _flat(output) if at_root else None, root))
 
     @_recorded_as("scatter")
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]], opts: Any) -> Any:
         output = self._single(output_tensors, "scatter")
         root = opts.rootRank
-        staged = None
-        if self.rank() == root:
-            staged = _flat(torch.stack([t.reshape(output.shape) for t in input_tensors[0]]).contiguous())
-        received = output if output.is_contiguous() else torch.empty_like(output)
-        self._drain()
-        self._impl.scatter(staged, _flat(received), root)
-        if received is not output:
-            output.copy_(received)
-        return self._completed(output_tensors)
+        inputs = input_tensors[0] if self.rank() == root else []
+        route = self._route([output, *inputs], "scatter")
+
+        def run() -> None:
+            staged = _flat(torch.stack([t.reshape(output.shape) for t in inputs]).contiguous()) if inputs else None
+            received = output if output.is_contiguous() else torch.empty_like(output)
+            route.impl.scatter(staged, _flat(received), root)
+            if received is not output:
+                output.copy_(received)
+
+        return self._now(route, output_tensors, run)
 
     @_recorded_as("barrier")
     def barrier(self, opts: Any = None) -> Any:
-        # Queued behind the collectives already started, as torch's barrier is.
-        return self._collective(opts, None, lambda done: self._impl.ibarrier(done), self._impl.barrier)
+        # Queued behind the collectives already started, as torch's barrier
+        # is; the work on CUDA tensors enqueued before it is done first.
+        if self._gpus is not None:
+            self._gpus.synchronize()
+        return self._collective(opts, None, _Route(self._impl), lambda done: self._impl.ibarrier(done),
+                                self._impl.barrier)
 
     @_recorded_as("monitored_barrier")
     def monitored_barrier(self, timeout: Optional[timedelta] = None, wait_all_ranks: bool = False) -> None:
@@ -633,11 +831,17 @@ class ProcessGroupChorus(dist.ProcessGroup):
     @_recorded_as("send")
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> Any:
         tensor = self._single(tensors, "send")
+        route = self._route(tensors, "send")
+        if route.on_gpu:
+            return _GpuWork(tensors, route.device, route.gpus, post=route.gpus.isend(_flat(tensor), dst, tag).wait)
         return self._started(lambda done: self._impl.isend(_flat(tensor), dst, tag, done), tensors)
 
     @_recorded_as("recv")
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> Any:
         tensor = self._single(tensors, "recv")
+        route = self._route(tensors, "recv")
+        if route.on_gpu:
+            return _GpuWork(tensors, route.device, route.gpus, post=route.gpus.irecv(_flat(tensor), src, tag).wait)
         return self._started(lambda done: self._impl.irecv(_flat(tensor), src, tag, done), tensors)
 
     @_recorded_as("recv_anysource")
@@ -645,6 +849,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
         """A receive from whichever rank sends with `tag` first; the Work's
         source_rank() names it."""
         tensor = self._single(tensors, "recv")
+        if tensor.device.type != "cpu":
+            raise InvalidArgument("chorus backend: a receive from any source takes a CPU tensor (NCCL has none)")
         return self._started(lambda done: self._impl.irecv_any(_flat(tensor), tag, done), tensors)
 
 
@@ -704,6 +910,6 @@ def communicator_of(group: Optional[Any] = None) -> Communicator:
 
 
 if "chorus" not in getattr(dist.Backend, "_plugins", {}) and "CHORUS" not in getattr(dist.Backend, "_plugins", {}):
-    dist.Backend.register_backend("chorus", _create, devices=["cpu"])
+    dist.Backend.register_backend("chorus", _create, devices=["cpu", "cuda"])
 
 from . import hooks  # noqa: E402 - after the backend, which the hooks use

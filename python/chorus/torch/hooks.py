@@ -7,7 +7,11 @@
 
 Each bucket is averaged by chorus's compressed allreduce; with error
 feedback (the default) the part a codec lost is kept per bucket and added
-to the same bucket's next gradient.
+to the same bucket's next gradient. A CUDA bucket of a chorus group goes
+through the group's NCCL communicator, encoded and decoded on the GPU by
+chorus's kernels (its residual stays there), enqueued on torch's current
+stream; of another backend's group (Gloo's), through chorus's communicator,
+staged through the host.
 
 PowerSGD (rank-r factors of each gradient matrix, for slow links)::
 
@@ -17,7 +21,8 @@ Each parameter's gradient is a matrix (its first dimension by the rest; a
 vector or a matrix too small to gain is averaged exactly), with error
 feedback and warm-started factors kept per bucket (chorus.PowerSGD, the C++
 compressed/powersgd.hpp); two allreduces per bucket of (rows + cols) r
-floats a matrix. The DDP process group may be the
+floats a matrix. It runs on the host: a CUDA bucket is copied there and
+back. The DDP process group may be the
 chorus backend's (its communicator is used) or any other, Gloo's say: then
 the hook's state opens a chorus communicator through the default group's
 store, and only the gradients travel by chorus.
@@ -32,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _chorus
-from . import _future_with_callback, communicator_for
+from . import ProcessGroupChorus, _call, _future_with_callback, _Route, communicator_for
 
 __all__ = ["PowerSGDState", "State", "compressed_allreduce", "fp16", "bf16", "int8", "onebit", "powersgd"]
 
@@ -45,6 +50,7 @@ class State:
                  process_group: Optional[Any] = None) -> None:
         self.codec = _chorus.Codec(codec, block)
         self.error_feedback = error_feedback
+        self.group = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
         self.comm = communicator_for(process_group)
         self._residuals: Dict[Tuple[int, int], _chorus.ErrorFeedback] = {}
 
@@ -64,9 +70,15 @@ def compressed_allreduce(state: State, bucket: dist.GradBucket) -> torch.futures
     """Averages the bucket's gradients through the state's codec; float32
     buckets only (others are averaged exactly)."""
     buffer = bucket.buffer()
-    future, done = _future_with_callback(buffer)
     wire = state.wire_for(bucket) if buffer.dtype == torch.float32 else None
-    state.comm._impl.iallreduce(buffer, None, "avg", "auto", wire, done)
+    if buffer.is_cuda and isinstance(state.group, ProcessGroupChorus):
+        route = state.group._route([buffer], "compressed_allreduce")
+        with _call("allreduce"), route.ordered():
+            route.impl.allreduce(buffer, None, "avg", "auto", wire)
+        return route.completed(buffer).get_future()
+    future, done = _future_with_callback(buffer, [buffer.device] if buffer.is_cuda else None)
+    with _Route(state.comm._impl, buffer.device if buffer.is_cuda else None).ordered():
+        state.comm._impl.iallreduce(buffer, None, "avg", "auto", wire, done)
     return future
 
 
@@ -121,14 +133,21 @@ def powersgd(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Fut
     """Averages the bucket's gradients through PowerSGD at the state's rank;
     float32 buckets only (others are averaged exactly)."""
     buffer = bucket.buffer()
-    future, done = _future_with_callback(buffer)
+    future, finished = _future_with_callback(buffer, [buffer.device] if buffer.is_cuda else None)
+    on_host = buffer.cpu() if buffer.is_cuda else buffer
+
+    def done(failure: Optional[BaseException]) -> None:
+        if failure is None and on_host is not buffer:
+            buffer.copy_(on_host)
+        finished(failure)
+
     if buffer.dtype != torch.float32:
-        state.comm._impl.iallreduce(buffer, None, "avg", "auto", None, done)
+        state.comm._impl.iallreduce(on_host, None, "avg", "auto", None, done)
         return future
     # The bucket's buffer holds the parameters' gradients one after another, in order.
     views, offset = [], 0
     for parameter in bucket.parameters():
-        views.append(buffer[offset:offset + parameter.numel()])
+        views.append(on_host[offset:offset + parameter.numel()])
         offset += parameter.numel()
     state.comm._impl.ipowersgd(state.state_for(bucket), views, done)
     return future

@@ -130,12 +130,20 @@ def test_point_to_point_and_nonblocking() -> None:
                 comm.recv(got, partner)
                 comm.send(mine, partner)
             check(f"send/recv x{count} through NCCL", down(got), data(partner, np.float32, count, 4))
-        after = (rank + 1) % size
+        # Around the ring, every rank sending before it receives: queued, then posted as one group by a wait.
+        after, before = (rank + 1) % size, (rank - 1) % size
+        for count in (0, 1, 4097):
+            got = zeros(count, np.float32)
+            sent = comm.isend(up(data(rank, np.float32, count, 5)), after)
+            received = comm.irecv(got, before)
+            received.wait()
+            sent.wait()
+            check(f"isend/irecv x{count} around the ring through NCCL", down(got), data(before, np.float32, count, 5))
         try:
-            comm.isend(up(np.zeros(1, np.float32)), after)
-            raise AssertionError("isend on an NCCL communicator raised nothing")
-        except chorus.InvalidArgument:
-            pass
+            comm.isend(up(np.zeros(1, np.float32)), after, tag=3)
+            raise AssertionError("a tag on an NCCL communicator raised nothing")
+        except chorus.InvalidArgument as refused:
+            assert "no tags" in str(refused), refused
     elif size > 1:
         after, before = (rank + 1) % size, (rank - 1) % size
         for count in (0, 1, 4097, 300001):  # the largest goes by rendezvous
@@ -245,6 +253,23 @@ test_streams()
 test_codecs()
 test_refusals()
 if path == "nccl":
+    # Not synchronous: a call returns once enqueued behind the stream's work, synchronize() waits for it.
+    enqueued = chorus.nccl.connect(world, synchronous=False)
+    inputs = [data(r, np.float32, 1001, 11) for r in range(size)]
+    stream = fake.stream()
+    mine = zeros(1001, np.float32)
+    fake.write_later(mine, inputs[rank], stream, 0.2)
+    enqueued.allreduce(mine, stream=stream)
+    enqueued.synchronize(stream)
+    check("allreduce on a non-synchronous NCCL communicator, synchronized", down(mine),
+          reference("sum", inputs, np.float32, size))
+    enqueued.abort("the test is done with it")
+    try:
+        enqueued.allreduce(mine)
+        raise AssertionError("an aborted NCCL communicator took a call")
+    except chorus.Error as refused:
+        assert "the test is done with it" in str(refused) or "abort" in str(refused), refused
+    enqueued.close()
     half = comm.split(rank % 2)
     members = [r for r in range(size) if r % 2 == rank % 2]
     mine = up(np.array([rank], np.int64))

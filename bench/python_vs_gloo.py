@@ -1,7 +1,14 @@
-"""torch.distributed over the chorus backend next to Gloo, in one torchrun job.
+"""torch.distributed over the chorus backend next to Gloo (or, with --device
+cuda, next to torch's NCCL backend), in one torchrun job.
 
-    torchrun --nproc-per-node N bench/python_vs_gloo.py --out DIR [--perf CHORUS_PERF_OUTPUT]
+    torchrun --nproc-per-node N bench/python_vs_gloo.py --out DIR [--perf CHORUS_PERF_OUTPUT] [--device cuda]
     (bench/python_vs_gloo runs it, with chorus-perf before it, for each rank count)
+
+--device cuda: the tensors and the model on cuda:LOCAL_RANK; the peer is
+torch's `nccl` backend, and "direct" is the chorus group's NCCL communicator
+called from this process; a timed loop ends when the GPU has done every call
+(torch.cuda.synchronize). The DDP steps add torch's own fp16 hook
+(fp16_compress_hook) on the nccl group, the one chorus's hooks are to beat.
 
 1. all_reduce (float32 sum, in place) from --from-bytes to --to-bytes, factor 2,
    through a process group of the chorus backend and one of Gloo, made side by
@@ -29,11 +36,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import chorus.torch  # registers the "chorus" backend
@@ -60,11 +69,26 @@ def chorus_perf_busbw(path: Path, ranks: int) -> dict:
 
 
 class Job:
-    def __init__(self) -> None:
+    def __init__(self, device: str) -> None:
         dist.init_process_group("gloo")  # the control group: iteration counts, slowest rank's time
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
-        self.groups = {"chorus": dist.new_group(backend="chorus"), "gloo": dist.new_group(backend="gloo")}
-        self.direct = chorus.torch.communicator_of(self.groups["chorus"])
+        self.on_gpu = device == "cuda"
+        self.peer = "nccl" if self.on_gpu else "gloo"
+        self.device = torch.device("cpu")
+        if self.on_gpu:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", self.rank)) % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
+        self.groups = {"chorus": dist.new_group(backend="chorus"), self.peer: dist.new_group(backend=self.peer)}
+        if self.on_gpu:  # the chorus group's NCCL communicator, made by its first call on CUDA tensors
+            dist.all_reduce(torch.zeros(1, device=self.device), group=self.groups["chorus"])
+            self.direct = self.groups["chorus"].nccl_communicator
+        else:
+            self.direct = chorus.torch.communicator_of(self.groups["chorus"])
+
+    def finished(self) -> None:
+        """Waits until the device has done what was enqueued (nothing to wait for on the CPU)."""
+        if self.on_gpu:
+            torch.cuda.synchronize(self.device)
 
     def slowest(self, seconds: float) -> float:
         value = torch.tensor([seconds], dtype=torch.float64)
@@ -72,32 +96,30 @@ class Job:
         return value.item()
 
     def timed(self, call, iterations: int) -> float:
+        self.finished()
         dist.barrier()
         start = time.perf_counter()
         for _ in range(iterations):
             call()
+        self.finished()
         return self.slowest((time.perf_counter() - start) / iterations)
 
     def allreduce_seconds(self, backend: str, size: int) -> float:
         group = self.groups.get(backend, self.groups["chorus"])
-        tensor = torch.ones(size // 4, dtype=torch.float32)
-        if backend == "direct":
-            self.direct.allreduce(tensor.numpy())
-        else:
-            dist.all_reduce(tensor, group=group)
-        if size and (tensor != self.size).any():
-            raise RuntimeError(f"{backend}: all_reduce of {size} B of ones did not give {self.size} everywhere")
-        tensor.zero_()  # stays zero however many calls follow
-
-        def call() -> None:
-            dist.all_reduce(tensor, group=group)
-
+        tensor = torch.ones(size // 4, dtype=torch.float32, device=self.device)
         if backend == "direct":  # chorus's C++ allreduce through the binding, no torch layer
-            array = tensor.numpy()
+            array = tensor if self.on_gpu else tensor.numpy()
 
             def call() -> None:
                 self.direct.allreduce(array)
+        else:
+            def call() -> None:
+                dist.all_reduce(tensor, group=group)
 
+        call()
+        if size and (tensor != self.size).any():
+            raise RuntimeError(f"{backend}: all_reduce of {size} B of ones did not give {self.size} everywhere")
+        tensor.zero_()  # stays zero however many calls follow
         for _ in range(3):
             call()
         iterations = int(min(2000, max(5, 0.2 / max(self.timed(call, 3), 1e-7))))
@@ -106,14 +128,17 @@ class Job:
     def ddp_seconds(self, backend: str, hook: str, steps: int) -> float:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10)).to(self.device)
         group = self.groups[backend]
-        ddp = DDP(model, process_group=group)
-        if hook != "none":
+        ddp = DDP(model, process_group=group, device_ids=[self.device.index] if self.on_gpu else None)
+        if hook == "torch fp16":
+            ddp.register_comm_hook(group, fp16_compress_hook)
+        elif hook != "none":
             ddp.register_comm_hook(hooks.State(hook, process_group=group), getattr(hooks, hook))
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
         generator = torch.Generator().manual_seed(self.rank)
         x, y = torch.randn(64, 784, generator=generator), torch.randint(0, 10, (64,), generator=generator)
+        x, y = x.to(self.device), y.to(self.device)
 
         def step() -> None:
             optimizer.zero_grad()
@@ -139,23 +164,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--perf", type=Path, default=None, help="chorus-perf allreduce output, same rank count")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
 
-    job = Job()
-    n = job.size
+    job = Job(args.device)
+    n, peer = job.size, job.peer
     ceiling = chorus_perf_busbw(args.perf, n) if args.perf else {}
     rows = []
     size = parse_size(args.from_bytes)
     while size <= parse_size(args.to_bytes):
-        best = {"chorus": float("inf"), "gloo": float("inf"), "direct": float("inf")}
+        best = {"chorus": float("inf"), peer: float("inf"), "direct": float("inf")}
         for _ in range(args.rounds):
             for backend in best:
                 best[backend] = min(best[backend], job.allreduce_seconds(backend, size))
         row = {"ranks": n, "size_bytes": size,
-               "chorus_us": f"{best['chorus'] * 1e6:.1f}", "gloo_us": f"{best['gloo'] * 1e6:.1f}",
+               "chorus_us": f"{best['chorus'] * 1e6:.1f}", f"{peer}_us": f"{best[peer] * 1e6:.1f}",
                "chorus_busbw": f"{busbw(size, n, best['chorus']):.4g}",
-               "gloo_busbw": f"{busbw(size, n, best['gloo']):.4g}",
-               "chorus/gloo": f"{best['gloo'] / best['chorus']:.2f}",
+               f"{peer}_busbw": f"{busbw(size, n, best[peer]):.4g}",
+               f"chorus/{peer}": f"{best[peer] / best['chorus']:.2f}",
                "direct_busbw": f"{busbw(size, n, best['direct']):.4g}",
                "backend/direct": f"{best['direct'] / best['chorus']:.2f}"}
         if size in ceiling:
@@ -163,16 +189,18 @@ def main() -> None:
             row["backend/chorus_perf"] = f"{busbw(size, n, best['chorus']) / ceiling[size]:.2f}"
         rows.append(row)
         if job.rank == 0:
-            print(f"all_reduce {size} B: chorus {row['chorus_us']} us, gloo {row['gloo_us']} us", flush=True)
+            print(f"all_reduce {size} B: chorus {row['chorus_us']} us, {peer} {row[f'{peer}_us']} us", flush=True)
         size *= 2
 
     steps = []
-    for hook in ("none", "fp16", "bf16", "int8", "onebit"):
-        for backend in ("gloo", "chorus"):
-            seconds = job.ddp_seconds(backend, hook, args.steps)
-            steps.append({"ranks": n, "backend": backend, "hook": hook, "step_ms": f"{seconds * 1e3:.2f}"})
-            if job.rank == 0:
-                print(f"DDP step, {backend}, hook {hook}: {seconds * 1e3:.2f} ms", flush=True)
+    runs = [(backend, hook) for hook in ("none", "fp16", "bf16", "int8", "onebit") for backend in (peer, "chorus")]
+    if job.on_gpu:
+        runs.insert(1, (peer, "torch fp16"))
+    for backend, hook in runs:
+        seconds = job.ddp_seconds(backend, hook, args.steps)
+        steps.append({"ranks": n, "backend": backend, "hook": hook, "step_ms": f"{seconds * 1e3:.2f}"})
+        if job.rank == 0:
+            print(f"DDP step, {backend}, hook {hook}: {seconds * 1e3:.2f} ms", flush=True)
 
     if job.rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -181,12 +209,13 @@ def main() -> None:
                 writer = csv.DictWriter(handle, fieldnames=max((list(row) for row in data), key=len), restval="")
                 writer.writeheader()
                 writer.writerows(data)
-        columns = ["size_bytes", "chorus_us", "gloo_us", "chorus_busbw", "gloo_busbw", "chorus/gloo", "direct_busbw",
-                   "backend/direct"]
+        columns = ["size_bytes", "chorus_us", f"{peer}_us", "chorus_busbw", f"{peer}_busbw", f"chorus/{peer}",
+                   "direct_busbw", "backend/direct"]
         if ceiling:
             columns += ["chorus_perf_busbw", "backend/chorus_perf"]
-        print(f"\n### all_reduce, {n} ranks: busbw in GB/s\n\n{table(rows, columns)}")
-        print(f"\n### DDP step (MLP 784-1024-1024-10), {n} ranks\n\n{table(steps, ['backend', 'hook', 'step_ms'])}")
+        where = f"{n} ranks on {'GPUs' if job.on_gpu else 'CPUs'}"
+        print(f"\n### all_reduce, {where}: busbw in GB/s\n\n{table(rows, columns)}")
+        print(f"\n### DDP step (MLP 784-1024-1024-10), {where}\n\n{table(steps, ['backend', 'hook', 'step_ms'])}")
     dist.destroy_process_group()
 
 

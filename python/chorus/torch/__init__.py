@@ -47,14 +47,13 @@ backend's group), for chorus's own calls and schemes.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import secrets
 import socket
 import time
 from datetime import timedelta
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -117,6 +116,8 @@ def _connect_through(store: Any, rank: int, size: int, timeout: timedelta) -> Co
                    look_up=lambda: store.get("chorus/store").decode())
 
 
+_ON_CPU = {torch.device("cpu")}
+
 # The torch exception each chorus category is also raised as.
 _TORCH_BASES = {
     errors.TimeoutError: dist.DistBackendError,
@@ -154,20 +155,31 @@ def torch_error(failure: BaseException) -> BaseException:
     return made
 
 
-@contextlib.contextmanager
-def _call(name: str) -> Iterator[None]:
+class _call:
     """One call of the backend: recorded as "chorus:<name>" while a torch
-    profiler runs, its chorus errors raised as torch's (torch_error)."""
-    recording = torch.autograd.profiler.record_function(f"chorus:{name}") \
-        if torch._C._autograd._profiler_enabled() else contextlib.nullcontext()
-    with recording:
-        try:
-            yield
-        except Error as failure:
+    profiler runs, its chorus errors raised as torch's (torch_error). A
+    class, not a generator: it wraps every call, and costs a microsecond
+    where a contextlib generator costs several."""
+
+    __slots__ = ("name", "recording")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.recording: Any = None
+
+    def __enter__(self) -> None:
+        if torch._C._autograd._profiler_enabled():
+            self.recording = torch.autograd.profiler.record_function(f"chorus:{self.name}")
+            self.recording.__enter__()
+
+    def __exit__(self, kind: Any, failure: Optional[BaseException], trace: Any) -> bool:
+        if self.recording is not None:
+            self.recording.__exit__(kind, failure, trace)
+        if isinstance(failure, Error):
             translated = torch_error(failure)
-            if translated is failure:
-                raise
-            raise translated from failure
+            if translated is not failure:
+                raise translated from failure
+        return False
 
 
 def _future_with_callback(result: Any, devices: Optional[List[torch.device]] = None
@@ -258,36 +270,31 @@ def _blocking_wait() -> bool:
     return os.environ.get("TORCH_NCCL_BLOCKING_WAIT", "0").lower() in ("1", "true", "yes")
 
 
-class _GpuWork(ChorusWork):
+class _GpuWork(dist.Work):
     """The Work of a call on CUDA tensors, enqueued on torch's current stream
     of their device (as ProcessGroupNCCL's Work): wait() makes the caller's
     current stream wait for it and returns at once; synchronize() blocks the
     host until the stream has done it, bounded by the NCCL communicator's
     timeout, and wait(timeout) by `timeout`; an NCCL error or the timeout
     aborts the NCCL communicator and raises. A queued send or receive
-    (`post`) is started, with everything queued, by the first of these."""
+    (`post`) is started, with everything queued, by the first of these.
+    Its torch Future is made when asked for (DDP asks at once): one event
+    and nothing else per call otherwise."""
 
-    def __init__(self, result: Any, device: torch.device, gpus: Any, post: Optional[Callable[[], Any]] = None) -> None:
-        super().__init__(torch.futures.Future(devices=[device]))
-        self._result, self._gpus, self._post = result, gpus, post
-        self._stream = torch.cuda.current_stream(device)
+    def __init__(self, result: Any, stream: Any, gpus: Any, post: Optional[Callable[[], Any]] = None) -> None:
+        super().__init__()
+        self._result, self._stream, self._gpus, self._post = result, stream, gpus, post
+        self._future: Optional[torch.futures.Future] = None
         self._done = torch.cuda.Event()
         if post is None:
-            self._enqueued()
-
-    def _enqueued(self) -> None:
-        # On the call's stream: the event, and the future's own, which
-        # future.wait() makes the current stream wait for.
-        with torch.cuda.stream(self._stream):
-            self._done.record()
-            self._future.set_result(self._result)
+            self._done.record(stream)
 
     def _started(self) -> None:
         if self._post is not None:
             post, self._post = self._post, None
             with _call("wait"):
                 post()
-            self._enqueued()
+            self._done.record(self._stream)
 
     def wait(self, timeout: Optional[timedelta] = None) -> bool:
         self._started()
@@ -296,7 +303,9 @@ class _GpuWork(ChorusWork):
             self._wait_on_host(seconds)
         elif _blocking_wait():
             self.synchronize()
-        self._future.wait()
+        current = torch.cuda.current_stream(self._stream.device)
+        if current != self._stream:
+            current.wait_event(self._done)
         return True
 
     def synchronize(self) -> None:
@@ -322,39 +331,46 @@ class _GpuWork(ChorusWork):
 
     def get_future(self) -> torch.futures.Future:
         self._started()
+        if self._future is None:
+            # A CUDA-aware future whose events are on the call's stream: its
+            # waiters' streams wait for the call.
+            self._future = torch.futures.Future(devices=[self._stream.device])
+            with torch.cuda.stream(self._stream):
+                self._future.set_result(self._result)
         return self._future
 
 
 class _Route:
     """Where a call's tensors go: CPU tensors to the group's chorus
     communicator; CUDA tensors to its NCCL communicator, enqueued on torch's
-    current stream of their device."""
+    current stream of their device (taken when the route is made)."""
 
-    __slots__ = ("impl", "device", "gpus")
+    __slots__ = ("impl", "device", "gpus", "stream", "previous")
 
     def __init__(self, impl: Any, device: Optional[torch.device] = None, gpus: Any = None) -> None:
         self.impl, self.device, self.gpus = impl, device, gpus
+        self.stream = torch.cuda.current_stream(device) if device is not None else None
 
     @property
     def on_gpu(self) -> bool:
         return self.device is not None
 
-    @contextlib.contextmanager
-    def ordered(self) -> Iterator[None]:
-        """The chorus calls inside are enqueued on torch's current stream (CUDA tensors)."""
-        if self.device is None:
-            yield
-            return
-        previous = _chorus._set_stream(torch.cuda.current_stream(self.device).cuda_stream)
-        try:
-            yield
-        finally:
-            _chorus._set_stream(previous)
+    def ordered(self) -> "_Route":
+        """`with route.ordered():` the chorus calls inside are enqueued on the route's stream (CUDA tensors)."""
+        return self
 
-    def completed(self, result: Any) -> ChorusWork:
+    def __enter__(self) -> None:
+        if self.stream is not None:
+            self.previous = _chorus._set_stream(self.stream.cuda_stream)
+
+    def __exit__(self, *failure: Any) -> None:
+        if self.stream is not None:
+            _chorus._set_stream(self.previous)
+
+    def completed(self, result: Any) -> dist.Work:
         """The Work of a call that has run (CPU tensors) or been enqueued (CUDA tensors)."""
-        if self.device is not None:
-            return _GpuWork(result, self.device, self.gpus)
+        if self.stream is not None:
+            return _GpuWork(result, self.stream, self.gpus)
         future: torch.futures.Future = torch.futures.Future()
         future.set_result(result)
         return ChorusWork(future)
@@ -393,6 +409,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._timeout = timeout
         self._last_started: Any = None  # the last collective started on the background thread
         self._gpus: Any = None  # chorus.nccl's communicator for CUDA tensors, made at the first call on them
+        self._gpu_index = -1  # its device
         # torch keeps a group's name and devices in the C++ backends
         # registered on it; this group's calls are its own methods, and a
         # backend that only names itself stands for it there (so the group
@@ -440,7 +457,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         """Where a call on `tensors` runs: CPU tensors on the chorus
         communicator, CUDA tensors (all on one device) on the NCCL one."""
         devices = {t.device for t in tensors}
-        if not devices or devices == {torch.device("cpu")}:
+        if not devices or devices == _ON_CPU:
             return _Route(self._impl)
         if len(devices) > 1 or next(iter(devices)).type != "cuda":
             raise InvalidArgument(f"chorus backend: {call} got tensors on {sorted(str(d) for d in devices)}; it "
@@ -457,9 +474,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
             self._drain()  # connecting runs on the chorus communicator, which the background thread may be using
             self._gpus = nccl.connect(self._comm, index, synchronous=False)
-        elif self._gpus.device != index:
+            self._gpu_index = self._gpus.device
+        if self._gpu_index != index:
             raise InvalidArgument(f"chorus backend: {call} got a tensor on cuda:{index}, and the group's NCCL "
-                                  f"communicator is on cuda:{self._gpus.device} (one GPU per process)")
+                                  f"communicator is on cuda:{self._gpu_index} (one GPU per process)")
         return self._gpus
 
     def _collective(self, opts: Any, result: Any, route: _Route,
@@ -833,7 +851,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensor = self._single(tensors, "send")
         route = self._route(tensors, "send")
         if route.on_gpu:
-            return _GpuWork(tensors, route.device, route.gpus, post=route.gpus.isend(_flat(tensor), dst, tag).wait)
+            return _GpuWork(tensors, route.stream, route.gpus, post=route.gpus.isend(_flat(tensor), dst, tag).wait)
         return self._started(lambda done: self._impl.isend(_flat(tensor), dst, tag, done), tensors)
 
     @_recorded_as("recv")
@@ -841,7 +859,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensor = self._single(tensors, "recv")
         route = self._route(tensors, "recv")
         if route.on_gpu:
-            return _GpuWork(tensors, route.device, route.gpus, post=route.gpus.irecv(_flat(tensor), src, tag).wait)
+            return _GpuWork(tensors, route.stream, route.gpus, post=route.gpus.irecv(_flat(tensor), src, tag).wait)
         return self._started(lambda done: self._impl.irecv(_flat(tensor), src, tag, done), tensors)
 
     @_recorded_as("recv_anysource")

@@ -2,8 +2,12 @@
 
     torchrun --nproc-per-node 4 examples/python/train_fashion_mnist.py --backend chorus --scheme ddp
     torchrun --nproc-per-node 4 examples/python/train_fashion_mnist.py --scheme dpsgd --codec fp16
+    torchrun --nproc-per-node 4 examples/python/train_fashion_mnist.py --device cuda --hook int8
 
---backend chorus|gloo   the torch.distributed backend (process group)
+--device cpu|cuda       where the model and the data live (cuda: cuda:LOCAL_RANK, one GPU per rank;
+                        the chorus backend then runs the collectives on NCCL and the hooks' codecs
+                        on the GPU)
+--backend chorus|gloo|nccl   the torch.distributed backend (process group; nccl: torch's, on cuda)
 --scheme ddp            DistributedDataParallel on that backend (with --hook fp16|bf16|int8|onebit:
                         chorus's compression hook)
 --scheme allreduce|local|dpsgd|dpsgd-window|easgd-sync|easgd|gosgd|one-sided-gossip
@@ -74,7 +78,8 @@ def accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor)
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["chorus", "gloo"], default="chorus")
+    parser.add_argument("--backend", choices=["chorus", "gloo", "nccl"], default="chorus")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--scheme", choices=["ddp", *averaging.SCHEMES], default="ddp")
     parser.add_argument("--hook", choices=["none", "fp16", "bf16", "int8", "onebit"], default="none",
                         help="with --scheme ddp: chorus's compression hook")
@@ -96,6 +101,10 @@ def parse() -> argparse.Namespace:
 class Trainer:
     def __init__(self, options: argparse.Namespace) -> None:
         self.options = options
+        self.device = torch.device("cpu")
+        if options.device == "cuda":
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)  # before the process group: one GPU per process
         dist.init_process_group(options.backend)
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         self.delays = heterogeneity.StepDelays(self.rank, self.size, options.slow, options.jitter, options.seed)
@@ -105,9 +114,9 @@ class Trainer:
             if options.scheme not in ("gosgd", "easgd") or not 0 < self.leave_rank < self.size:
                 raise SystemExit("--leave RANK:EPOCH: a rank other than 0 (it reports), with gosgd or easgd")
         self.samples = 0
-        self.train_images, self.train_labels = load("train")
-        self.test_images, self.test_labels = load("t10k")
-        self.model = model_for()
+        self.train_images, self.train_labels = (t.to(self.device) for t in load("train"))
+        self.test_images, self.test_labels = (t.to(self.device) for t in load("t10k"))
+        self.model = model_for().to(self.device)
         self.comm = None
         self.scheme = None
         self.reduced_bytes = 0
@@ -115,7 +124,7 @@ class Trainer:
         # What DDP hands to its allreduce each step: the gradients, encoded by the hook's codec if any.
         self.gradient_bytes = 4 * elements if options.hook == "none" else chorus.Codec(options.hook).encoded_bytes(elements)
         if options.scheme == "ddp":
-            self.net = DDP(self.model)
+            self.net = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if options.hook != "none":
                 state = hooks.State(options.hook)
                 self.net.register_comm_hook(state, getattr(hooks, options.hook))
@@ -158,7 +167,7 @@ class Trainer:
     def epoch(self, number: int) -> None:
         order = torch.randperm(len(self.train_labels),
                                generator=torch.Generator().manual_seed(self.options.seed * 1000 + number))
-        mine = order[self.rank::self.size]
+        mine = order[self.rank::self.size].to(self.device)
         steps = len(mine) // self.options.batch  # the same count on every rank
         self.net.train()
         for step in range(steps):
@@ -180,8 +189,8 @@ class Trainer:
         if self.rank != 0:
             return float("nan")
         if isinstance(self.scheme, (averaging.EASGD, averaging.EASGDAsync)):
-            centre = torch.from_numpy(self.scheme.centre())
-            held = model_for()
+            centre = torch.from_numpy(self.scheme.centre()).to(self.device)
+            held = model_for().to(self.device)
             torch.nn.utils.vector_to_parameters(centre, held.parameters())
             return accuracy(held, self.test_images, self.test_labels)
         return accuracy(self.model, self.test_images, self.test_labels)

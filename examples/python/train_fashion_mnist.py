@@ -12,7 +12,8 @@
                         chorus's compression hook)
 --scheme allreduce|local|dpsgd|dpsgd-window|easgd-sync|easgd|gosgd|one-sided-gossip
                         a chorus averaging scheme (chorus.averaging) around the optimiser, on the
-                        chorus backend's communicator (or, with gloo, one opened through torch's store)
+                        chorus backend's communicator (or, with gloo, one opened through torch's store;
+                        with --device cuda, on an NCCL communicator made from it: chorus.nccl)
 
 --slow RANK:FACTOR (repeatable) makes that rank's steps take FACTOR times as long (a sleep of
 FACTOR - 1 times its compute after each); --jitter exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|
@@ -133,27 +134,29 @@ class Trainer:
         else:
             self.net = self.model
             self.comm = chorus.torch.communicator_for()
+            # On GPUs the schemes run on an NCCL communicator made from it (D-PSGD mixes on the device).
+            self.scheme_comm = chorus.nccl.connect(self.comm) if self.device.type == "cuda" else self.comm
             self.scheme = self.make_scheme()
             self.optimizer = averaging.Averaged(
                 torch.optim.SGD(self.model.parameters(), lr=options.lr, momentum=0.9, nesterov=True), self.scheme)
 
     def make_scheme(self) -> averaging.Scheme:
-        o, params = self.options, self.model.parameters()
+        o, params, comm = self.options, self.model.parameters(), self.scheme_comm
         if o.scheme == "allreduce":
-            return averaging.AllreduceSGD(self.comm, params, codec=o.codec)
+            return averaging.AllreduceSGD(comm, params, codec=o.codec)
         if o.scheme == "local":
-            return averaging.LocalSGD(self.comm, params, period=o.period, codec=o.codec)
+            return averaging.LocalSGD(comm, params, period=o.period, codec=o.codec)
         if o.scheme in ("dpsgd", "dpsgd-window"):
-            return averaging.DPSGD(self.comm, params, codec=o.codec, one_sided=o.scheme == "dpsgd-window")
+            return averaging.DPSGD(comm, params, codec=o.codec, one_sided=o.scheme == "dpsgd-window")
         if o.scheme == "one-sided-gossip":
-            return averaging.OneSidedGossip(self.comm, params, codec=o.codec)
+            return averaging.OneSidedGossip(comm, params, codec=o.codec)
         if o.scheme == "easgd-sync":
-            return averaging.EASGD(self.comm, params, alpha=0.1, tau=1, codec=o.codec)
+            return averaging.EASGD(comm, params, alpha=0.1, tau=1, codec=o.codec)
         if o.scheme == "easgd":
-            return averaging.EASGDAsync(self.comm, params, alpha=0.1, tau=4)
+            return averaging.EASGDAsync(comm, params, alpha=0.1, tau=4)
         if o.scheme == "tree-easgd":
-            return averaging.TreeEASGD(self.comm, params, alpha=0.1, tau_up=4, tau_down=4)
-        return averaging.GoSGD(self.comm, params, push_probability=0.5, codec=o.codec)
+            return averaging.TreeEASGD(comm, params, alpha=0.1, tau_up=4, tau_down=4)
+        return averaging.GoSGD(comm, params, push_probability=0.5, codec=o.codec)
 
     def traffic(self) -> str:
         """A chorus scheme counts the bytes this rank sent; for DDP, the bytes it allreduced."""

@@ -14,9 +14,13 @@ step, ``step`` ends it)::
 
     optimiser = chorus.averaging.Averaged(torch.optim.SGD(model.parameters(), lr=0.1), scheme)
 
-Parameters are float32 arrays (torch CPU tensors, NumPy arrays), read and
-written where they are: keep the model where it was when the scheme was
-made (no ``.to()`` afterwards).
+Parameters are float32 arrays (torch tensors on the CPU or a GPU, NumPy or
+CuPy arrays), read and written where they are: keep the model where it was
+when the scheme was made (no ``.to()`` afterwards). ``comm`` is a
+chorus.Communicator (CUDA parameters then move staged or direct, as in C++)
+or a ``chorus.nccl.connect`` communicator: allreduce-SGD, local SGD, EASGD
+and D-PSGD then run on NCCL (D-PSGD mixing on the device, each round one
+NCCL group), and the others on the chorus communicator it was made from.
 """
 
 from __future__ import annotations

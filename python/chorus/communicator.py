@@ -84,8 +84,27 @@ def _stream_handle(stream: Any, arguments: tuple) -> Optional[int]:
         if getattr(value, "is_cuda", False) is True:
             import torch
 
-            return torch.cuda.current_stream(value.device).cuda_stream
+            return torch._C._cuda_getCurrentRawStream(value.device.index)
     return None
+
+
+class _on_stream:
+    """``with _on_stream(handle):`` the chorus calls inside read and write
+    device arrays in order with the work on the cudaStream_t `handle` (an
+    integer; None: the calls' own default), as the thread's chorus stream."""
+
+    __slots__ = ("handle", "previous")
+
+    def __init__(self, handle: Optional[int]) -> None:
+        self.handle = handle
+
+    def __enter__(self) -> None:
+        if self.handle is not None:
+            self.previous = _chorus._set_stream(self.handle)
+
+    def __exit__(self, *failure: Any) -> None:
+        if self.handle is not None:
+            _chorus._set_stream(self.previous)
 
 
 def _ordered(method: Callable) -> Callable:
@@ -95,14 +114,8 @@ def _ordered(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def call(self: "Communicator", *args: Any, stream: Any = None, **kwargs: Any) -> Any:
-        handle = _stream_handle(stream, (*args, *kwargs.values()))
-        if handle is None:
+        with _on_stream(_stream_handle(stream, (*args, *kwargs.values()))):
             return method(self, *args, **kwargs)
-        previous = _chorus._set_stream(handle)
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            _chorus._set_stream(previous)
 
     return call
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import _chorus
-from .communicator import Array, Communicator, _ordered, _stream_handle
+from .communicator import Array, Communicator, _on_stream, _ordered, _stream_handle
 from .errors import InvalidArgument
 
 
@@ -103,12 +103,8 @@ class QueuedRequest:
         self._impl, self._result, self._stream = impl, result, stream
 
     def wait(self) -> Array:
-        previous = _chorus._set_stream(self._stream) if self._stream is not None else None
-        try:
+        with _on_stream(self._stream):
             self._impl.post()
-        finally:
-            if self._stream is not None:
-                _chorus._set_stream(previous)
         return self._result
 
     def test(self) -> bool:

@@ -110,11 +110,52 @@ error not_an_array(nb::handle given, std::string_view role, std::string_view ope
   return error(errc::invalid_argument, text, {-1, -1, std::string(operation)});
 }
 
+// torch's C++ export of a tensor (torch._C._to_dlpack) rather than its
+// Python __dlpack__, whose checks and, on a CUDA tensor, two stream lookups
+// cost several microseconds a call, a third of a small collective's time
+// from Python. Streams are chorus's to order (the caller's, devices.cpp). A
+// tensor that requires grad is taken, as torch's own process groups take it
+// (and as nanobind's fallback to torch.utils.dlpack.to_dlpack did). A lazy
+// negated or conjugated view is refused: its memory holds the values before
+// the negation, and DLPack cannot say so. Anything else (a sparse layout, a
+// subclass) goes the usual way, to its usual error. None where torch is not
+// imported or the object is not a torch.Tensor.
+nb::object torch_export(nb::handle given, std::string_view role, std::string_view operation) {
+  struct torch_parts {
+    nb::handle tensor;  // torch.Tensor
+    nb::object strided, to_dlpack;
+  };
+  static const torch_parts* known = nullptr;  // never freed: outlives the interpreter's teardown
+  if (known == nullptr) {
+    nb::object torch = nb::steal(PyImport_GetModule(nb::str("torch").ptr()));
+    if (!torch.is_valid()) {
+      PyErr_Clear();
+      return {};
+    }
+    if (!nb::hasattr(torch, "_C") || !nb::hasattr(torch.attr("_C"), "_to_dlpack")) return {};
+    known = new torch_parts{torch.attr("Tensor").inc_ref(), torch.attr("strided"), torch.attr("_C").attr("_to_dlpack")};
+  }
+  if (!nb::isinstance(given, known->tensor)) return {};
+  if (nb::cast<bool>(given.attr("is_neg")()) || nb::cast<bool>(given.attr("is_conj")()))
+    throw error(errc::invalid_argument,
+                std::string(role) + " is a lazy negated or conjugated view: pass .resolve_neg() or .resolve_conj()",
+                {-1, -1, std::string(operation)});
+  if (given.type().ptr() != known->tensor.ptr() || !given.attr("layout").is(known->strided)) return {};
+  return known->to_dlpack(given);
+}
+
+template <class Array>
+bool take(nb::handle given, Array& taken, std::string_view role, std::string_view operation) {
+  if (nb::object exported = torch_export(given, role, operation); exported.is_valid())
+    return nb::try_cast(exported, taken, false);
+  return nb::try_cast(given, taken, false);
+}
+
 }  // namespace
 
 buffer writable(nb::handle given, std::string_view role, std::string_view operation, memory where) {
   array taken;
-  if (nb::try_cast(given, taken, false)) return view(taken, role, operation, where);
+  if (take(given, taken, role, operation)) return view(taken, role, operation, where);
   const_array read_only;
   if (nb::try_cast(given, read_only, false))
     throw not_an_array(given, role, operation, "is read-only, and chorus writes into it");
@@ -123,7 +164,7 @@ buffer writable(nb::handle given, std::string_view role, std::string_view operat
 
 buffer readable(nb::handle given, std::string_view role, std::string_view operation, memory where) {
   const_array taken;
-  if (nb::try_cast(given, taken, false)) return view(taken, role, operation, where);
+  if (take(given, taken, role, operation)) return view(taken, role, operation, where);
   throw not_an_array(given, role, operation, "is not an array (NumPy, torch or another DLPack exporter)");
 }
 

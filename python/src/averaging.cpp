@@ -1,6 +1,7 @@
 // The averaging schemes on a list of float32 arrays (a model's parameters,
 // read and written where they are), with the C++ shape: begin_step,
 // reduce_gradients, end_step, finish, stats. chorus.Topology for D-PSGD.
+// Each takes a chorus.Communicator or a chorus.nccl one, as in C++.
 #include "binding.hpp"
 #include "codecs.hpp"
 
@@ -14,12 +15,15 @@
 #include <chorus/averaging/parameter_server.hpp>
 #include <chorus/averaging/topology.hpp>
 #include <chorus/averaging/tree_easgd.hpp>
+#include <chorus/nccl/collectives.hpp>  // the schemes' collectives on an NCCL communicator
+#include <chorus/nccl/compressed_allreduce.hpp>
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <optional>
+#include <variant>
 
 namespace chorus::python {
 
@@ -27,19 +31,43 @@ namespace {
 
 namespace avg = chorus::averaging;
 
-// A scheme with what it refers to: its own copy of the communicator (the
-// synchronous schemes keep a reference) and the arrays it reads and writes.
-template <class Scheme>
+// A scheme with what it refers to. Over a chorus.Communicator: its own copy
+// of the communicator (the synchronous schemes keep a reference). Over a
+// chorus.nccl communicator, as in C++: the schemes with an NCCL form
+// (OnNccl: allreduce-SGD, local SGD, EASGD, D-PSGD) run on it, kept alive
+// through its Python object; the others on the chorus communicator it was
+// made from (averaging/scheme.hpp's host_side).
+template <class OnChorus, class OnNccl = OnChorus>
 struct py_scheme {
   chorus::communicator comm;
+  nb::object nccl_owner;
+  py_nccl_communicator* nccl = nullptr;  // set where the scheme runs on NCCL
   nb::object arrays;
-  std::optional<Scheme> scheme;
+  std::variant<std::monostate, OnChorus, OnNccl> scheme;  // declared last: destroyed first
 
-  Scheme& get() {
-    if (!scheme) throw error(errc::invalid_argument, "the scheme is closed");
-    return *scheme;
+  // Calls `call` with the scheme, whichever communicator it runs on.
+  template <class Call>
+  decltype(auto) with(Call&& call) {
+    if (scheme.index() == 0) throw error(errc::invalid_argument, "the scheme is closed");
+    if (nccl != nullptr && !nccl->comm.valid())
+      throw error(errc::invalid_argument, "the NCCL communicator the scheme runs on is closed");
+    if (scheme.index() == 1) return call(std::get<1>(scheme));
+    return call(std::get<2>(scheme));
+  }
+  // The scheme, where it has one type whatever it runs on.
+  OnChorus& get()
+    requires std::same_as<OnChorus, OnNccl>
+  {
+    return with([](OnChorus& made) -> OnChorus& { return made; });
   }
 };
+
+// A scheme that takes an NCCL communicator as it takes a chorus one, and
+// one that runs on an NCCL communicator's chorus side.
+template <template <class> class Scheme>
+using on_either = py_scheme<Scheme<chorus::communicator>, Scheme<nccl::communicator>>;
+template <template <class> class Scheme>
+using on_host_side = py_scheme<Scheme<chorus::communicator>>;
 
 avg::parameters parameters_of(nb::handle tensors, const char* role) {
   std::vector<std::span<float>> spans;
@@ -74,44 +102,65 @@ nb::dict stats_of(const avg::averaging_stats& stats) {
 
 // The calls every scheme has (and leave(), where a worker may leave on
 // purpose). Each can communicate: the GIL is released.
-template <class Scheme>
-nb::class_<py_scheme<Scheme>> scheme_class(nb::module_& m, const char* name, const char* doc) {
-  using held = py_scheme<Scheme>;
-  auto made = nb::class_<held>(m, name, doc);
-  if constexpr (requires(Scheme& scheme) { scheme.leave(); })
+template <class Held>
+nb::class_<Held> scheme_class(nb::module_& m, const char* name, const char* doc) {
+  auto made = nb::class_<Held>(m, name, doc);
+  using held = Held;
+  if constexpr (requires(held& self) { std::get<1>(self.scheme).leave(); })
     made.def(
-        "leave", [](held& self) { without_gil([&] { self.get().leave(); }); },
+        "leave", [](held& self) { without_gil([&] { self.with([](auto& scheme) { scheme.leave(); }); }); },
         "Leaves the job on purpose, between steps, instead of finish(): this worker's share goes to the others.");
   return made
       .def(
-          "begin_step", [](held& self) { without_gil([&] { self.get().begin_step(); }); },
+          "begin_step", [](held& self) { without_gil([&] { self.with([](auto& scheme) { scheme.begin_step(); }); }); },
           "Before the gradient: starts what overlaps it.")
       .def(
-          "reduce_gradients", [](held& self) { without_gil([&] { self.get().reduce_gradients(); }); },
+          "reduce_gradients",
+          [](held& self) { without_gil([&] { self.with([](auto& scheme) { scheme.reduce_gradients(); }); }); },
           "After the gradient, before the update: allreduce-SGD averages the gradients; the others pass.")
       .def(
-          "end_step", [](held& self) { without_gil([&] { self.get().end_step(); }); },
+          "end_step", [](held& self) { without_gil([&] { self.with([](auto& scheme) { scheme.end_step(); }); }); },
           "After the update: the scheme's model step (mix, pull, push, average).")
       .def(
-          "finish", [](held& self) { without_gil([&] { self.get().finish(); }); },
+          "finish", [](held& self) { without_gil([&] { self.with([](auto& scheme) { scheme.finish(); }); }); },
           "Collective: the parameters become the model to keep (average, centre, consensus).")
       .def_prop_ro(
-          "stats", [](held& self) { return stats_of(self.get().stats()); },
+          "stats", [](held& self) { return stats_of(self.with([](auto& scheme) { return scheme.stats(); })); },
           "steps, exchanges, merges, bytes_sent, messages_sent of this rank.")
       .def(
-          "close", [](held& self) { without_gil([&] { self.scheme.reset(); }); },
+          "close", [](held& self) { without_gil([&] { self.scheme.template emplace<0>(); }); },
           "Stops the scheme's threads (asynchronous schemes) without finishing.");
 }
 
-// Builds the scheme in place, with the GIL released (construction talks to
-// the other ranks).
-template <class Scheme, class... Args>
-void construct(py_scheme<Scheme>* self, py_communicator& given, nb::handle arrays, Args&&... args) {
-  new (self) py_scheme<Scheme>{given.get("averaging"), nb::borrow(arrays), std::nullopt};
+// Builds the scheme in place over `over` (a chorus.Communicator's or a
+// chorus.nccl communicator's _impl), with the GIL released (construction
+// talks to the other ranks).
+template <class OnChorus, class OnNccl, class... Args>
+void construct(py_scheme<OnChorus, OnNccl>* self, nb::handle over, nb::handle arrays, Args&&... args) {
+  using held = py_scheme<OnChorus, OnNccl>;
+  new (self) held{};
   try {
-    without_gil([&] { self->scheme.emplace(self->comm, std::forward<Args>(args)...); });
+    self->arrays = nb::borrow(arrays);
+    py_communicator* chorus_side = nullptr;
+    py_nccl_communicator* gpus = nullptr;
+    if (nb::try_cast(over, gpus) && gpus != nullptr) {
+      if constexpr (!std::is_same_v<OnChorus, OnNccl>) {
+        nccl::communicator& comm = gpus->get("averaging");
+        self->nccl_owner = nb::borrow(over);
+        self->nccl = gpus;
+        without_gil([&] { self->scheme.template emplace<2>(comm, std::forward<Args>(args)...); });
+        return;
+      }
+      self->comm = gpus->get("averaging").host();
+    } else if (nb::try_cast(over, chorus_side) && chorus_side != nullptr) {
+      self->comm = chorus_side->get("averaging");
+    } else {
+      throw error(errc::invalid_argument, "a scheme runs on a chorus.Communicator or a chorus.nccl communicator",
+                  {-1, -1, "averaging"});
+    }
+    without_gil([&] { self->scheme.template emplace<1>(self->comm, std::forward<Args>(args)...); });
   } catch (...) {
-    self->~py_scheme<Scheme>();
+    self->~held();
     throw;
   }
 }
@@ -158,12 +207,11 @@ void bind_averaging(nb::module_& m) {
       .def_prop_ro("size", &avg::topology::size);
 
   using model_list = nb::handle;
-  scheme_class<avg::allreduce_sgd<chorus::communicator>>(m, "AllreduceSGD",
-                                                         "Averages the gradients every step (synchronous).")
+  scheme_class<on_either<avg::allreduce_sgd>>(m, "AllreduceSGD", "Averages the gradients every step (synchronous).")
       .def(
           "__init__",
-          [](py_scheme<avg::allreduce_sgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             model_list grads, nb::handle codec, std::size_t bucket_bytes) {
+          [](on_either<avg::allreduce_sgd>* self, nb::handle comm, model_list params, model_list grads,
+             nb::handle codec, std::size_t bucket_bytes) {
             avg::parameters model = parameters_of(params, "params");
             avg::parameters gradients = parameters_of(grads, "grads");
             construct(self, comm, nb::make_tuple(params, grads), std::move(model), std::move(gradients),
@@ -172,11 +220,11 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("grads"), nb::arg("codec").none() = nb::none(),
           nb::arg("bucket_bytes") = 0);
 
-  scheme_class<avg::local_sgd<chorus::communicator>>(m, "LocalSGD", "Averages the models every `period` steps.")
+  scheme_class<on_either<avg::local_sgd>>(m, "LocalSGD", "Averages the models every `period` steps.")
       .def(
           "__init__",
-          [](py_scheme<avg::local_sgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             std::uint64_t period, std::uint64_t warmup_steps, nb::handle codec, std::size_t bucket_bytes) {
+          [](on_either<avg::local_sgd>* self, nb::handle comm, model_list params, std::uint64_t period,
+             std::uint64_t warmup_steps, nb::handle codec, std::size_t bucket_bytes) {
             avg::parameters model = parameters_of(params, "params");
             construct(self, comm, params, std::move(model),
                       avg::local_sgd_options{period, warmup_steps, wire_of(codec), bucket_bytes});
@@ -184,11 +232,11 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("period") = 8, nb::arg("warmup_steps") = 0,
           nb::arg("codec").none() = nb::none(), nb::arg("bucket_bytes") = 0);
 
-  scheme_class<avg::dpsgd<chorus::communicator>>(m, "DPSGD", "Mixes with the neighbours of a topology every step.")
+  scheme_class<on_either<avg::dpsgd>>(m, "DPSGD", "Mixes with the neighbours of a topology every step.")
       .def(
           "__init__",
-          [](py_scheme<avg::dpsgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             std::optional<avg::topology> topology, nb::handle codec, bool one_sided) {
+          [](on_either<avg::dpsgd>* self, nb::handle comm, model_list params, std::optional<avg::topology> topology,
+             nb::handle codec, bool one_sided) {
             avg::parameters model = parameters_of(params, "params");
             construct(self, comm, params, std::move(model),
                       avg::dpsgd_options{std::move(topology), wire_of(codec), one_sided});
@@ -196,13 +244,13 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("topology").none() = nb::none(),
           nb::arg("codec").none() = nb::none(), nb::arg("one_sided") = false);
 
-  using gossip = avg::one_sided_gossip<chorus::communicator>;
+  using gossip = on_host_side<avg::one_sided_gossip>;
   scheme_class<gossip>(m, "OneSidedGossip",
                        "Push-sum gossip over a tensor window: accumulate into the out-neighbours' slots, never wait.")
       .def(
           "__init__",
-          [](py_scheme<gossip>* self, py_communicator& comm, model_list params, std::optional<avg::topology> topology,
-             nb::handle codec, const std::string& on_peer_failure) {
+          [](gossip* self, nb::handle comm, model_list params, std::optional<avg::topology> topology, nb::handle codec,
+             const std::string& on_peer_failure) {
             avg::parameters model = parameters_of(params, "params");
             construct(
                 self, comm, params, std::move(model),
@@ -211,35 +259,38 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("topology").none() = nb::none(),
           nb::arg("codec").none() = nb::none(), nb::arg("on_peer_failure") = "raise")
       .def(
-          "lost_peers", [](py_scheme<gossip>& self) { return lost_of(self.get().lost_peers()); },
+          "lost_peers", [](gossip& self) { return lost_of(self.get().lost_peers()); },
           "The neighbours this rank went on without (on_peer_failure='continue').")
       .def(
-          "quiesce", [](py_scheme<gossip>& self) { without_gil([&] { self.get().quiesce(); }); },
+          "quiesce", [](gossip& self) { without_gil([&] { self.get().quiesce(); }); },
           "Collective: every push made before any rank's quiesce() is merged; the weights sum to the ranks.")
       .def_prop_ro(
-          "weight", [](py_scheme<gossip>& self) { return self.get().weight(); },
+          "weight", [](gossip& self) { return self.get().weight(); },
           "This rank's push-sum weight p: sum(p * model) / sum(p) over the ranks is the consensus.");
 
-  scheme_class<avg::easgd<chorus::communicator>>(m, "EASGD", "Synchronous elastic averaging around a centre.")
+  scheme_class<on_either<avg::easgd>>(m, "EASGD", "Synchronous elastic averaging around a centre.")
       .def(
           "__init__",
-          [](py_scheme<avg::easgd<chorus::communicator>>* self, py_communicator& comm, model_list params, double alpha,
-             std::uint64_t tau, nb::handle codec) {
+          [](on_either<avg::easgd>* self, nb::handle comm, model_list params, double alpha, std::uint64_t tau,
+             nb::handle codec) {
             avg::parameters model = parameters_of(params, "params");
             construct(self, comm, params, std::move(model), avg::easgd_options{alpha, tau, wire_of(codec)});
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau") = 1,
           nb::arg("codec").none() = nb::none())
       .def(
-          "centre", [](py_scheme<avg::easgd<chorus::communicator>>& self) { return numpy_array(self.get().centre()); },
+          "centre",
+          [](on_either<avg::easgd>& self) {
+            return numpy_array(self.with([](auto& scheme) { return scheme.centre(); }));
+          },
           "A copy of the centre (every rank holds it).");
 
-  scheme_class<avg::easgd_async<chorus::communicator>>(
+  scheme_class<on_host_side<avg::easgd_async>>(
       m, "EASGDAsync", "Asynchronous elastic averaging: workers pull from a server rank's centre.")
       .def(
           "__init__",
-          [](py_scheme<avg::easgd_async<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             double alpha, std::uint64_t tau, int server, const std::string& on_peer_failure) {
+          [](on_host_side<avg::easgd_async>* self, nb::handle comm, model_list params, double alpha, std::uint64_t tau,
+             int server, const std::string& on_peer_failure) {
             avg::parameters model = parameters_of(params, "params");
             construct(self, comm, params, std::move(model),
                       avg::easgd_async_options{alpha, tau, server, policy_named(on_peer_failure)});
@@ -247,19 +298,17 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau") = 4, nb::arg("server") = 0,
           nb::arg("on_peer_failure") = "raise")
       .def(
-          "lost_peers",
-          [](py_scheme<avg::easgd_async<chorus::communicator>>& self) { return lost_of(self.get().lost_peers()); },
+          "lost_peers", [](on_host_side<avg::easgd_async>& self) { return lost_of(self.get().lost_peers()); },
           "The workers the server went on without (on_peer_failure='continue').")
       .def(
-          "centre",
-          [](py_scheme<avg::easgd_async<chorus::communicator>>& self) { return numpy_array(self.get().centre()); },
+          "centre", [](on_host_side<avg::easgd_async>& self) { return numpy_array(self.get().centre()); },
           "A copy of the centre: the server's (empty on the workers).");
 
-  scheme_class<avg::gosgd<chorus::communicator>>(m, "GoSGD", "Gossip: push the model to a random peer.")
+  scheme_class<on_host_side<avg::gosgd>>(m, "GoSGD", "Gossip: push the model to a random peer.")
       .def(
           "__init__",
-          [](py_scheme<avg::gosgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             double push_probability, std::uint64_t seed, nb::handle codec, const std::string& on_peer_failure) {
+          [](on_host_side<avg::gosgd>* self, nb::handle comm, model_list params, double push_probability,
+             std::uint64_t seed, nb::handle codec, const std::string& on_peer_failure) {
             avg::parameters model = parameters_of(params, "params");
             construct(self, comm, params, std::move(model),
                       avg::gosgd_options{push_probability, seed, wire_of(codec), policy_named(on_peer_failure)});
@@ -267,39 +316,37 @@ void bind_averaging(nb::module_& m) {
           nb::arg("comm"), nb::arg("params"), nb::arg("push_probability") = 0.5, nb::arg("seed") = 1,
           nb::arg("codec").none() = nb::none(), nb::arg("on_peer_failure") = "raise")
       .def(
-          "lost_peers",
-          [](py_scheme<avg::gosgd<chorus::communicator>>& self) { return lost_of(self.get().lost_peers()); },
+          "lost_peers", [](on_host_side<avg::gosgd>& self) { return lost_of(self.get().lost_peers()); },
           "The peers this rank went on without (on_peer_failure='continue').")
       .def(
-          "quiesce",
-          [](py_scheme<avg::gosgd<chorus::communicator>>& self) { without_gil([&] { self.get().quiesce(); }); },
+          "quiesce", [](on_host_side<avg::gosgd>& self) { without_gil([&] { self.get().quiesce(); }); },
           "Collective: a consistent cut; every push sent before any rank's quiesce() is merged, none after, so "
           "the weights over the ranks sum to 1 until the next step.")
       .def_prop_ro(
-          "weight", [](py_scheme<avg::gosgd<chorus::communicator>>& self) { return self.get().weight(); },
+          "weight", [](on_host_side<avg::gosgd>& self) { return self.get().weight(); },
           "This rank's share of the consensus: sum(weight * model) over the ranks is the model to keep.");
 
-  scheme_class<avg::tree_easgd<chorus::communicator>>(
-      m, "TreeEASGD", "Elastic averaging on a tree of fan-out d; the root's model is kept.")
+  scheme_class<on_host_side<avg::tree_easgd>>(m, "TreeEASGD",
+                                              "Elastic averaging on a tree of fan-out d; the root's model is kept.")
       .def(
           "__init__",
-          [](py_scheme<avg::tree_easgd<chorus::communicator>>* self, py_communicator& comm, model_list params,
-             double alpha, std::uint64_t tau_up, std::uint64_t tau_down, int fanout) {
+          [](on_host_side<avg::tree_easgd>* self, nb::handle comm, model_list params, double alpha,
+             std::uint64_t tau_up, std::uint64_t tau_down, int fanout) {
             avg::parameters model = parameters_of(params, "params");
             construct(self, comm, params, std::move(model), avg::tree_easgd_options{alpha, tau_up, tau_down, fanout});
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("alpha") = 0.05, nb::arg("tau_up") = 4, nb::arg("tau_down") = 4,
           nb::arg("fanout") = 2);
 
-  using server = avg::parameter_server<chorus::communicator>;
+  using server = on_host_side<avg::parameter_server>;
   scheme_class<server>(m, "ParameterServer",
                        "Shards on server roles; workers push gradients and pull the model (bsp, ssp, downpour).")
       .def(
           "__init__",
-          [](py_scheme<server>* self, py_communicator& comm, model_list params, model_list grads,
-             const std::string& mode, std::uint64_t staleness, std::uint64_t push_every, std::uint64_t fetch_every,
-             int dedicated_servers, double learning_rate, double momentum, bool nesterov,
-             const std::string& on_peer_failure, bool fetch_by_get, bool push_by_accumulate) {
+          [](server* self, nb::handle comm, model_list params, model_list grads, const std::string& mode,
+             std::uint64_t staleness, std::uint64_t push_every, std::uint64_t fetch_every, int dedicated_servers,
+             double learning_rate, double momentum, bool nesterov, const std::string& on_peer_failure,
+             bool fetch_by_get, bool push_by_accumulate) {
             avg::parameters model = parameters_of(params, "params");
             avg::parameters gradients = parameters_of(grads, "grads");
             construct(self, comm, nb::make_tuple(params, grads), std::move(model), std::move(gradients),
@@ -317,13 +364,13 @@ void bind_averaging(nb::module_& m) {
           nb::arg("push_every") = 1, nb::arg("fetch_every") = 1, nb::arg("dedicated_servers") = 0,
           nb::arg("learning_rate") = 0.05, nb::arg("momentum") = 0.9, nb::arg("nesterov") = false,
           nb::arg("on_peer_failure") = "raise", nb::arg("fetch_by_get") = false, nb::arg("push_by_accumulate") = false)
-      .def_prop_ro("is_worker", [](py_scheme<server>& self) { return self.get().is_worker(); })
+      .def_prop_ro("is_worker", [](server& self) { return self.get().is_worker(); })
       .def(
-          "set_learning_rate", [](py_scheme<server>& self, double rate) { self.get().set_learning_rate(rate); },
-          nb::arg("rate"), "Scales this worker's pushes by rate / the servers' learning rate.")
+          "set_learning_rate", [](server& self, double rate) { self.get().set_learning_rate(rate); }, nb::arg("rate"),
+          "Scales this worker's pushes by rate / the servers' learning rate.")
       .def(
           "server_stats",
-          [](py_scheme<server>& self) {
+          [](server& self) {
             const avg::shard_stats shard = self.get().server_stats();
             nb::dict made;
             made["gradients_applied"] = shard.gradients_applied;
@@ -335,7 +382,7 @@ void bind_averaging(nb::module_& m) {
           },
           "What this rank's shard saw: gradients applied, their staleness, the largest clock gap served.")
       .def(
-          "lost_peers", [](py_scheme<server>& self) { return lost_of(self.get().lost_peers()); },
+          "lost_peers", [](server& self) { return lost_of(self.get().lost_peers()); },
           "The workers this rank's server went on without (on_peer_failure='continue').");
 }
 

@@ -54,6 +54,32 @@ def test_torch_tensors_zero_copy(comm):
     with pytest.raises(chorus.InvalidArgument, match="overlap"):
         comm.allreduce(t[2:], out=t[:4])  # overlapping views of one tensor
     assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert comm.allgather(t[1:4]).tolist() == [[1.0, 2.0, 3.0]]  # a view's offset into its storage
+    kept = torch.nn.Parameter(torch.arange(3.0), requires_grad=False)  # a subclass: torch's __dlpack__ path
+    assert comm.allreduce(kept, "max") is kept and kept.tolist() == [0.0, 1.0, 2.0]
+    learnt = torch.arange(3.0).requires_grad_()  # taken as torch's process groups take it
+    assert comm.allreduce(learnt, "max") is learnt and learnt.tolist() == [0.0, 1.0, 2.0]
+
+
+TORCH_BAD = [
+    ("a strided view", lambda torch: torch.arange(10.0)[::2], "not contiguous"),
+    ("a lazy negation", lambda torch: torch._neg_view(torch.ones(3)), "resolve_neg"),
+    ("a lazy conjugate", lambda torch: torch.ones(3, dtype=torch.complex64).conj(), "resolve_conj"),
+    ("a sparse tensor", lambda torch: torch.ones(3).to_sparse(), "not an array"),
+]
+
+
+@pytest.mark.parametrize("what,make,message", TORCH_BAD, ids=[b[0] for b in TORCH_BAD])
+def test_torch_tensors_chorus_cannot_take_are_refused(comm, what, make, message):
+    """torch tensors skip torch's __dlpack__ for its C++ export where that exports them as they are; a lazy
+    negated or conjugated view (whose memory holds the values before the negation, which DLPack cannot say, so
+    torch's own __dlpack__ exports it wrong) and the rest are refused, with the reason, and left unchanged."""
+    torch = pytest.importorskip("torch")
+    given = make(torch)
+    before = given.to_dense().resolve_conj().resolve_neg().clone()
+    with pytest.raises(chorus.InvalidArgument, match=message):
+        comm.allreduce(given)
+    assert torch.equal(given.to_dense().resolve_conj().resolve_neg(), before)
 
 
 BAD = [

@@ -70,6 +70,14 @@ def test_schemes_on_device_parameters(ranks):
     require_passed(run_chorus(ranks, "schemes_on_device.py"), ranks)
 
 
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_schemes_through_nccl(ranks):
+    """Every scheme given chorus.nccl's communicator (the host adapter on the fake device): allreduce-SGD, local
+    SGD, EASGD and D-PSGD on NCCL end with the bits of the host run on the chorus communicator; the others run
+    on its chorus side; a scheme whose NCCL communicator was closed says so."""
+    require_passed(run_chorus(ranks, "schemes_on_device.py", "nccl"), ranks)
+
+
 def test_killed_rank_on_an_nccl_communicator():
     """A rank of an NCCL communicator (the host adapter on the fake device) is SIGKILLed mid-allreduce, without
     a launcher: every survivor gets a chorus exception within the timeout, never a hang."""

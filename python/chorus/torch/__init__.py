@@ -59,7 +59,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _chorus, errors
-from ..communicator import Communicator, connect
+from ..communicator import Communicator, _on_stream, connect
 from ..errors import Error, InvalidArgument
 
 __all__ = ["ChorusWork", "ProcessGroupChorus", "communicator_for", "communicator_of", "hooks"]
@@ -265,9 +265,17 @@ class ChorusWork(dist.Work):
         return self._future
 
 
+@functools.lru_cache(maxsize=1)
 def _blocking_wait() -> bool:
-    """TORCH_NCCL_BLOCKING_WAIT=1: wait() blocks the host, as with torch's NCCL backend."""
+    """TORCH_NCCL_BLOCKING_WAIT=1: wait() blocks the host, as with torch's NCCL backend (read at the first wait,
+    as torch reads it once)."""
     return os.environ.get("TORCH_NCCL_BLOCKING_WAIT", "0").lower() in ("1", "true", "yes")
+
+
+# CUDA events the finished _GpuWorks left, by device index: a CUDA event
+# costs several microseconds to create and destroy, a third of a small
+# all_reduce's time from Python.
+_SPARE_EVENTS: Dict[int, List[torch.cuda.Event]] = {}
 
 
 class _GpuWork(dist.Work):
@@ -285,9 +293,19 @@ class _GpuWork(dist.Work):
         super().__init__()
         self._result, self._stream, self._gpus, self._post = result, stream, gpus, post
         self._future: Optional[torch.futures.Future] = None
-        self._done = torch.cuda.Event()
+        spare = _SPARE_EVENTS.setdefault(stream.device_index, [])
+        self._done = spare.pop() if spare else torch.cuda.Event()
         if post is None:
             self._done.record(stream)
+
+    def __del__(self) -> None:
+        # Nothing can wait for this Work's event any more (a wait already
+        # enqueued keeps the record it saw): the next Work records it anew,
+        # rather than creating and destroying a CUDA event per call.
+        done, stream = getattr(self, "_done", None), getattr(self, "_stream", None)
+        spare = _SPARE_EVENTS.get(stream.device_index) if done is not None and stream is not None else None
+        if spare is not None and len(spare) < 64:
+            spare.append(done)
 
     def _started(self) -> None:
         if self._post is not None:
@@ -303,9 +321,9 @@ class _GpuWork(dist.Work):
             self._wait_on_host(seconds)
         elif _blocking_wait():
             self.synchronize()
-        current = torch.cuda.current_stream(self._stream.device)
-        if current != self._stream:
-            current.wait_event(self._done)
+        stream = self._stream
+        if torch._C._cuda_getCurrentRawStream(stream.device_index) != stream.cuda_stream:
+            torch.cuda.current_stream(stream.device).wait_event(self._done)
         return True
 
     def synchronize(self) -> None:
@@ -345,27 +363,24 @@ class _Route:
     communicator; CUDA tensors to its NCCL communicator, enqueued on torch's
     current stream of their device (taken when the route is made)."""
 
-    __slots__ = ("impl", "device", "gpus", "stream", "previous")
+    __slots__ = ("impl", "device", "gpus", "stream")
 
-    def __init__(self, impl: Any, device: Optional[torch.device] = None, gpus: Any = None) -> None:
-        self.impl, self.device, self.gpus = impl, device, gpus
-        self.stream = torch.cuda.current_stream(device) if device is not None else None
+    def __init__(self, impl: Any, device: Optional[torch.device] = None, gpus: Any = None,
+                 stream: Optional[torch.cuda.Stream] = None) -> None:
+        self.impl, self.device, self.gpus, self.stream = impl, device, gpus, stream
+
+    @classmethod
+    def current(cls, impl: Any, device: Optional[torch.device]) -> "_Route":
+        """To `impl`, on torch's current stream of `device` (None: host memory)."""
+        return cls(impl, device, None, torch.cuda.current_stream(device) if device is not None else None)
 
     @property
     def on_gpu(self) -> bool:
         return self.device is not None
 
-    def ordered(self) -> "_Route":
+    def ordered(self) -> _on_stream:
         """`with route.ordered():` the chorus calls inside are enqueued on the route's stream (CUDA tensors)."""
-        return self
-
-    def __enter__(self) -> None:
-        if self.stream is not None:
-            self.previous = _chorus._set_stream(self.stream.cuda_stream)
-
-    def __exit__(self, *failure: Any) -> None:
-        if self.stream is not None:
-            _chorus._set_stream(self.previous)
+        return _on_stream(self.stream.cuda_stream if self.stream is not None else None)
 
     def completed(self, result: Any) -> dist.Work:
         """The Work of a call that has run (CPU tensors) or been enqueued (CUDA tensors)."""
@@ -380,25 +395,6 @@ class _Route:
         return torch.empty(shape, dtype=dtype, device=self.device or "cpu")
 
 
-def _recorded_as(name: str) -> Callable:
-    """The chorus calls a ProcessGroup method makes are recorded under
-    torch's name for it (the flight recorder: chorus.record,
-    chorus-trace report), whatever chorus calls it runs; a method called
-    by another keeps the outer one's name."""
-    def wrap(method: Callable) -> Callable:
-        @functools.wraps(method)
-        def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
-            before = _chorus.record_as(name)
-            if before:
-                _chorus.record_as(before)
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                _chorus.record_as(before)
-        return recorded
-    return wrap
-
-
 class ProcessGroupChorus(dist.ProcessGroup):
     """A torch process group whose collectives are chorus's."""
 
@@ -410,6 +406,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._last_started: Any = None  # the last collective started on the background thread
         self._gpus: Any = None  # chorus.nccl's communicator for CUDA tensors, made at the first call on them
         self._gpu_index = -1  # its device
+        self._on_cpu = _Route(self._impl)  # where every call on CPU tensors goes
+        self._stream_handle, self._stream = None, None  # torch's current stream at the last call on CUDA tensors
         # torch keeps a group's name and devices in the C++ backends
         # registered on it; this group's calls are its own methods, and a
         # backend that only names itself stands for it there (so the group
@@ -456,15 +454,32 @@ class ProcessGroupChorus(dist.ProcessGroup):
     def _route(self, tensors: List[torch.Tensor], call: str) -> _Route:
         """Where a call on `tensors` runs: CPU tensors on the chorus
         communicator, CUDA tensors (all on one device) on the NCCL one."""
-        devices = {t.device for t in tensors}
-        if not devices or devices == _ON_CPU:
-            return _Route(self._impl)
-        if len(devices) > 1 or next(iter(devices)).type != "cuda":
-            raise InvalidArgument(f"chorus backend: {call} got tensors on {sorted(str(d) for d in devices)}; it "
-                                  "takes CPU tensors, or CUDA tensors on the process's one device")
-        device = next(iter(devices))
+        if len(tensors) == 1:  # most calls: no set of devices to make
+            device = tensors[0].device
+            if device.type == "cpu":
+                return self._on_cpu
+        else:
+            devices = {t.device for t in tensors}
+            if not devices or devices == _ON_CPU:
+                return self._on_cpu
+            if len(devices) > 1:
+                raise InvalidArgument(f"chorus backend: {call} got tensors on {sorted(str(d) for d in devices)}; it "
+                                      "takes CPU tensors, or CUDA tensors on the process's one device")
+            device = next(iter(devices))
+        if device.type != "cuda":
+            raise InvalidArgument(f"chorus backend: {call} got a tensor on {device}; it takes CPU tensors, or CUDA "
+                                  "tensors on the process's one device")
         gpus = self._nccl_for(device, call)
-        return _Route(gpus._impl, device, gpus)
+        return _Route(gpus._impl, device, gpus, self._current_stream(self._gpu_index))
+
+    def _current_stream(self, index: int) -> torch.cuda.Stream:
+        """torch's current stream of cuda:`index`: the Stream object made once
+        per stream (torch.cuda.current_stream makes one a call, which costs
+        more than the raw handle that tells whether it changed)."""
+        raw = torch._C._cuda_getCurrentRawStream(index)
+        if raw != self._stream_handle:
+            self._stream_handle, self._stream = raw, torch.cuda.current_stream(index)
+        return self._stream
 
     def _nccl_for(self, device: torch.device, call: str) -> Any:
         """The group's NCCL communicator on `device`, made (collectively) at the first call on CUDA tensors."""
@@ -525,7 +540,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return tensors[0]
 
     # -- reductions --------------------------------------------------------
-    @_recorded_as("allreduce")
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         tensor = self._single(tensors, "allreduce")
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
@@ -567,7 +581,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensor.copy_(summed.to(tensor.device))
         return _Route(self._impl).completed([tensor])
 
-    @_recorded_as("allreduce_coalesced")
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         route = self._route(tensors, "allreduce_coalesced")
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce_coalesced")
@@ -589,14 +602,12 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
         return self._collective(opts, tensors, route, start, now)
 
-    @_recorded_as("reduce")
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(tensors, "reduce")
         op = _op_name(opts.reduceOp, "reduce")
         route = self._route(tensors, "reduce")
         return self._now(route, tensors, lambda: route.impl.reduce(_flat(tensor), opts.rootRank, None, op))
 
-    @_recorded_as("reduce_scatter")
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                        opts: Any) -> Any:
         output = self._single(output_tensors, "reduce_scatter")
@@ -605,11 +616,9 @@ class ProcessGroupChorus(dist.ProcessGroup):
         staged = torch.cat([t.reshape(-1) for t in input_tensors[0]])
         return self._reduce_scatter_into(output, staged, opts, "reduce_scatter")
 
-    @_recorded_as("reduce_scatter_tensor")
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
         return self._reduce_scatter_into(output, input, opts, "reduce_scatter_tensor")
 
-    @_recorded_as("reduce_scatter_tensor_coalesced")
     def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any) -> Any:
         route = self._route(outputs + inputs, "reduce_scatter_tensor_coalesced")
@@ -629,7 +638,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
                                 lambda: route.impl.reduce_scatter(source, target, op, "auto"))
 
     # -- data movement -----------------------------------------------------
-    @_recorded_as("broadcast")
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(tensors, "broadcast")
         root = opts.rootRank
@@ -639,7 +647,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
                                 lambda done: route.impl.ibroadcast(flat, root, "auto", None, done),
                                 lambda: route.impl.broadcast(flat, root, "auto", None))
 
-    @_recorded_as("allgather")
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                   opts: Any = None) -> Any:
         tensor = self._single(input_tensors, "allgather")
@@ -676,7 +683,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
             opts, result, route,
             lambda done: route.impl.iallgather(mine, into, "auto", None, lambda failure: then(failure, done)), now)
 
-    @_recorded_as("allgather_into_tensor")
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         route = self._route([output, input], "all_gather_into_tensor")
         if output.numel() != input.numel() * self.size():
@@ -687,7 +693,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
                                 lambda done: route.impl.iallgather(mine, into, "auto", None, done),
                                 lambda: route.impl.allgather(mine, into, "auto", None))
 
-    @_recorded_as("allgather_coalesced")
     def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                             opts: Any = None) -> Any:
         """Every rank's list of tensors into every rank's output lists, in one
@@ -710,7 +715,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
         return self._allgather_then(opts, output_lists, route, packed, gathered, unpack)
 
-    @_recorded_as("allgather_into_tensor_coalesced")
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts: Any = None) -> Any:
         route = self._route(outputs + inputs, "all_gather_into_tensor_coalesced")
@@ -718,7 +722,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
             work.wait()
         return route.completed(outputs)
 
-    @_recorded_as("alltoall_base")
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: List[int],
                       input_split_sizes: List[int], opts: Any = None) -> Any:
         route = self._route([output, input], "alltoall_single")
@@ -729,7 +732,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._alltoall_by_parts(self._split(output, output_split_sizes, "output"),
                                        self._split(input, input_split_sizes, "input"), [output], route)
 
-    @_recorded_as("alltoall")
     def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor],
                  opts: Any = None) -> Any:
         route = self._route(output_tensors + input_tensors, "alltoall")
@@ -777,7 +779,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
         return self._now(route, result, exchange)
 
-    @_recorded_as("gather")
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(input_tensors, "gather")
         root = opts.rootRank
@@ -795,7 +796,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
         return self._now(route, output_tensors, run)
 
-    @_recorded_as("gather")
     def gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
         """gather into one tensor at the root (size x input's elements)."""
         root = opts.rootRank
@@ -807,7 +807,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._now(route, [output], lambda: route.impl.gather(_flat(input.contiguous()),
                                                                     _flat(output) if at_root else None, root))
 
-    @_recorded_as("scatter")
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]], opts: Any) -> Any:
         output = self._single(output_tensors, "scatter")
         root = opts.rootRank
@@ -823,7 +822,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
         return self._now(route, output_tensors, run)
 
-    @_recorded_as("barrier")
     def barrier(self, opts: Any = None) -> Any:
         # Queued behind the collectives already started, as torch's barrier
         # is; the work on CUDA tensors enqueued before it is done first.
@@ -832,7 +830,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._collective(opts, None, _Route(self._impl), lambda done: self._impl.ibarrier(done),
                                 self._impl.barrier)
 
-    @_recorded_as("monitored_barrier")
     def monitored_barrier(self, timeout: Optional[timedelta] = None, wait_all_ranks: bool = False) -> None:
         """Rank 0 waits up to `timeout` (default: the group's) for every rank and
         raises naming the first that did not come (every one with
@@ -846,7 +843,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
             raise
 
     # -- point to point ----------------------------------------------------
-    @_recorded_as("send")
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> Any:
         tensor = self._single(tensors, "send")
         route = self._route(tensors, "send")
@@ -854,7 +850,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
             return _GpuWork(tensors, route.stream, route.gpus, post=route.gpus.isend(_flat(tensor), dst, tag).wait)
         return self._started(lambda done: self._impl.isend(_flat(tensor), dst, tag, done), tensors)
 
-    @_recorded_as("recv")
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> Any:
         tensor = self._single(tensors, "recv")
         route = self._route(tensors, "recv")
@@ -862,7 +857,6 @@ class ProcessGroupChorus(dist.ProcessGroup):
             return _GpuWork(tensors, route.stream, route.gpus, post=route.gpus.irecv(_flat(tensor), src, tag).wait)
         return self._started(lambda done: self._impl.irecv(_flat(tensor), src, tag, done), tensors)
 
-    @_recorded_as("recv_anysource")
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> Any:
         """A receive from whichever rank sends with `tag` first; the Work's
         source_rank() names it."""
@@ -872,13 +866,35 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return self._started(lambda done: self._impl.irecv_any(_flat(tensor), tag, done), tensors)
 
 
-# Every call torch makes of the group: recorded by torch's profilers, chorus
-# errors raised as torch's (_call).
+# Every call torch makes of the group, in one wrapper (it is paid on every
+# call): recorded by torch's profilers as "chorus:<method>" and by chorus's
+# flight recorder (chorus.record, chorus-trace report) under torch's name for
+# the call, whatever chorus calls it runs (a method called by another keeps
+# the outer one's name); chorus errors raised as torch's (torch_error).
+_RECORDED_AS = {"_reduce_scatter_base": "reduce_scatter_tensor", "_allgather_base": "allgather_into_tensor",
+                "gather_single": "gather"}
+
+
 def _as_backend_call(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    recorded_as = _RECORDED_AS.get(name, name)
+
     @functools.wraps(method)
     def call(self: ProcessGroupChorus, *args: Any, **kwargs: Any) -> Any:
-        with _call(name):
+        outer = _chorus.record_as(recorded_as)
+        if outer:
+            _chorus.record_as(outer)
+        try:
+            if torch._C._autograd._profiler_enabled():
+                with torch.autograd.profiler.record_function(f"chorus:{name}"):
+                    return method(self, *args, **kwargs)
             return method(self, *args, **kwargs)
+        except Error as failure:
+            translated = torch_error(failure)
+            if translated is failure:
+                raise
+            raise translated from failure
+        finally:
+            _chorus.record_as(outer)
 
     return call
 

@@ -77,7 +77,7 @@ def compressed_allreduce(state: State, bucket: dist.GradBucket) -> torch.futures
             route.impl.allreduce(buffer, None, "avg", "auto", wire)
         return route.completed(buffer).get_future()
     future, done = _future_with_callback(buffer, [buffer.device] if buffer.is_cuda else None)
-    with _Route(state.comm._impl, buffer.device if buffer.is_cuda else None).ordered():
+    with _Route.current(state.comm._impl, buffer.device if buffer.is_cuda else None).ordered():
         state.comm._impl.iallreduce(buffer, None, "avg", "auto", wire, done)
     return future
 

@@ -83,6 +83,21 @@ if torch.cuda.device_count() >= size:
     exact = np.mean(np.stack(inputs).astype(np.float64), axis=0)
     bound = chorus.allreduce_error_bound("int8", np.stack(inputs)) / size
     assert (np.abs(host(mine) - exact) <= bound).all(), "int8 through NCCL over its bound"
+    # Schemes on the NCCL communicator: local SGD's allreduce and D-PSGD's rounds (mixing on the device) on NCCL.
+    from chorus import averaging
+
+    begin = [data(r, np.float32, 1001, 6) for r in range(size)]
+    model = [on_gpu(begin[rank])]
+    scheme = averaging.LocalSGD(gpus, model, period=1)
+    scheme.begin_step()
+    scheme.end_step()
+    check("local SGD on NCCL", host(model[0]), np.mean(begin, axis=0).astype(np.float32))
+    model = [on_gpu(begin[rank])]
+    scheme = averaging.DPSGD(gpus, model)
+    scheme.begin_step()
+    scheme.end_step()
+    ring = [(rank + offset) % size for offset in (-1, 0, 1)]
+    check("D-PSGD on NCCL", host(model[0]), (sum(begin[j] for j in ring) / 3).astype(np.float32))
     gpus.close()
 else:
     print(f"rank {rank}: NCCL with {size} ranks not run: NCCL needs a GPU per rank and this machine has "

@@ -6,7 +6,14 @@ Each synchronous scheme runs twice from the same start with the same
 updates, once on host arrays and once on device arrays: the device run must
 end with the host run's bits. The asynchronous ones must end in consensus
 inside the starting models' hull; the schemes that read parameters on the
-host (one-sided gossip, D-PSGD over a window) refuse device parameters."""
+host (one-sided gossip, D-PSGD over a window) refuse device parameters.
+
+With the argument `nccl` the device runs go through chorus.nccl.connect's
+communicator (chorus's NCCL host adapter on the fake device, as the C++
+tests run it): allreduce-SGD, local SGD, EASGD and D-PSGD run on NCCL
+(D-PSGD mixing on the device), the others on its chorus side, and the
+synchronous ones still end with the bits of the host run on the chorus
+communicator."""
 
 from __future__ import annotations
 
@@ -23,11 +30,14 @@ from models import SHAPES, start, step_of
 fake = chorus._testing.fake_device()
 comm = chorus.init()
 rank, size = comm.rank, comm.size
+on_nccl = sys.argv[1:] == ["nccl"]
+gpus = chorus.nccl.connect(comm) if on_nccl else comm  # what the device runs go through
 
 
 class Host:
-    """Arrays in host memory, as the reference run keeps them."""
+    """Arrays in host memory, as the reference run keeps them, on the chorus communicator."""
     name = "host"
+    comm = comm
 
     @staticmethod
     def make(values: np.ndarray):
@@ -43,8 +53,9 @@ class Host:
 
 
 class Device:
-    """Arrays in the fake device's memory."""
+    """Arrays in the fake device's memory, on chorus.nccl's communicator where the run is on NCCL."""
     name = "device"
+    comm = gpus
     make = staticmethod(fake.upload)
     read = staticmethod(lambda array: fake.download(array))
     write = staticmethod(fake.write)
@@ -79,7 +90,7 @@ def synchronous(name: str, make_scheme, count: int = 3, update: bool = True, fin
 
 def grads_scheme(space, model):
     grads = [space.make(g) for g in step_of(rank, 0)]
-    scheme = averaging.AllreduceSGD(comm, model, grads)
+    scheme = averaging.AllreduceSGD(space.comm, model, grads)
     scheme.begin_step()
     scheme.reduce_gradients()
     check(f"allreduce-SGD's gradients on {space.name}", np.concatenate([space.read(g) for g in grads]),
@@ -110,14 +121,17 @@ def refused(name: str, make) -> None:
 
 
 synchronous("allreduce-SGD", grads_scheme, count=0, finish=False)
-synchronous("local SGD", lambda space, model: averaging.LocalSGD(comm, model, period=2))
-synchronous("D-PSGD on a ring", lambda space, model: averaging.DPSGD(comm, model))
-synchronous("D-PSGD with fp16", lambda space, model: averaging.DPSGD(comm, model, codec="fp16"))
-synchronous("EASGD", lambda space, model: averaging.EASGD(comm, model, alpha=0.25, tau=1))
+synchronous("local SGD", lambda space, model: averaging.LocalSGD(space.comm, model, period=2))
+synchronous("D-PSGD on a ring", lambda space, model: averaging.DPSGD(space.comm, model))
+synchronous("D-PSGD with fp16", lambda space, model: averaging.DPSGD(space.comm, model, codec="fp16"))
+synchronous("D-PSGD on an exponential graph with int8",
+            lambda space, model: averaging.DPSGD(space.comm, model, topology=chorus.Topology.exponential(size),
+                                                 codec="int8"))
+synchronous("EASGD", lambda space, model: averaging.EASGD(space.comm, model, alpha=0.25, tau=1))
 
-for name, make in (("GoSGD", lambda m: averaging.GoSGD(comm, m, push_probability=1.0, seed=3)),
-                   ("async EASGD", lambda m: averaging.EASGDAsync(comm, m, alpha=0.5, tau=1, server=size - 1)),
-                   ("TreeEASGD", lambda m: averaging.TreeEASGD(comm, m, alpha=0.3, tau_up=1, tau_down=2, fanout=2))):
+for name, make in (("GoSGD", lambda m: averaging.GoSGD(gpus, m, push_probability=1.0, seed=3)),
+                   ("async EASGD", lambda m: averaging.EASGDAsync(gpus, m, alpha=0.5, tau=1, server=size - 1)),
+                   ("TreeEASGD", lambda m: averaging.TreeEASGD(gpus, m, alpha=0.3, tau_up=1, tau_down=2, fanout=2))):
     model = [Device.make(x) for x in start(rank)]
     scheme = make(model)
     steps(Device, scheme, model, 4, update=False)
@@ -129,7 +143,7 @@ for name, make in (("GoSGD", lambda m: averaging.GoSGD(comm, m, push_probability
 lr = 0.5
 model = [Device.make(x) for x in start(rank)]
 grads = [Device.make(np.zeros(n, np.float32)) for n in SHAPES]
-scheme = averaging.ParameterServer(comm, model, grads, mode="bsp", learning_rate=lr, momentum=0.0)
+scheme = averaging.ParameterServer(gpus, model, grads, mode="bsp", learning_rate=lr, momentum=0.0)
 for t in range(3):
     scheme.begin_step()
     for g, d in zip(grads, step_of(rank, t)):
@@ -143,10 +157,23 @@ got = np.concatenate([Device.read(x) for x in model])
 assert np.abs(got - want).max() <= 2e-5, f"BSP parameter server on device: off by {np.abs(got - want).max()}"
 counted()
 
-refused("one-sided gossip", lambda m: averaging.OneSidedGossip(comm, m))
+refused("one-sided gossip", lambda m: averaging.OneSidedGossip(gpus, m))
 refused("a window", lambda m: chorus.Window(comm, m))
 
+if on_nccl:
+    # D-PSGD keeps its reference to the NCCL communicator: closing that first makes its next step a clear error.
+    model = [Device.make(x) for x in start(rank)]
+    scheme = averaging.DPSGD(gpus, model)
+    gpus.close()
+    try:
+        scheme.end_step()
+        raise AssertionError("D-PSGD stepped on a closed NCCL communicator")
+    except chorus.InvalidArgument as refusal:
+        assert "NCCL communicator the scheme runs on is closed" in str(refusal), refusal
+    counted()
+
 comm.barrier()
-print(f"rank {rank}: passed {checks()} scheme checks on device", flush=True)
+print(f"rank {rank}: passed {checks()} scheme checks on device{' through chorus.nccl' if on_nccl else ''}",
+      flush=True)
 comm.close()
 sys.exit(0)

@@ -1,0 +1,115 @@
+"""The jet generator (examples/jets/generate.py) on a small sample: Pythia 8 and FastJet under chorus-run at 2
+ranks, its counts, the jets' pT window, the images' normalisation and orientation, the constituents, the W
+mass, the gather against a one-rank run, and the seed reproducing the arrays bit for bit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_chorus
+
+# Found, not imported: pythia8mc 8.317 cannot be imported where the working directory has a `python` folder
+# (generate.py says why), and the generator runs in processes of its own.
+for _package in ("pythia8mc", "fastjet"):
+    if importlib.util.find_spec(_package) is None:
+        pytest.skip(f"{_package} (PyPI) is not installed: scripts/python-env installs it", allow_module_level=True)
+
+GENERATE = ROOT / "examples" / "jets" / "generate.py"
+JETS = 600  # 300 W, 300 QCD: about 1400 events of the fast preset
+
+
+def generate(out: Path, ranks: int, jets: int, seed: int = 7) -> dict:
+    done = run_chorus(ranks, str(GENERATE), "--jets", str(jets), "--preset", "fast", "--seed", str(seed),
+                      "--out", str(out), timeout=300)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-6000:]}"
+    assert f"generate: {jets} jets" in done.stdout, done.stdout[-3000:]
+    with np.load(out) as data:
+        return {name: data[name] for name in data.files}
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> dict:
+    return generate(tmp_path_factory.mktemp("jets") / "two.npz", 2, JETS)
+
+
+def test_counts_and_settings(sample):
+    labels, settings = sample["labels"], json.loads(str(sample["settings"]))
+    assert sample["images"].shape == (JETS, 32, 32) and sample["images"].dtype == np.float32
+    assert sample["constituents"].shape == (JETS, 30, 3) and sample["jets"].shape == (JETS, 4)
+    assert labels.shape == (JETS,) and int(labels.sum()) == JETS // 2
+    assert settings["ranks"] == 2 and settings["preset"] == "fast" and settings["seed"] == 7
+    per_rank = settings["per_rank"]
+    assert [r["signal_jets"] + r["background_jets"] for r in per_rank] == [JETS // 2, JETS // 2]
+    assert all(r["signal_events"] >= r["signal_jets"] / 2 and r["background_events"] >= r["background_jets"] / 2
+               for r in per_rank)  # at most two jets an event
+    assert len({r["seeds"]["signal"] for r in per_rank} | {r["seeds"]["background"] for r in per_rank}) == 4
+    assert "WeakDoubleBoson:ffbar2WW = on" in settings["settings_rank0"]["signal"]
+    assert "PartonLevel:MPI = off" in settings["settings_rank0"]["background"]
+
+
+def test_jets_in_the_window(sample):
+    pt, eta = sample["jets"][:, 0], sample["jets"][:, 1]
+    assert pt.min() >= 250.0 and pt.max() <= 300.0
+    assert np.abs(eta).max() < 2.0
+
+
+def test_w_jets_have_the_w_mass(sample):
+    """Independent reference: the W mass (80.4 GeV); QCD jets of this pT are lighter."""
+    mass, labels = sample["jets"][:, 3], sample["labels"]
+    assert 70.0 < np.median(mass[labels == 1]) < 90.0
+    assert np.median(mass[labels == 0]) < 60.0
+
+
+def test_images_normalised_centred_rotated_flipped(sample):
+    images = sample["images"]
+    assert (images >= 0).all()
+    np.testing.assert_allclose(images.sum(axis=(1, 2)), 1.0, atol=1e-5)
+    rows, cols = images.sum(axis=2), images.sum(axis=1)  # pT per row, per column
+    position = np.arange(32) - 15.5
+    row_mean, col_mean = rows @ position, cols @ position
+    # Centred on the pT-weighted centroid: within a pixel (pixelisation and the few constituents outside the
+    # image move it less).
+    assert np.abs(row_mean).max() < 1.0 and np.abs(col_mean).max() < 1.0
+    # Rotated: the principal axis vertical, so the pT spreads more over rows than over columns (the axis is
+    # found from the constituents, the spread measured on pixels: a near-round jet may come out either way).
+    row_spread, col_spread = rows @ position**2 - row_mean**2, cols @ position**2 - col_mean**2
+    assert (row_spread >= col_spread).mean() > 0.97 and row_spread.mean() > 1.5 * col_spread.mean()
+    # Flipped: the right half and the top half hold at least as much pT as the others.
+    assert (images[:, :, 16:].sum(axis=(1, 2)) >= images[:, :, :16].sum(axis=(1, 2))).all()
+    assert (images[:, :16].sum(axis=(1, 2)) >= images[:, 16:].sum(axis=(1, 2))).all()
+
+
+def test_constituents_leading_and_relative(sample):
+    constituents, jets = sample["constituents"], sample["jets"]
+    pt = constituents[:, :, 0]
+    assert (np.diff(pt, axis=1) <= 0).all()  # leading first, zero rows last
+    assert (pt[:, 0] > 0).all() and (pt[:, 0] <= jets[:, 0] * 1.001).all()
+    held = pt > 0
+    # (eta, phi) relative to the jet axis: inside the anti-kT radius, which FastJet measures in rapidity. A
+    # slow hadron's pseudorapidity can lie far from its rapidity (a 0.7 GeV proton's by more than 1), so a
+    # few soft constituents land outside R in eta.
+    distance = np.hypot(constituents[:, :, 1], constituents[:, :, 2])[held]
+    assert (distance <= 0.8 + 1e-4).mean() > 0.99
+    assert pt[held][distance > 0.8 + 1e-4].max(initial=0.0) < 5.0
+    assert (constituents[~held] == 0).all()
+
+
+def test_gathered_jets_are_each_ranks_own(sample, tmp_path):
+    """Rank 0's jets in the 2-rank file are those a 1-rank run with rank 0's seeds and share makes."""
+    alone = generate(tmp_path / "one.npz", 1, JETS // 2)
+    first = JETS // 2
+    for name in ("images", "constituents", "jets", "labels"):
+        np.testing.assert_array_equal(sample[name][:first], alone[name], err_msg=name)
+
+
+def test_the_seed_reproduces_bit_for_bit(sample, tmp_path):
+    again = generate(tmp_path / "again.npz", 2, JETS)
+    for name in ("images", "constituents", "jets", "labels"):
+        np.testing.assert_array_equal(sample[name], again[name], err_msg=name)
+    other = generate(tmp_path / "other.npz", 2, 40, seed=8)
+    assert not np.array_equal(sample["jets"][:40], other["jets"])

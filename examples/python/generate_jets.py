@@ -1,9 +1,9 @@
 """Boosted hadronic W jets and QCD jets for a tagger: Pythia 8 at 13 TeV, anti-kT R=0.8 jets from FastJet,
 jet images and leading constituents in a compressed NumPy file.
 
-    python examples/jets/generate.py --jets 100000 --out jets.npz                  # the full sample, one process
-    chorus-run -n 4 .venv/bin/python examples/jets/generate.py --jets 100000 --out jets.npz   # each rank its share
-    python examples/jets/generate.py --jets 2000 --preset fast --out small.npz    # a test sample, in seconds
+    .venv/bin/python examples/python/generate_jets.py --jets 100000 --out jets.npz   # the full sample
+    build/tools/chorus-run -n 4 .venv/bin/python examples/python/generate_jets.py --jets 100000 --out jets.npz
+    .venv/bin/python examples/python/generate_jets.py --jets 2000 --preset fast --out small.npz   # in seconds
 
 Signal: q qbar -> W+ W- (Pythia's WeakDoubleBoson:ffbar2WW) with both W decaying to quarks; a jet is signal
 when a hadronically decaying W lies within dR < 0.6 of its axis and both of the W's quarks within R. Background:

@@ -169,3 +169,32 @@ def test_the_tagger_metrics_against_their_definitions():
     labels = np.r_[np.ones(100, int), np.zeros(100, int)]
     assert rejection_at(scores, labels) == pytest.approx(10.0)
     assert roc_auc(np.r_[np.ones(3), np.zeros(3)], np.r_[np.ones(3, int), np.zeros(3, int)]) == 1.0
+
+
+PBT = ROOT / "examples" / "python" / "pbt_jet_tagger.py"
+
+
+@pytest.mark.parametrize("mode", ["pbt", "random"])
+def test_pbt_exploit_copies_the_best_member_bit_for_bit(training_sample, tmp_path, mode):
+    """Two members of two ranks each, two epochs, exploiting after the second: the worse member's ranks end
+    with the better one's weights and momentum, bit for bit (a copy between the members' first ranks and a
+    broadcast inside the member); a random search (no exploit) leaves them apart."""
+    dump, csv = tmp_path / "dump.npz", tmp_path / "members.csv"
+    done = run_chorus(4, str(PBT), "--data", str(training_sample), "--members", "2", "--epochs", "2",
+                      "--exploit-every", "2", "--mode", mode, "--dump", str(dump), "--csv", str(csv), timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-6000:]}"
+    with np.load(dump) as saved:
+        states, members = saved["states"], saved["members"]
+    assert list(members) == [0, 1, 0, 1]  # world rank r is in member r % 2
+    rows = [line.split(",") for line in csv.read_text().splitlines()[1:]]
+    last = {int(r[3]): r for r in rows if r[1] == "2"}
+    assert np.array_equal(states[0], states[2]) and np.array_equal(states[1], states[3])  # a member agrees
+    if mode == "random":
+        assert all(r[8] == "-1" for r in rows)
+        assert not np.array_equal(states[0], states[1])
+        return
+    aucs = {m: float(last[m][4]) for m in (0, 1)}
+    worse, better = (0, 1) if aucs[0] < aucs[1] else (1, 0)
+    assert int(last[worse][8]) == better and int(last[better][8]) == -1
+    assert np.array_equal(states[worse], states[better])  # weights and momentum
+    assert f"member {worse}: auc" in done.stdout and f"then copies member {better}" in done.stdout

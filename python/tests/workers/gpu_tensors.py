@@ -67,6 +67,24 @@ check("allreduce on a side stream", mine.cpu().numpy(),
 work = comm.iallreduce(on_gpu(inputs[rank]))
 check("iallreduce", host(work.wait()), reference("sum", inputs, np.float32, size))
 
+def two_schemes(over, where: str, seed: int) -> None:
+    """Two schemes on CUDA parameters over `over`: local SGD averages at its period, D-PSGD mixes over a ring."""
+    from chorus import averaging
+
+    start = [data(r, np.float32, 1001, seed) for r in range(size)]
+    model = [on_gpu(start[rank])]
+    scheme = averaging.LocalSGD(over, model, period=1)
+    scheme.begin_step()
+    scheme.end_step()
+    check(f"local SGD {where}", host(model[0]), np.mean(start, axis=0).astype(np.float32))
+    model = [on_gpu(start[rank])]
+    scheme = averaging.DPSGD(over, model)
+    scheme.begin_step()
+    scheme.end_step()
+    ring = [(rank + offset) % size for offset in (-1, 0, 1)]
+    check(f"D-PSGD {where}", host(model[0]), (sum(start[j] for j in ring) / 3).astype(np.float32))
+
+
 # NCCL: the same calls through chorus.nccl's communicator. NCCL puts one rank on a GPU, so with more
 # ranks than GPUs on this machine it is not run, and the output says so.
 if torch.cuda.device_count() >= size:
@@ -84,40 +102,13 @@ if torch.cuda.device_count() >= size:
     bound = chorus.allreduce_error_bound("int8", np.stack(inputs)) / size
     assert (np.abs(host(mine) - exact) <= bound).all(), "int8 through NCCL over its bound"
     # Schemes on the NCCL communicator: local SGD's allreduce and D-PSGD's rounds (mixing on the device) on NCCL.
-    from chorus import averaging
-
-    begin = [data(r, np.float32, 1001, 6) for r in range(size)]
-    model = [on_gpu(begin[rank])]
-    scheme = averaging.LocalSGD(gpus, model, period=1)
-    scheme.begin_step()
-    scheme.end_step()
-    check("local SGD on NCCL", host(model[0]), np.mean(begin, axis=0).astype(np.float32))
-    model = [on_gpu(begin[rank])]
-    scheme = averaging.DPSGD(gpus, model)
-    scheme.begin_step()
-    scheme.end_step()
-    ring = [(rank + offset) % size for offset in (-1, 0, 1)]
-    check("D-PSGD on NCCL", host(model[0]), (sum(begin[j] for j in ring) / 3).astype(np.float32))
+    two_schemes(gpus, "on NCCL", 6)
     gpus.close()
 else:
     print(f"rank {rank}: NCCL with {size} ranks not run: NCCL needs a GPU per rank and this machine has "
           f"{torch.cuda.device_count()}", flush=True)
 
-# Two schemes on CUDA parameters: local SGD averages at its period, D-PSGD mixes over a ring.
-from chorus import averaging  # noqa: E402
-
-start = [data(r, np.float32, 1001, 5) for r in range(size)]
-model = [on_gpu(start[rank])]
-scheme = averaging.LocalSGD(comm, model, period=1)
-scheme.begin_step()
-scheme.end_step()
-check("local SGD on CUDA parameters", host(model[0]), np.mean(start, axis=0).astype(np.float32))
-model = [on_gpu(start[rank])]
-scheme = averaging.DPSGD(comm, model)
-scheme.begin_step()
-scheme.end_step()
-ring = [(rank + offset) % size for offset in (-1, 0, 1)]
-check("D-PSGD on CUDA parameters", host(model[0]), (sum(start[j] for j in ring) / 3).astype(np.float32))
+two_schemes(comm, "on CUDA parameters", 5)
 
 comm.barrier()
 print(f"rank {rank}: passed {checks()} GPU checks on {device}", flush=True)

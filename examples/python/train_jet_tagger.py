@@ -112,6 +112,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("jets.npz"), help="generate_jets.py's file")
     parser.add_argument("--model", choices=sorted(MODELS), default="cnn")
     parser.add_argument("--test-fraction", type=float, default=0.2)
+    parser.add_argument("--scores", type=Path, default=None,
+                        help="rank 0 saves the final held-out scores and labels here (.npz: ROC curves)")
     add_arguments(parser, epochs=10, batch=128, lr=0.05)
     options = parser.parse_args()
     with np.load(options.data) as file:
@@ -125,12 +127,17 @@ def main() -> None:
     device = training.device
     held_out = torch.from_numpy(test_x).to(device)
 
+    last_scores = []
+
     def evaluate(model: torch.nn.Module) -> Dict[str, float]:
         scores = scores_of(model, held_out)
+        last_scores[:] = [scores]
         return {"auc": roc_auc(scores, test_y), "rejection_at_50": rejection_at(scores, test_y)}
 
-    training.run(torch.from_numpy(train_x).to(device), torch.from_numpy(train_y).to(device), evaluate,
-                 f", {len(test_y)} jets held out")
+    final = training.run(torch.from_numpy(train_x).to(device), torch.from_numpy(train_y).to(device), evaluate,
+                         f", {len(test_y)} jets held out")
+    if final and options.scores:  # rank 0, the final model's
+        np.savez(options.scores, scores=last_scores[0].astype(np.float64), labels=test_y.astype(np.uint8))
 
 
 if __name__ == "__main__":

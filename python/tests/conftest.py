@@ -50,6 +50,18 @@ def run_chorus(ranks: int, worker: str, *args: str, timeout: float = 180, env: O
     return _finish(command, _env(env), timeout)
 
 
+def run_chorus_program(ranks: int, program: Path, *args: str, timeout: float = 180,
+                       env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """chorus-run -n RANKS PROGRAM ARGS (a C++ program of the build)."""
+    command = [str(chorus_run_path()), "-n", str(ranks), "--", str(program), *args]
+    return _finish(command, _env(env), timeout)
+
+
+def built_program(relative: str) -> Path:
+    """A program of the C++ build (build/ or $CHORUS_BUILD_DIR), e.g. "examples/npz_cat"."""
+    return ROOT / os.environ.get("CHORUS_BUILD_DIR", "build") / relative
+
+
 def run_torchrun(ranks: int, worker: str, *args: str, timeout: float = 300, env: Optional[dict] = None
                  ) -> subprocess.CompletedProcess:
     """python -m torch.distributed.run --nproc-per-node RANKS workers/WORKER ARGS."""

@@ -17,7 +17,7 @@
 // [0.5, 0.99], drawn per member from --seed (C++'s generator: not the
 // Python script's draws). Rank 0 prints each member's AUC and
 // hyper-parameters every epoch and what was copied; --csv writes the Python
-// script's columns (examples/python/plot_pbt.py draws them); --dump FILE
+// script's columns (examples/python/jets_table.py plots them); --dump FILE
 // writes every rank's member and state (weights, then momentum) as .npz.
 #include <chorus/chorus.hpp>
 
@@ -132,20 +132,7 @@ struct member {
   }
 
   void epoch(int number, const jets::sample& data) {
-    const torch::Tensor mine =
-        jets::epoch_order(data.train_labels.size(0), config.seed, number).slice(0, comm.rank(), {}, comm.size());
-    const std::vector<std::span<float>> gradients = tensors.gradients();
-    for (std::int64_t step = 0; step < data.train_labels.size(0) / comm.size() / config.batch; ++step) {
-      const torch::Tensor chosen_rows = mine.slice(0, step * config.batch, (step + 1) * config.batch);
-      scheme.step(
-          [&] {
-            tensors.zero_gradients();
-            const torch::Tensor logits = model.forward(data.train_inputs.index_select(0, chosen_rows)).flatten();
-            torch::binary_cross_entropy_with_logits(logits, data.train_labels.index_select(0, chosen_rows)).backward();
-            tensors.check_gradients_in_place(gradients);
-          },
-          [&] { sgd.step(); });
-    }
+    jets::train_epoch(scheme, model, tensors, sgd, data, {comm.rank(), comm.size(), config.batch, config.seed}, number);
   }
 
   torch::Tensor& momentum_of(const torch::Tensor& p) {

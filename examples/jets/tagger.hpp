@@ -230,4 +230,35 @@ struct tensors {
   }
 };
 
+// Who trains on what: this rank of `ranks` takes every ranks-th example of
+// the epoch's order, `batch` at a time.
+struct slice {
+  int rank = 0, ranks = 1;
+  std::int64_t batch = 128, seed = 0;
+  std::int64_t steps(const sample& data) const { return data.train_labels.size(0) / ranks / batch; }
+};
+
+// One data-parallel epoch, each batch through the scheme's step(): the
+// gradient (binary cross-entropy on the logits), then the optimiser's step.
+// Returns the examples this rank trained on.
+template <class Scheme>
+std::int64_t train_epoch(Scheme& scheme, network& model, tensors& held, torch::optim::Optimizer& optimiser,
+                         const sample& data, const slice& mine, int epoch) {
+  const torch::Tensor order =
+      epoch_order(data.train_labels.size(0), mine.seed, epoch).slice(0, mine.rank, {}, mine.ranks);
+  const std::vector<std::span<float>> gradients = held.gradients();
+  for (std::int64_t step = 0; step < mine.steps(data); ++step) {
+    const torch::Tensor chosen = order.slice(0, step * mine.batch, (step + 1) * mine.batch);
+    scheme.step(
+        [&] {
+          held.zero_gradients();
+          const torch::Tensor logits = model.forward(data.train_inputs.index_select(0, chosen)).flatten();
+          torch::binary_cross_entropy_with_logits(logits, data.train_labels.index_select(0, chosen)).backward();
+          held.check_gradients_in_place(gradients);
+        },
+        [&] { optimiser.step(); });
+  }
+  return mine.steps(data) * mine.batch;
+}
+
 }  // namespace jets

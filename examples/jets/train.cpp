@@ -110,28 +110,8 @@ struct trainer {
         tensors(model),
         sgd(tensors.parameters, torch::optim::SGDOptions(s.learning_rate).momentum(0.9).nesterov(true)) {}
 
-  std::int64_t steps_per_epoch() const { return data.train_labels.size(0) / comm.size() / config.batch; }
+  jets::slice mine() const { return {comm.rank(), comm.size(), config.batch, config.seed}; }
   double wall() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); }
-
-  // One pass over this rank's slice of the shuffled training set.
-  template <class Scheme>
-  void epoch(Scheme& scheme, int number) {
-    const torch::Tensor mine =
-        jets::epoch_order(data.train_labels.size(0), config.seed, number).slice(0, comm.rank(), {}, comm.size());
-    const std::vector<std::span<float>> gradients = tensors.gradients();
-    for (std::int64_t step = 0; step < steps_per_epoch(); ++step) {
-      const torch::Tensor chosen = mine.slice(0, step * config.batch, (step + 1) * config.batch);
-      scheme.step(
-          [&] {
-            tensors.zero_gradients();
-            const torch::Tensor logits = model.forward(data.train_inputs.index_select(0, chosen)).flatten();
-            torch::binary_cross_entropy_with_logits(logits, data.train_labels.index_select(0, chosen)).backward();
-            tensors.check_gradients_in_place(gradients);
-          },
-          [&] { sgd.step(); });
-      samples += static_cast<std::uint64_t>(config.batch);
-    }
-  }
 
   // Rank 0's figures for the parameters given (the model's own when empty).
   jets::figures evaluate(const std::vector<float>& held) {
@@ -173,9 +153,9 @@ struct trainer {
           "jet tagger (%s, C++ LibTorch): %d ranks, scheme %s/%s, %d epochs of %lld steps, %lld jets held "
           "out\n",
           config.model.c_str(), comm.size(), config.scheme.c_str(), config.codec.c_str(), config.epochs,
-          static_cast<long long>(steps_per_epoch()), static_cast<long long>(data.test_labels.size(0)));
+          static_cast<long long>(mine().steps(data)), static_cast<long long>(data.test_labels.size(0)));
     for (int number = 0; number < config.epochs; ++number) {
-      epoch(scheme, number);
+      samples += static_cast<std::uint64_t>(jets::train_epoch(scheme, model, tensors, sgd, data, mine(), number));
       if (comm.rank() == 0) report(std::to_string(number + 1), evaluate(held()), scheme.stats().bytes_sent);
     }
     const double trained = wall();

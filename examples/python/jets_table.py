@@ -20,6 +20,7 @@ import argparse
 import csv
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,12 @@ from train_jet_tagger import rejection_at, roc_auc  # noqa: E402
 SCHEMES = ["allreduce", "local", "dpsgd", "dpsgd-window", "easgd-sync", "easgd", "gosgd", "one-sided-gossip",
            "tree-easgd"]
 CODECS = ["fp16", "bf16", "int8", "onebit"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class Run:
@@ -59,7 +66,7 @@ class Run:
         flag = "--hook" if self.scheme == "ddp" else "--codec"
         compression = [] if self.compression == "none" else [flag, self.compression]
         return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(self.ranks),
-                "--master-port", str(29500 + os.getpid() % 1000), str(HERE / "train_jet_tagger.py"),
+                "--master-port", str(free_port()), str(HERE / "train_jet_tagger.py"),
                 "--scheme", self.scheme, *compression, *common]
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -212,6 +214,33 @@ def test_the_cpp_tagger_agrees_with_the_python_one(cpp_programs, training_sample
     ours, theirs = epoch_aucs(cpp.stdout), epoch_aucs(python.stdout)
     assert len(ours) == len(theirs) == 3
     assert np.abs(np.array(ours) - np.array(theirs)).max() <= 0.005, (ours, theirs)
+
+
+TABLE = ROOT / "examples" / "python" / "jets_table.py"
+
+
+def test_the_table_script_end_to_end(cpp_programs, training_sample, tmp_path):
+    """jets_table.py on the small sample, a few of its runs: the table has their rows, the plots are drawn,
+    and the figures agree as they must: two ranks at the same global batch train the same optimisation as
+    one (AUC within 0.005), and the C++ run the Python one's."""
+    docs = tmp_path / "docs" / "jets-results.md"
+    done = subprocess.run([sys.executable, str(TABLE), "--data", str(training_sample), "--ranks", "1", "2",
+                           "--epochs", "2", "--only", "python-.-ddp-none|cpp-.-allreduce-none|cpp-2-dpsgd-none",
+                           "--members", "2", "--search-epochs", "2", "--out", str(tmp_path / "out"), "--docs",
+                           str(docs)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-6000:]
+    rows = [line.split(" | ") for line in docs.read_text().splitlines() if line.startswith("| 1 |")
+            or line.startswith("| 2 |")]
+    aucs = {(r[0][2:], r[1], r[2]): float(r[3]) for r in rows}
+    assert set(aucs) == {("1", "Python", "DDP"), ("1", "C++ LibTorch", "allreduce"), ("2", "Python", "DDP"),
+                         ("2", "C++ LibTorch", "allreduce"), ("2", "C++ LibTorch", "dpsgd")}, aucs
+    single = aucs[("1", "Python", "DDP")]
+    assert single > AUC_THRESHOLD
+    assert all(abs(auc - single) <= 0.005 for auc in aucs.values()), aucs
+    searches = [line for line in docs.read_text().splitlines() if "| pbt |" in line or "| random |" in line]
+    assert len(searches) == 4, docs.read_text()
+    for image in ("jets_roc", "jets_time_to_auc", "jets_search_python", "jets_search_cpp"):
+        assert (docs.parent / "images" / f"{image}.png").stat().st_size > 10000, image
 
 
 PBT = ROOT / "examples" / "python" / "pbt_jet_tagger.py"

@@ -118,7 +118,9 @@ def run_all(o: argparse.Namespace, build: Path) -> None:
 
 
 def search(o: argparse.Namespace, build: Path) -> None:
-    """PBT and random search, 4 members of one rank each, in both languages."""
+    """PBT and random search, --members members of one rank each, in both languages (none at 0 epochs)."""
+    if o.search_epochs <= 0:
+        return
     for trainer in ("python", "cpp"):
         for mode in ("pbt", "random"):
             out = o.out / f"search-{trainer}-{mode}.csv"
@@ -190,6 +192,8 @@ def search_table(o: argparse.Namespace) -> str:
             if not path.exists():
                 continue
             rows = rows_of(path)
+            if not rows:
+                continue
             last_epoch = max(int(r["epoch"]) for r in rows)
             last = [r for r in rows if int(r["epoch"]) == last_epoch]
             best = max(last, key=lambda r: float(r["auc"]))

@@ -1,5 +1,6 @@
 # Finds what chorus needs (UCX, Boost headers, threads) and what it can use
-# (CUDA, NCCL), honouring CHORUS_WITH_CUDA / CHORUS_WITH_NCCL = AUTO|ON|OFF.
+# (CUDA, NCCL, PMIx, SimGrid), honouring CHORUS_WITH_CUDA, _NCCL, _PMIX and
+# _SIMGRID = AUTO|ON|OFF.
 find_package(Threads REQUIRED)
 find_package(ucx REQUIRED CONFIG)
 find_package(Boost 1.70 REQUIRED CONFIG COMPONENTS headers)
@@ -11,6 +12,31 @@ function(chorus_check_switch name)
 endfunction()
 chorus_check_switch(CHORUS_WITH_CUDA)
 chorus_check_switch(CHORUS_WITH_NCCL)
+chorus_check_switch(CHORUS_WITH_PMIX)
+chorus_check_switch(CHORUS_WITH_SIMGRID)
+
+# chorus_optional_package(SWITCH MODULE PREFIX RESULT): whether pkg-config
+# finds MODULE (its target PkgConfig::PREFIX), honouring SWITCH (AUTO|ON|OFF).
+function(chorus_optional_package switch module prefix result)
+  set(found OFF)
+  if(NOT ${switch} STREQUAL "OFF")
+    find_package(PkgConfig QUIET)
+    if(PkgConfig_FOUND)
+      pkg_check_modules(${prefix} QUIET IMPORTED_TARGET GLOBAL ${module})
+      set(found ${${prefix}_FOUND})
+    endif()
+    if(${switch} STREQUAL "ON" AND NOT found)
+      message(FATAL_ERROR "${switch}=ON but ${module} was not found (pkg-config ${module})")
+    endif()
+  endif()
+  set(${result} ${found} PARENT_SCOPE)
+endfunction()
+
+# PMIx (Debian's libpmix-dev): the launchers' bootstrap (bootstrap/pmix.hpp).
+# Without it chorus starts from its store alone.
+chorus_optional_package(CHORUS_WITH_PMIX pmix PMIX CHORUS_HAVE_PMIX)
+# SimGrid (Debian's libsimgrid-dev): the simulated transport (sim/).
+chorus_optional_package(CHORUS_WITH_SIMGRID simgrid SIMGRID CHORUS_HAVE_SIMGRID)
 
 set(CHORUS_HAVE_CUDA OFF)
 if(NOT CHORUS_WITH_CUDA STREQUAL "OFF")
@@ -36,4 +62,5 @@ endif()
 if(CHORUS_WITH_NCCL STREQUAL "ON" AND NOT CHORUS_HAVE_NCCL)
   message(FATAL_ERROR "CHORUS_WITH_NCCL=ON but NCCL (and CUDA) were not found")
 endif()
-message(STATUS "chorus: CUDA ${CHORUS_HAVE_CUDA}, NCCL ${CHORUS_HAVE_NCCL}")
+message(STATUS "chorus: CUDA ${CHORUS_HAVE_CUDA}, NCCL ${CHORUS_HAVE_NCCL}, PMIx ${CHORUS_HAVE_PMIX}, "
+               "SimGrid ${CHORUS_HAVE_SIMGRID}")

@@ -5,7 +5,7 @@
 #include <vector>
 
 int main() {
-  chorus::communicator comm = chorus::init();  // rank, size, store from the environment
+  chorus::communicator comm = chorus::init();  // rank, size, peers: from PMIx or the environment
   std::vector<float> grads(1 << 20, float(comm.rank()));
   const chorus::algorithm ran = chorus::allreduce(comm, grads, chorus::op::avg{});  // chosen by size and ranks
   std::vector<float> weights(1000, float(comm.rank()));

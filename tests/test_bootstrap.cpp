@@ -1,6 +1,7 @@
 // The rendezvous store (protocol, token, limits, timeouts) and rank
 // discovery from the environment.
 #include <chorus/bootstrap/environment.hpp>
+#include <chorus/bootstrap/pmix.hpp>
 #include <chorus/bootstrap/store_client.hpp>
 #include <chorus/bootstrap/store_server.hpp>
 #include <chorus/bootstrap/store_session.hpp>
@@ -20,8 +21,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -268,9 +271,23 @@ TEST_CASE("store: the host can wait for its clients to leave") {
   CHECK(host.wait_until_no_clients(3000ms));
 }
 
+namespace chorus_test {
+// This process's resident memory (VmRSS), in bytes.
+inline std::size_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+}  // namespace chorus_test
+
 namespace {
 
-const char* const launch_variables[] = {"CHORUS_RANK",
+const char* const launch_variables[] = {"CHORUS_BOOTSTRAP",
+                                        "PMIX_RANK",
+                                        "PMIX_NAMESPACE",
+                                        "CHORUS_JOIN",
+                                        "CHORUS_RANK",
                                         "CHORUS_SIZE",
                                         "CHORUS_ADDR",
                                         "CHORUS_TOKEN",
@@ -345,6 +362,50 @@ TEST_CASE("discovery: each launcher's variables, first match wins") {
     CHECK(info.size == 8);
     CHECK(info.store->host == "10.1.2.3");
     CHECK(info.store->port == 29500);
+  }
+}
+
+TEST_CASE("discovery: CHORUS_BOOTSTRAP takes PMIx under a PMIx server, the store otherwise or when told") {
+  clean_environment scope;
+  ::setenv("CHORUS_ADDR", "10.1.2.3:29500", 1);
+  ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);  // mpirun sets both its own variables and PMIx's
+  ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  ::setenv("PMIX_RANK", "1", 1);
+  ::setenv("PMIX_NAMESPACE", "job-7", 1);
+  CHECK(chorus::pmix::built_in() == chorus::bootstrap::pmix_usable());
+  SUBCASE("auto: PMIx where it is built in, else mpirun's variables and the store") {
+    const auto info = chorus::bootstrap::discover();
+    CHECK(info.pmix == chorus::pmix::built_in());
+    if (!info.pmix) CHECK(info.size == 4);
+  }
+  SUBCASE("auto: chorus-run's variables win over a PMIx server around it") {
+    ::setenv("CHORUS_RANK", "0", 1);
+    ::setenv("CHORUS_SIZE", "2", 1);
+    const auto info = chorus::bootstrap::discover();
+    CHECK_FALSE(info.pmix);
+    CHECK(info.size == 2);
+  }
+  SUBCASE("store, when told") {
+    ::setenv("CHORUS_BOOTSTRAP", "store", 1);
+    const auto info = chorus::bootstrap::discover();
+    CHECK_FALSE(info.pmix);
+    CHECK(info.rank == 1);
+    CHECK(info.size == 4);
+  }
+  SUBCASE("pmix, when told, even without a server: connect() says what is missing") {
+    ::setenv("CHORUS_BOOTSTRAP", "pmix", 1);
+    ::unsetenv("PMIX_RANK");
+    CHECK(chorus::bootstrap::discover().pmix);
+    chorus_test::expect_error([] { chorus::pmix::open_session(); }, chorus::errc::unavailable,
+                              chorus::pmix::built_in() ? "was not started by a PMIx server" : "built without PMIx");
+  }
+  SUBCASE("torch is the Python backend's; a misspelt source is named") {
+    ::setenv("CHORUS_BOOTSTRAP", "torch", 1);
+    chorus_test::expect_error([] { chorus::bootstrap::discover(); }, chorus::errc::invalid_argument,
+                              "CHORUS_BOOTSTRAP=torch is for init_process_group");
+    ::setenv("CHORUS_BOOTSTRAP", "pmi", 1);
+    chorus_test::expect_error([] { chorus::bootstrap::discover(); }, chorus::errc::invalid_argument,
+                              "CHORUS_BOOTSTRAP");
   }
 }
 
@@ -495,6 +556,69 @@ TEST_CASE("store: keeps accepting after running out of file descriptors") {
   store::client later(options);
   later.set("after", "the storm");
   CHECK(later.get("after") == "the storm");
+}
+
+TEST_CASE("store: 1,000 clients start a job the way init() does, with no wedge and bounded memory") {
+  // Each client is a rank: it publishes its address, rank 0 reads them all
+  // and publishes the host table, every other rank waits for that one key
+  // (comm/connect.hpp). O(n) requests in all; every client's connection is
+  // open at once, as at a real start-up.
+  const int clients = 1000;
+  rlimit files{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &files) == 0);
+  if (files.rlim_cur < 2 * clients + 64 && files.rlim_max >= 2 * clients + 64) {
+    files.rlim_cur = 2 * clients + 64;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &files) == 0);
+  }
+  if (files.rlim_cur < 2 * clients + 64) {
+    MESSAGE("skipped: 1,000 clients need 2,064 file descriptors, the hard limit is ", files.rlim_max);
+    return;
+  }
+  store::server host(server_settings());
+  const std::size_t rss_before = chorus_test::resident_bytes();
+  std::vector<std::unique_ptr<store::client>> joined(clients);
+  std::atomic<int> wrong{0}, failed{0};
+  const auto started = std::chrono::steady_clock::now();
+  {
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < clients; ++rank)
+      ranks.emplace_back([&, rank] {
+        try {
+          store::client_options options = client_settings(host);
+          options.timeout = 120000ms;
+          joined[static_cast<std::size_t>(rank)] = std::make_unique<store::client>(options);
+          store::client& store = *joined[static_cast<std::size_t>(rank)];
+          store.set("chorus/address/" + std::to_string(rank), std::string(300, static_cast<char>('a' + rank % 26)));
+          if (rank == 0) {
+            for (int peer = 0; peer < clients; ++peer)
+              if (store.wait("chorus/address/" + std::to_string(peer)) !=
+                  std::string(300, static_cast<char>('a' + peer % 26)))
+                ++wrong;
+            store.set("chorus/hosts", "0*1000");
+          } else if (store.wait("chorus/hosts") != "0*1000") {
+            ++wrong;
+          }
+        } catch (const chorus::error& failure) {
+          ++failed;
+          MESSAGE(failure.what());
+        }
+      });
+    for (std::thread& rank : ranks) rank.join();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const std::size_t rss_during = chorus_test::resident_bytes();
+  CHECK(failed == 0);
+  CHECK(wrong == 0);
+  // What the server keeps: 1,000 values of 300 bytes and a session each;
+  // the rest is this test's own threads and clients. Bounded well below
+  // what a leak per request (2,000 requests and more) would show.
+  const double megabytes = static_cast<double>(rss_during - std::min(rss_during, rss_before)) / (1 << 20);
+  MESSAGE("1,000 clients: start-up pattern in ", seconds, " s, resident memory grew ", megabytes, " MiB");
+  CHECK(megabytes < 256);
+  for (auto& client : joined)
+    if (client) client->leave();
+  joined.clear();
+  CHECK(host.wait_until_no_clients(30000ms));
 }
 
 // --- The protocol without sockets (what the fuzz target drives) -------------

@@ -1067,18 +1067,18 @@ TEST_CASE("wire-tag phases: every algorithm at 37 ranks, and a call that needs m
                            return v != std::int64_t{n} * (n + 1) / 2;
                          })));
 
-        // The 16-bit step field holds 65536 steps per call; asking for more is
+        // The 19-bit step field holds 524288 steps per call; asking for more is
         // an error naming the phase, on every rank, before anything is sent.
         chorus::collective::exchange ex(comm, "phase test");
-        const auto most = ex.phase(65000, "most");
+        const auto most = ex.phase(524000, "most");
         expect_error(
-            [&] { ex.phase(537, "too many"); }, chorus::errc::invalid_argument,
-            "phase 'too many' needs 537 wire-tag steps, but only 536 of 65536 are left in this call (37 ranks)");
-        const auto rest = ex.phase(536, "rest");
-        CHECK(most(64999) + 1 == rest(0));
-        CHECK(rest(535) == chorus::tag::max_step);
-        expect_error([&] { (void)rest(536); }, chorus::errc::invalid_argument, "step 536 is outside phase 'rest'");
-        expect_error([&] { ex.phase(1, "one more"); }, chorus::errc::invalid_argument, "only 0 of 65536 are left");
+            [&] { ex.phase(289, "too many"); }, chorus::errc::invalid_argument,
+            "phase 'too many' needs 289 wire-tag steps, but only 288 of 524288 are left in this call (37 ranks)");
+        const auto rest = ex.phase(288, "rest");
+        CHECK(most(523999) + 1 == rest(0));
+        CHECK(rest(287) == chorus::tag::max_step);
+        expect_error([&] { (void)rest(288); }, chorus::errc::invalid_argument, "step 288 is outside phase 'rest'");
+        expect_error([&] { ex.phase(1, "one more"); }, chorus::errc::invalid_argument, "only 0 of 524288 are left");
       },
       quick());
   results.report();

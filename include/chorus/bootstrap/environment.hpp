@@ -1,7 +1,14 @@
 // Who am I in this job? Rank, size and the rendezvous address, read from the
 // environment that a launcher left.
 //
-// Sources, first match wins:
+// CHORUS_BOOTSTRAP chooses the source: `pmix` (the launcher's PMIx server:
+// rank, size, placement and the address exchange; bootstrap/pmix.hpp),
+// `store` (the variables below and the rendezvous store), `auto` (the
+// default: PMIx when the process runs under a PMIx server, chorus was built
+// with it and CHORUS_RANK is unset, else store). `torch` is the Python
+// backend's: torch's store tells where chorus's store is.
+//
+// The store's sources, first match wins:
 //   CHORUS_RANK / CHORUS_SIZE           (chorus-run, or set by hand)
 //   OMPI_COMM_WORLD_RANK / _SIZE        (Open MPI's mpirun)
 //   PMI_RANK / PMI_SIZE                 (MPICH Hydra, Intel MPI)
@@ -19,6 +26,7 @@
 #include <chorus/core/error.hpp>
 #include <chorus/transport/transport.hpp>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -70,7 +78,18 @@ struct launch_info {
   std::string source = "single rank";  // which variables told us
   std::optional<store_rendezvous> rendezvous;
   bool joining = false;  // joins a running job: `rank` is assigned at connect()
+  bool pmix = false;     // rank, size and addresses come from PMIx at connect()
 };
+
+// Whether `auto` finds a PMIx server to use (pmix.hpp's server_present,
+// without its header: this one stays free of PMIx).
+inline bool pmix_usable() {
+#if defined(CHORUS_HAVE_PMIX)
+  return env::get("PMIX_RANK").has_value() && env::get("PMIX_NAMESPACE").has_value();
+#else
+  return false;
+#endif
+}
 
 namespace detail {
 
@@ -98,8 +117,22 @@ inline int local_size(int size) {
 
 }  // namespace detail
 
+inline constexpr std::array<std::string_view, 4> bootstrap_choices{"auto", "pmix", "store", "torch"};
+
 inline launch_info discover() {
   launch_info info;
+  const std::size_t bootstrap = env::get_choice("CHORUS_BOOTSTRAP", bootstrap_choices).value_or(0);
+  if (bootstrap == 3)
+    throw error(errc::invalid_argument,
+                "CHORUS_BOOTSTRAP=torch is for init_process_group(\"chorus\"); init() takes pmix, store or auto",
+                {-1, -1, "bootstrap"});
+  const bool chorus_run = env::get("CHORUS_RANK").has_value() || env::get("CHORUS_JOIN").has_value();
+  if (bootstrap == 1 || (bootstrap == 0 && !chorus_run && pmix_usable())) {
+    info.pmix = true;  // connect() opens the session: it says what is missing, if anything
+    info.source = "PMIx";
+    info.token = env::get("CHORUS_TOKEN").value_or("");
+    return info;
+  }
   if (env::get_integer("CHORUS_JOIN", 0, 1).value_or(0) == 1) {
     const auto size = env::get_integer("CHORUS_SIZE", 1, transport::max_ranks);
     if (!size) throw error(errc::invalid_argument, "CHORUS_JOIN=1 needs CHORUS_SIZE, the running job's size");

@@ -11,8 +11,11 @@
 
 #include <chorus/bootstrap/store_protocol.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +63,60 @@ class connection {
   virtual void join_as(int rank) = 0;
   // The rank is done with the store and goes cleanly; bounded, never throws.
   virtual void leave() noexcept = 0;
+};
+
+// A joined store that several threads of a rank may use: one request at a
+// time (the client is one connection, and a rank's first exchange with a
+// peer may look its address up from a progress thread while the caller
+// splits a communicator). A long wait is asked in slices of `wait_slice`
+// (the server answers each at its own deadline), so it holds the others
+// off for a slice at most, not for the whole wait.
+class serialized final : public connection {
+ public:
+  explicit serialized(std::unique_ptr<connection> inner) : inner_(std::move(inner)) {}
+  std::chrono::milliseconds timeout() const noexcept override { return inner_->timeout(); }
+  void set(std::string_view key, std::string_view value) override {
+    std::lock_guard lock(mutex_);
+    inner_->set(key, value);
+  }
+  std::optional<std::string> get(std::string_view key) override {
+    std::lock_guard lock(mutex_);
+    return inner_->get(key);
+  }
+  static constexpr std::chrono::milliseconds wait_slice{100};
+
+  std::string wait(std::string_view key, std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      try {
+        std::lock_guard lock(mutex_);
+        return inner_->wait(key, std::clamp(left, std::chrono::milliseconds{0}, wait_slice));
+      } catch (const error& failure) {
+        if (failure.category() != errc::timeout) throw;
+        if (left > wait_slice) continue;
+        throw error(errc::timeout, "key did not appear within " + std::to_string(timeout.count()) + " ms",
+                    {failure.rank(), failure.peer(), failure.operation()});
+      }
+    }
+  }
+  std::int64_t add(std::string_view key, std::int64_t delta) override {
+    std::lock_guard lock(mutex_);
+    return inner_->add(key, delta);
+  }
+  void join_as(int rank) override {
+    std::lock_guard lock(mutex_);
+    inner_->join_as(rank);
+  }
+  void leave() noexcept override {
+    std::lock_guard lock(mutex_);
+    inner_->leave();
+  }
+
+ private:
+  std::unique_ptr<connection> inner_;
+  std::mutex mutex_;
 };
 
 // A store this process serves, on its own thread, until destroyed.

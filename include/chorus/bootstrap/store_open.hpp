@@ -27,6 +27,34 @@ CHORUS_RUNTIME_API std::unique_ptr<host> host_store(server_options options);
 // authenticates with the job's token.
 CHORUS_RUNTIME_API std::unique_ptr<connection> join_store(client_options options);
 
+// A store joined on its first request, not before: under PMIx start-up
+// needs none (comm/connect.hpp), and only what needs a job-wide key-value
+// store later (a communicator id for split, an NCCL id, a joiner) connects
+// to rank 0's. Leaving one never joined does nothing.
+class joined_on_first_use final : public connection {
+ public:
+  explicit joined_on_first_use(client_options options) : options_(std::move(options)) {}
+  std::chrono::milliseconds timeout() const noexcept override { return options_.timeout; }
+  void set(std::string_view key, std::string_view value) override { joined().set(key, value); }
+  std::optional<std::string> get(std::string_view key) override { return joined().get(key); }
+  std::string wait(std::string_view key, std::chrono::milliseconds timeout) override {
+    return joined().wait(key, timeout);
+  }
+  std::int64_t add(std::string_view key, std::int64_t delta) override { return joined().add(key, delta); }
+  void join_as(int rank) override { joined().join_as(rank); }
+  void leave() noexcept override {
+    if (inner_) inner_->leave();
+  }
+
+ private:
+  connection& joined() {
+    if (!inner_) inner_ = join_store(options_);
+    return *inner_;
+  }
+  client_options options_;
+  std::unique_ptr<connection> inner_;
+};
+
 }  // namespace chorus::store
 
 #if !defined(CHORUS_SEPARATE_RUNTIME)

@@ -45,6 +45,10 @@
 #include <type_traits>
 #include <vector>
 
+namespace chorus::pmix {
+class session;  // bootstrap/pmix.hpp: only connect() needs its definition
+}  // namespace chorus::pmix
+
 namespace chorus {
 
 using transport::receive_kind;
@@ -74,6 +78,7 @@ struct world_state {
   settings config;
   std::unique_ptr<store::host> store_host;   // when this rank hosts the store
   std::unique_ptr<store::connection> store;  // null in a single-rank job
+  std::shared_ptr<pmix::session> pmix;       // when PMIx started the job (bootstrap/pmix.hpp)
   std::shared_ptr<T> transport;
   std::uint32_t local_ids = 0;  // id source when there is no store
   std::mutex background_mutex;
@@ -114,7 +119,9 @@ struct world_state {
     if (failing && transport) transport->abandon();
     background.reset();  // finishes queued collectives while the transport lives
     progress.reset();
-    if (journal) record::write_trace(*journal);  // CHORUS_TRACE: every call has ended
+    if (journal) record::write_trace(*journal);                          // CHORUS_TRACE: every call has ended
+    if constexpr (requires(T& t) { t.look_up_contacts_with(nullptr); })  // the lookup reads this store
+      if (transport) transport->look_up_contacts_with(nullptr);
     if (store && !failing) store->leave();
     store.reset();
     if (store_host && !failing) store_host->wait_until_no_clients(config.timeout);
@@ -276,7 +283,7 @@ class basic_communicator {
     return transport().irecv(peer_world_rank(peer, "recv"), wire, data, kind);
   }
 
-  // Typed point-to-point; `user_tag` in [0, 65535] separates streams. A
+  // Typed point-to-point; `user_tag` in [0, tag::max_step] separates streams. A
   // receive posted ahead for a message that may never come (a scheme's
   // gossip, a server's next request) is `receive_kind::standing`: its
   // peer's death or departure then fails only a wait or test on it; so

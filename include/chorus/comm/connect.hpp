@@ -5,8 +5,14 @@
 //
 // Steps: resolve settings; host the store if this is rank 0 and no launcher
 // does; join the store; create the UCX context and worker; publish this
-// worker's address; fetch every peer's address and create endpoints; finish
-// with a barrier so that every rank is known to be reachable.
+// worker's address; learn the host table (rank 0 reads every address and
+// publishes which ranks share a host; the others read that one value and
+// the addresses of their own host's ranks, whose processes they watch);
+// finish with a barrier so that every rank is known to be reachable.
+// Endpoints are made on a peer's first use (transport/ucx_transport.hpp),
+// from the addresses in the store: O(n) store requests in all, not O(n^2),
+// and O(1) or O(log n) endpoints per rank for a ring or a tree, not n.
+// CHORUS_CONNECT=eager makes every endpoint before the barrier instead.
 //
 // A process started with CHORUS_JOIN=1 joins a running job instead: it
 // takes the next rank above the job's (an atomic add in the store, up to
@@ -18,12 +24,19 @@
 #pragma once
 
 #include <chorus/bootstrap/environment.hpp>
+#include <chorus/bootstrap/pmix.hpp>
 #include <chorus/bootstrap/store_open.hpp>
+#include <chorus/bootstrap/token.hpp>
 #include <chorus/comm/options.hpp>
 #include <chorus/comm/ucx_communicator.hpp>
 #include <chorus/core/log.hpp>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,6 +50,7 @@ namespace detail {
 
 inline constexpr std::string_view capacity_key = "chorus/capacity";  // ranks the job can reach: size + joiners
 inline constexpr std::string_view joiners_key = "chorus/joiners";    // processes that took a rank by joining
+inline constexpr std::string_view hosts_key = "chorus/hosts";        // the host table (host_layout.hpp's text)
 
 inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
   if (info.size == 1 && !info.store) return;
@@ -63,7 +77,7 @@ inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::
   joining.token = info.token;
   joining.timeout = world.config.timeout;
   joining.rank = info.rank;
-  world.store = store::join_store(std::move(joining));
+  world.store = std::make_unique<store::serialized>(store::join_store(std::move(joining)));
   if (info.joining) return;         // a joiner's death is its own (admission.hpp)
   world.store->join_as(info.rank);  // a death before the job is complete fails the others' waits at once
 }
@@ -92,33 +106,144 @@ inline const std::string& publish_address(world_state<ucx::ucx_transport>& world
   return world.introduction;
 }
 
+// A rank's introduction as the transport takes it.
+inline ucx::peer_contact contact_of(const std::string& introduction, int rank, int peer) {
+  const auto parts = parse_introduction(introduction);
+  if (!parts)
+    throw error(errc::mismatch, "the address rank " + std::to_string(peer) + " published does not parse",
+                {rank, peer, "connect"});
+  return {parts->process, std::string(reinterpret_cast<const char*>(parts->address.data()), parts->address.size())};
+}
+
+// Rank 0 reads every rank's introduction and publishes the host table; the
+// others wait for the table. Every address is in before the table, so
+// before any endpoint is made: a rank that died during start-up is the
+// store's peer_failure naming it on every rank, not a failed connect to a
+// survivor that gave up on it first.
+inline std::vector<int> learn_hosts(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
+  store::connection& store = *world.store;
+  if (info.rank == 0) {
+    std::vector<std::string> host_keys(static_cast<std::size_t>(info.size));
+    for (int peer = 0; peer < info.size; ++peer)
+      host_keys[static_cast<std::size_t>(peer)] =
+          contact_of(peer == 0 ? world.introduction : store.wait(address_key(peer)), info.rank, peer).process.host;
+    std::vector<int> hosts = number_hosts(host_keys, world.config.ranks_per_host);
+    store.set(hosts_key, encode_hosts(hosts));
+    return hosts;
+  }
+  auto hosts = decode_hosts(store.wait(hosts_key), info.size);
+  if (!hosts) throw error(errc::mismatch, "the host table rank 0 published does not parse", {info.rank, 0, "connect"});
+  return std::move(*hosts);
+}
+
 // Each rank publishes "<process identity>\n<UCX worker address>", so a peer
 // on the same host can watch its process (see transport/peer_process.hpp).
-// Every address is in before the first endpoint is made: a rank that died
-// during start-up is then the store's peer_failure naming it on every
-// rank, not a failed connect to a survivor that gave up on it first.
+// The ranks of this host are watched from the start (a shared-memory
+// collective waits on them without the network, so no endpoint would see
+// them die); every other peer is watched and connected on first use.
 inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
   ucx::ucx_transport& transport = *world.transport;
-  const auto own = transport.address();
   if (!world.store) {
-    transport.connect(0, own);
+    transport.connect(0, transport.address());
     return;
   }
-  std::vector<std::string> host_keys(static_cast<std::size_t>(info.size));
-  const std::string& published = publish_address(world, info.rank);
-  std::vector<std::string> values(static_cast<std::size_t>(info.size));
+  publish_address(world, info.rank);
+  world.hosts = learn_hosts(world, info);
+  const int host = world.hosts[static_cast<std::size_t>(info.rank)];
   for (int peer = 0; peer < info.size; ++peer)
-    values[static_cast<std::size_t>(peer)] = peer == info.rank ? published : world.store->wait(address_key(peer));
-  for (int peer = 0; peer < info.size; ++peer) {
-    const auto parts = parse_introduction(values[static_cast<std::size_t>(peer)]);
-    if (!parts)
-      throw error(errc::mismatch, "the address rank " + std::to_string(peer) + " published does not parse",
-                  {info.rank, peer, "connect"});
-    host_keys[static_cast<std::size_t>(peer)] = parts->process.host;
-    transport.watch_process(peer, parts->process);  // first: failing to reach a dead peer is its failure
-    transport.connect(peer, parts->address);
+    if (peer != info.rank && world.hosts[static_cast<std::size_t>(peer)] == host)
+      transport.watch_process(peer, contact_of(world.store->wait(address_key(peer)), info.rank, peer).process);
+  transport.look_up_contacts_with([&world, rank = info.rank, size = info.size](int peer) {
+    std::optional<ucx::peer_contact> contact;
+    if (peer < size && world.store) contact = contact_of(world.store->wait(address_key(peer)), rank, peer);
+    return contact;  // a rank above the job's joins later: admitted, not looked up
+  });
+  if (world.config.eager_connect)
+    for (int peer = 0; peer < info.size; ++peer) transport.ensure_endpoint(peer);
+}
+
+// The address other hosts reach this one at: CHORUS_ADDR's host when set,
+// else the first IPv4 address that is not loopback, else loopback.
+inline std::string reachable_host() {
+  if (const auto given = env::get("CHORUS_ADDR")) return bootstrap::parse_address(*given).host;
+  std::string found = "127.0.0.1";
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return found;
+  for (const ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET) continue;
+    const auto* ip = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr);
+    if ((ntohl(ip->sin_addr.s_addr) >> 24) == 127) continue;
+    char text[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &ip->sin_addr, text, sizeof text) != nullptr) {
+      found = text;
+      break;
+    }
   }
-  world.hosts = number_hosts(host_keys, world.config.ranks_per_host);
+  freeifaddrs(list);
+  return found;
+}
+
+// Start-up under PMIx: every rank puts its introduction, rank 0 also where
+// its store listens (for what needs one later: joined on first use); one
+// fence; then the host table from PMIx's node ids and the contacts of
+// peers, all read from this node's PMIx server. No store request.
+inline void exchange_through_pmix(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
+  ucx::ucx_transport& transport = *world.transport;
+  pmix::session& pmix = *world.pmix;
+  const auto own = transport.address();
+  world.introduction = transport::process_identity::self().encode() + "\n";
+  world.introduction.append(reinterpret_cast<const char*>(own.data()), own.size());
+  pmix.put("address", world.introduction);
+  if (info.rank == 0 && info.size > 1) {
+    store::server_options hosting;
+    hosting.bind_host = "0.0.0.0";
+    hosting.token = info.token.empty() ? bootstrap::random_token() : info.token;
+    hosting.rank = 0;
+    const std::string token = hosting.token;
+    world.store_host = store::host_store(std::move(hosting));
+    pmix.put("store", reachable_host() + ":" + std::to_string(world.store_host->port()) + "\n" + token);
+  }
+  pmix.fence(world.config.timeout);
+  if (info.size > 1) {
+    const std::string where = pmix.get(0, "store");
+    const std::size_t split = where.find('\n');
+    const bootstrap::address at = bootstrap::parse_address(where.substr(0, split), "rank 0's store address (PMIx)");
+    store::client_options joining;
+    joining.host = info.rank == 0 ? "127.0.0.1" : at.host;
+    joining.port = at.port;
+    joining.token = split == std::string::npos ? "" : where.substr(split + 1);
+    joining.timeout = world.config.timeout;
+    joining.rank = info.rank;
+    world.store = std::make_unique<store::serialized>(std::make_unique<store::joined_on_first_use>(std::move(joining)));
+  }
+  std::vector<std::string> node_of(static_cast<std::size_t>(info.size));
+  for (int peer = 0; peer < info.size; ++peer)
+    node_of[static_cast<std::size_t>(peer)] = std::to_string(pmix.node_of(peer));
+  world.hosts = number_hosts(node_of, world.config.ranks_per_host);
+  const int host = world.hosts[static_cast<std::size_t>(info.rank)];
+  for (int peer = 0; peer < info.size; ++peer)
+    if (peer != info.rank && world.hosts[static_cast<std::size_t>(peer)] == host)
+      transport.watch_process(peer, contact_of(pmix.get(peer, "address"), info.rank, peer).process);
+  transport.look_up_contacts_with([&world, rank = info.rank, size = info.size](int peer) {
+    std::optional<ucx::peer_contact> contact;
+    if (peer < size && world.pmix) contact = contact_of(world.pmix->get(peer, "address"), rank, peer);
+    return contact;
+  });
+  if (world.config.eager_connect)
+    for (int peer = 0; peer < info.size; ++peer) transport.ensure_endpoint(peer);
+}
+
+// Rank, size and placement from the PMIx server, in place of the variables.
+inline void place_by_pmix(world_state<ucx::ucx_transport>& world, bootstrap::launch_info& info) {
+  world.pmix = pmix::open_session();
+  const pmix::placement& at = world.pmix->where();
+  if (at.size < 1 || at.size > transport::max_ranks || at.rank < 0 || at.rank >= at.size)
+    throw error(errc::mismatch,
+                "PMIx placed this process at rank " + std::to_string(at.rank) + " of " + std::to_string(at.size),
+                {at.rank, -1, "bootstrap"});
+  info.rank = at.rank;
+  info.size = at.size;
+  info.local_size = std::max(at.local_size, 1);
 }
 
 // A joiner: the next free rank, then endpoints to every rank of the job
@@ -162,19 +287,33 @@ inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::
 
 }  // namespace detail
 
-inline communicator connect(const bootstrap::launch_info& info, const options& given = {}) {
+inline communicator connect(const bootstrap::launch_info& launch, const options& given = {}) {
   ucx::prepare_environment();  // before anything reads it
   auto world = std::make_shared<world_state<ucx::ucx_transport>>();
+  bootstrap::launch_info info = launch;
+  if (info.pmix) detail::place_by_pmix(*world, info);
   try {
     world->config = resolve(given, info.local_size);
   } catch (const error& failure) {
     throw with_rank(failure, info.rank, "init");
   }
+  // Under PMIx each rank numbers the hosts itself, so the cut into hosts of
+  // `local_size` must not depend on its own node's count: only an explicit
+  // size cuts (the store's rank 0 numbers them for everyone).
+  if (info.pmix && !given.local_size && !env::get("CHORUS_LOCAL_SIZE")) world->config.ranks_per_host = INT_MAX;
   log::debug(info.rank, "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) + " (" + info.source +
                             "), progress " + std::string(to_string(world->config.progress)) + " (" +
                             world->config.progress_reason + "), timeout " +
                             std::to_string(world->config.timeout.count()) + " ms");
-  world->job = std::hash<std::string>{}(info.token);
+  world->job = std::hash<std::string>{}(info.pmix ? world->pmix->where().nspace : info.token);
+  if (info.pmix) {
+    world->transport = std::make_shared<ucx::ucx_transport>(
+        ucx::config{info.rank, info.size, world->config.progress, info.size + world->config.joiners});
+    detail::exchange_through_pmix(*world, info);
+    communicator world_communicator(world);
+    world_communicator.barrier();
+    return world_communicator;
+  }
   detail::join_store(*world, info);
   if (info.joining) {
     bootstrap::launch_info joiner = info;

@@ -4,6 +4,9 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace chorus {
@@ -46,5 +49,49 @@ struct host_layout {
     return layout;
   }
 };
+
+// The host of every rank as text, in runs of ranks on one host:
+// "0*8,1*8,2*8" for three hosts of eight. What rank 0 publishes at start-up
+// (comm/connect.hpp): a few bytes per host where the ranks of a host are
+// consecutive, as launchers place them, not a value per rank.
+inline std::string encode_hosts(const std::vector<int>& host_of) {
+  std::string text;
+  for (std::size_t first = 0; first < host_of.size();) {
+    std::size_t last = first;
+    while (last < host_of.size() && host_of[last] == host_of[first]) ++last;
+    if (!text.empty()) text += ',';
+    text += std::to_string(host_of[first]) + '*' + std::to_string(last - first);
+    first = last;
+  }
+  return text;
+}
+
+// The table back, or nothing when the text is not one of `ranks` ranks.
+inline std::optional<std::vector<int>> decode_hosts(std::string_view text, int ranks) {
+  std::vector<int> host_of;
+  const auto number = [](std::string_view digits) -> std::optional<long long> {
+    if (digits.empty() || digits.size() > 9) return std::nullopt;
+    long long value = 0;
+    for (const char c : digits) {
+      if (c < '0' || c > '9') return std::nullopt;
+      value = value * 10 + (c - '0');
+    }
+    return value;
+  };
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view run = text.substr(0, comma);
+    const std::size_t star = run.find('*');
+    if (star == std::string_view::npos) return std::nullopt;
+    const auto host = number(run.substr(0, star));
+    const auto count = number(run.substr(star + 1));
+    if (!host || !count || *count < 1 || static_cast<long long>(host_of.size()) + *count > ranks) return std::nullopt;
+    host_of.insert(host_of.end(), static_cast<std::size_t>(*count), static_cast<int>(*host));
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (comma != std::string_view::npos && text.empty()) return std::nullopt;
+  }
+  if (static_cast<int>(host_of.size()) != ranks) return std::nullopt;
+  return host_of;
+}
 
 }  // namespace chorus

@@ -11,6 +11,8 @@
 //             (core/tuning.hpp), parsed once here
 //   joiners   CHORUS_JOINERS   processes that may join while the job runs
 //             (a peer slot each on every rank)          default 16
+//   connect   CHORUS_CONNECT   (lazy|eager): endpoints on first use, or to
+//             every rank at start-up                    default lazy
 //   record    CHORUS_RECORD    flight-record entries per communicator
 //             (record/journal.hpp); 0 records nothing    default 2048
 //   CHORUS_ALLREDUCE_ALGO is parsed here too, once, for the collectives
@@ -47,6 +49,7 @@ struct options {
   std::optional<int> local_size;
   std::optional<int> joiners;         // CHORUS_JOINERS's role
   std::optional<std::size_t> record;  // CHORUS_RECORD's role
+  std::optional<bool> eager_connect;  // CHORUS_CONNECT=eager's role
 };
 
 struct settings {
@@ -58,6 +61,7 @@ struct settings {
   tuning tune;                                           // CHORUS_TUNE
   int ranks_per_host = 1 << 20;                          // see options::local_size
   int joiners = 16;                                      // see options::joiners
+  bool eager_connect = false;                            // see options::eager_connect
   record::journal_settings record;                       // CHORUS_RECORD, CHORUS_RECORD_DIR
 };
 
@@ -88,6 +92,8 @@ inline settings resolve(const options& given, int local_ranks) {
   if (chosen.ranks_per_host < 1) throw error(errc::invalid_argument, "options.local_size must be at least 1");
   chosen.joiners = given.joiners.value_or(static_cast<int>(env::get_integer("CHORUS_JOINERS", 0, 65536).value_or(16)));
   if (chosen.joiners < 0) throw error(errc::invalid_argument, "options.joiners must not be negative");
+  chosen.eager_connect =
+      given.eager_connect.value_or(env::get_choice("CHORUS_CONNECT", variables::connect_choices).value_or(0) == 1);
   chosen.record = record::journal_settings::from_environment();
   if (given.record) chosen.record.entries = *given.record;
   chosen.check = given.check.value_or(env::get_integer("CHORUS_CHECK", 0, 1).value_or(check_by_default() ? 1 : 0) == 1);

@@ -7,7 +7,13 @@
 // never match each other's messages. Sequence 0 is reserved for user
 // point-to-point traffic, whose step is the user's tag.
 //
-//   bits 43..32 communicator id | 31..16 sequence | 15..0 step
+//   bits 46..35 communicator id | 34..19 sequence | 18..0 step
+//
+// The field sizes are the limits: 4,096 communicators alive at once, 65,536
+// calls in flight on one before a sequence repeats, and 524,288 steps per
+// call: a pipelined ring allreduce (2 (n - 1) hops x segments) at the
+// transport's 131,072 ranks still has two segments, and at 65,536 ranks four
+// (the ring caps its segments at what fits: ring_geometry.hpp).
 //
 // Within a call, each phase of an algorithm (fold in, halving, a ring's
 // hops x segments, ...) reserves its own range of steps, in an order every
@@ -27,13 +33,15 @@ namespace chorus::tag {
 
 inline constexpr int id_bits = 12;
 inline constexpr int sequence_bits = 16;
-inline constexpr int step_bits = 16;
+inline constexpr int step_bits = 19;
 static_assert(id_bits + sequence_bits + step_bits <= transport::user_tag_bits);
 
 inline constexpr std::uint32_t max_id = (1u << id_bits) - 1;
 inline constexpr std::uint32_t max_step = (1u << step_bits) - 1;
 inline constexpr std::uint32_t sequence_modulus = 1u << sequence_bits;
 inline constexpr std::uint32_t point_to_point = 0;
+// A ring allreduce over every rank the transport can hold fits with two segments.
+static_assert(std::uint64_t{max_step} + 1 >= 4 * std::uint64_t{transport::max_ranks});
 
 constexpr transport::tag_t make(std::uint32_t id, std::uint32_t sequence, std::uint32_t step) noexcept {
   return (static_cast<transport::tag_t>(id & max_id) << (sequence_bits + step_bits)) |

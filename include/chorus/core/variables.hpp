@@ -28,6 +28,7 @@ inline constexpr std::array<std::string_view, 2> codec_simd_choices{"auto", "por
 inline constexpr std::array<std::string_view, 3> cuda_path_choices{"auto", "staged", "direct"};
 inline constexpr std::array<std::string_view, 2> window_network_choices{"messages", "rma"};
 inline constexpr std::array<std::string_view, 3> streaming_store_choices{"auto", "always", "never"};
+inline constexpr std::array<std::string_view, 2> connect_choices{"lazy", "eager"};
 
 // CHORUS_ALLREDUCE_ALGO: automatic when unset or "auto". Whether allreduce
 // offers the name is checked by allreduce's list when it chooses.
@@ -51,7 +52,11 @@ inline void any_value() {}
 
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
-inline constexpr std::array<variable, 23> catalogue{{
+inline constexpr std::array<variable, 25> catalogue{{
+    {"CHORUS_BOOTSTRAP", any_value,
+     "where rank, size and the peers' addresses come from: `pmix` (the launcher's PMIx server: `srun --mpi=pmix`, "
+     "`mpirun`), `store` (the variables below and the rendezvous store), `auto`; `torch` is the torch backend's",
+     "`auto`: PMIx under a PMIx server unless `CHORUS_RANK` is set, else the store"},
     {"CHORUS_RANK", any_value, "this rank", "from MPI/PMI/Slurm, else 0"},
     {"CHORUS_SIZE", any_value, "the job size", "from MPI/PMI/Slurm, else 1"},
     {"CHORUS_LOCAL_RANK", [] { env::get_integer("CHORUS_LOCAL_RANK", 0, INT_MAX); },
@@ -70,6 +75,10 @@ inline constexpr std::array<variable, 23> catalogue{{
      "unset"},
     {"CHORUS_JOINERS", [] { env::get_integer("CHORUS_JOINERS", 0, 65536); },
      "how many processes may join the job while it runs (each rank keeps a slot for each)", "`16`"},
+    {"CHORUS_CONNECT", [] { env::get_choice("CHORUS_CONNECT", connect_choices); },
+     "when endpoints are made: `lazy`, on a peer's first send or receive (a ring holds 2, a tree O(log n)); "
+     "`eager`, to every rank at start-up (the first call pays nothing, each rank holds n)",
+     "`lazy`"},
     {"CHORUS_TIMEOUT", [] { env::get_duration("CHORUS_TIMEOUT"); }, "bound on every wait: `30`, `30s`, `500ms`, `2m`",
      "`180s`"},
     {"CHORUS_PROGRESS", [] { env::get_choice("CHORUS_PROGRESS", progress_choices); },

@@ -29,7 +29,7 @@ namespace chorus::transport {
 using tag_t = std::uint64_t;
 using clock = std::chrono::steady_clock;
 
-inline constexpr int rank_bits = 20;
+inline constexpr int rank_bits = 17;  // 131,072 ranks; the rest is the communicator's (comm/tag.hpp)
 inline constexpr int user_tag_bits = 64 - rank_bits;
 inline constexpr tag_t user_tag_mask = (tag_t{1} << user_tag_bits) - 1;
 inline constexpr int max_ranks = 1 << rank_bits;

@@ -1,8 +1,15 @@
 // ucx_transport: the Transport concept over the UCP tag API.
 //
 // One UCP context and one worker per rank (ucx/context.hpp); one endpoint
-// per peer (self included), created from worker addresses that the caller
-// exchanges (the communicator does it through the bootstrap store).
+// per peer this rank exchanges with (self included when it sends to
+// itself), made on first use: the first send to or receive from a peer asks
+// the caller's `contact_lookup` for the peer's process and worker address
+// (the communicator reads them from the bootstrap: the store or PMIx),
+// watches the process when it shares this host, and creates the endpoint.
+// A ring therefore holds 2 endpoints and a dissemination barrier
+// 2 ceil(log2 n), not n; the first exchange with a peer costs one lookup (a
+// store round trip, or a local read under PMIx) and one ucp_ep_create.
+// Receives make the endpoint too: it is what notices the sender's death.
 // Endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails the
 // operations that involve it instead of leaving them pending forever; the
 // peers' failures are tracked in ucx/peers.hpp.
@@ -40,6 +47,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -55,6 +63,18 @@ struct config {
   progress_mode progress = progress_mode::spin;
   int capacity = 0;  // peer slots, at least size: ranks above it are processes that join later (admit)
 };
+
+// How to reach a peer: its process (watched when it shares this host) and
+// its UCX worker address.
+struct peer_contact {
+  transport::process_identity process;
+  std::string address;
+};
+// The contact of a peer, or nothing when the peer has none to give (a rank
+// that may join later and was not admitted); may throw chorus::error (a
+// lost store). Called from whichever thread first addresses the peer,
+// without the transport's lock.
+using contact_lookup = std::function<std::optional<peer_contact>(int peer)>;
 
 class ucx_transport {
  public:
@@ -92,6 +112,7 @@ class ucx_transport {
     params.err_handler.cb = &peer_table::on_endpoint_error;
     params.err_handler.arg = &peers_[peer];
     std::lock_guard lock(mutex_);
+    if (peers_[peer].endpoint != nullptr) return;  // made meanwhile by another thread's first use
     ucp_ep_h endpoint = nullptr;
     const ucs_status_t status = ucp_ep_create(context_.worker(), &params, &endpoint);
     if (status != UCS_OK) {
@@ -102,7 +123,37 @@ class ucx_transport {
       throw error(errc::transport, what, {rank_, peer, "connect"});
     }
     peers_[peer].endpoint = endpoint;
+    peers_[peer].reached.store(true, std::memory_order_release);
+    endpoints_made_.fetch_add(1, std::memory_order_relaxed);
   }
+
+  // Where endpoints come from on first use (see the top of this file);
+  // nullptr stops lookups (the bootstrap is going away): peers not reached
+  // by then fail with "no endpoint".
+  void look_up_contacts_with(contact_lookup lookup) {
+    std::lock_guard lock(lookup_mutex_);
+    lookup_ = std::move(lookup);
+  }
+
+  // Makes the endpoint to `peer` now if there is none: what the first
+  // send or receive does (eager connection, CHORUS_CONNECT=eager, calls it
+  // for every rank at start-up).
+  void ensure_endpoint(int peer, const char* operation = "connect") {
+    check_peer(peer, operation);
+    if (peers_[peer].reached.load(std::memory_order_acquire) || peer_failure(peer)) return;
+    std::optional<peer_contact> contact;
+    {
+      std::lock_guard lock(lookup_mutex_);  // one lookup at a time: the store's client is not shared between threads
+      if (peers_[peer].reached.load(std::memory_order_acquire) || !lookup_) return;
+      contact = lookup_(peer);
+    }
+    if (!contact) return;  // endpoint_of explains
+    watch_process(peer, contact->process);
+    connect(peer, std::as_bytes(std::span(contact->address)));
+  }
+
+  // Endpoints made so far (connect, admit and first uses; self included).
+  std::size_t endpoints_made() const noexcept { return endpoints_made_.load(std::memory_order_relaxed); }
 
   // Watches a peer's process: if it runs on this host (same kernel and
   // namespaces), its death becomes a peer failure within the watch interval.
@@ -148,6 +199,7 @@ class ucx_transport {
   // mapped into this process), where no operation would notice its death.
   bool peer_gone_now(int peer) {
     check_peer(peer, "watch");
+    ensure_endpoint(peer, "watch");  // learns its process
     std::lock_guard lock(mutex_);
     return peers_.gone(peer);
   }
@@ -175,6 +227,7 @@ class ucx_transport {
                 transport::receive_kind kind = transport::receive_kind::awaited) {
     check_peer(peer, "recv");
     check_tag(tag, peer, "recv");
+    reach_sender(peer, tag);
     const bool standing = kind == transport::receive_kind::standing;
     ucp_request_param_t params = operation_params(counter(peer, standing));
     // UCX 1.13 leaves recv_info empty when a receive completes inside the
@@ -219,6 +272,7 @@ class ucx_transport {
   }
   remote_memory reach(int peer, std::span<const std::byte> card) {
     check_peer(peer, "window");
+    ensure_endpoint(peer, "window");
     if (peer_failure(peer)) raise_gone(peer, "window");
     std::lock_guard lock(mutex_);
     return remote_memory(endpoint_of(peer, "window"), card, rank_, peer);
@@ -362,11 +416,35 @@ class ucx_transport {
     return wait_until(mode, done, deadline, [&] { return progress(); }, watch, sleep);
   }
 
+  // A receive makes the endpoint too, whose error handler notices the
+  // sender's death, but needs none to complete: a peer that sent and left
+  // has no worker left to reach (connecting fails), and its message is here
+  // already. So a message already waiting needs no endpoint, and a failed
+  // connect is not the receive's failure (the peer's process, if on this
+  // host, is watched from its contact all the same).
+  void reach_sender(int peer, tag_t tag) {
+    if (peers_[peer].reached.load(std::memory_order_acquire) ||
+        peers_[peer].unreachable.load(std::memory_order_acquire))
+      return;
+    {
+      std::lock_guard lock(mutex_);
+      while (ucp_worker_progress(context_.worker()) != 0) {}  // what has arrived is matched, not still in a FIFO
+      ucp_tag_recv_info_t info{};
+      if (ucp_tag_probe_nb(context_.worker(), wire_tag(peer, tag), ~tag_t{0}, 0, &info) != nullptr) return;
+    }
+    try {
+      ensure_endpoint(peer, "recv");
+    } catch (const error&) {
+      peers_[peer].unreachable.store(true, std::memory_order_release);  // receives stop trying; sends still do
+    }
+  }
+
   ucp_ep_h endpoint_of(int peer, const char* operation) {
     ucp_ep_h endpoint = peers_[peer].endpoint;
     if (endpoint != nullptr) return endpoint;
     if (peer_failure(peer)) raise_gone(peer, operation);  // closed by a failure noticed since the caller's check
-    throw error(errc::invalid_argument, "no endpoint: connect() was not called", {rank_, peer, operation});
+    throw error(errc::invalid_argument, "no endpoint: the peer has no published address and was not admitted",
+                {rank_, peer, operation});
   }
 
   // An operation this rank starts towards `peer` (a send, a put, a get, an
@@ -375,6 +453,7 @@ class ucx_transport {
   template <class Call>
   request outgoing(int peer, tag_t tag, const char* operation, bool standing, Call&& call) {
     check_peer(peer, operation);
+    ensure_endpoint(peer, operation);
     if (peer_failure(peer)) raise_gone(peer, operation);
     ucp_request_param_t params = operation_params(counter(peer, standing));
     params.cb.send = &detail::on_send_done;
@@ -569,6 +648,9 @@ class ucx_transport {
   transport::process_identity self_ = transport::process_identity::self();
   int idle_polls_ = 0;
   std::mutex mutex_;
+  std::mutex lookup_mutex_;  // held across a lookup; never while holding mutex_
+  contact_lookup lookup_;
+  std::atomic<std::size_t> endpoints_made_{0};
 };
 
 inline void request::reset() noexcept {

@@ -38,6 +38,8 @@ struct peer_slot {
   peer_table* table = nullptr;
   int rank = -1;
   ucp_ep_h endpoint = nullptr;
+  std::atomic<bool> reached{false};      // an endpoint was made (it may have closed since, on failure)
+  std::atomic<bool> unreachable{false};  // a receive's connect failed: receives no longer try (sends do)
   std::atomic<ucs_status_t> failure{UCS_OK};
   std::optional<transport::process_identity> process;  // watched when on this host
   std::atomic<bool> process_exited{false};

@@ -1,0 +1,159 @@
+// What decides whether chorus starts and runs at scale: the wire tag's
+// fields at their limits, the ring's steps at 65,536 ranks and more, the
+// host table rank 0 publishes, and endpoints made on first use.
+#include "support.hpp"
+
+#include <doctest/doctest.h>
+
+#include "expect_error.hpp"
+
+#include <chorus/collective/ring_geometry.hpp>
+#include <chorus/comm/host_layout.hpp>
+#include <chorus/comm/tag.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tag = chorus::tag;
+using chorus::transport::tag_t;
+
+namespace {
+
+// The fields of a wire tag as the transport sends it, read back by hand.
+struct fields {
+  std::uint64_t sender, id, sequence, step;
+};
+fields unpack(tag_t wire) {
+  const int step_at = 0, sequence_at = tag::step_bits, id_at = tag::step_bits + tag::sequence_bits;
+  return {wire >> chorus::transport::user_tag_bits, (wire >> id_at) & tag::max_id,
+          (wire >> sequence_at) & (tag::sequence_modulus - 1), (wire >> step_at) & tag::max_step};
+}
+tag_t on_wire(std::uint64_t sender, tag_t user) { return (sender << chorus::transport::user_tag_bits) | user; }
+
+}  // namespace
+
+TEST_CASE("wire tag: every field holds its largest value without touching its neighbours") {
+  // The sizes are the documented limits (docs/scale.md).
+  CHECK(chorus::transport::max_ranks == 131072);
+  CHECK(tag::max_step + 1 == 524288);
+  CHECK(tag::sequence_modulus == 65536);
+  CHECK(tag::max_id + 1 == 4096);
+  CHECK(chorus::transport::rank_bits + tag::id_bits + tag::sequence_bits + tag::step_bits == 64);
+
+  const std::uint64_t max_sender = chorus::transport::max_ranks - 1;
+  const std::uint32_t max_sequence = tag::sequence_modulus - 1;
+  for (const std::uint64_t sender : {std::uint64_t{0}, std::uint64_t{1}, max_sender})
+    for (const std::uint32_t id : {0u, 1u, tag::max_id})
+      for (const std::uint32_t sequence : {0u, 1u, max_sequence})
+        for (const std::uint32_t step : {0u, 1u, tag::max_step - 1, tag::max_step}) {
+          const fields read = unpack(on_wire(sender, tag::make(id, sequence, step)));
+          CHECK(read.sender == sender);
+          CHECK(read.id == id);
+          CHECK(read.sequence == sequence);
+          CHECK(read.step == step);
+        }
+  // The user part never reaches the sender's bits, whatever it is given.
+  CHECK((tag::make(~0u, ~0u, ~0u) & ~chorus::transport::user_tag_mask) == 0);
+  CHECK(tag::make(tag::max_id, max_sequence, tag::max_step) == chorus::transport::user_tag_mask);
+  // The sequence wraps past its largest value, skipping the point-to-point 0.
+  CHECK(tag::next_sequence(max_sequence) == 1);
+  CHECK(tag::next_sequence(max_sequence - 1) == max_sequence);
+}
+
+TEST_CASE("wire tag: the steps of one call are handed out to the last and no further") {
+  tag::step_ranges steps;
+  CHECK(steps.fits(std::uint64_t{tag::max_step} + 1));
+  CHECK_FALSE(steps.fits(std::uint64_t{tag::max_step} + 2));
+  const tag::phase ring = steps.reserve(2 * (65536 - 1) * 4, "ring");  // 65,536 ranks, 4 segments
+  const tag::phase rest = steps.reserve(tag::max_step + 1 - ring.count, "rest");
+  CHECK(ring(ring.count - 1) + 1 == rest(0));
+  CHECK(rest(rest.count - 1) == tag::max_step);
+  CHECK_FALSE(steps.fits(1));
+  chorus_test::expect_error([&] { (void)rest(rest.count); }, chorus::errc::invalid_argument, "is outside phase 'rest'");
+}
+
+TEST_CASE("ring geometry: a ring over 65,536 and 131,072 ranks fits the call's steps") {
+  const std::uint64_t steps = std::uint64_t{tag::max_step} + 1;
+  struct expected {
+    int ranks;
+    std::size_t segments;  // per block, at 1 MiB floats per block
+  };
+  for (const auto [ranks, segments] : {expected{1024, 4}, expected{65536, 4}, expected{131072, 2}}) {
+    CAPTURE(ranks);
+    const std::size_t hops = 2 * static_cast<std::size_t>(ranks - 1);  // reduce-scatter + allgather
+    const std::size_t count = static_cast<std::size_t>(ranks) << 18;   // 1 MiB of floats per block
+    const chorus::collective::ring_geometry ring(count, ranks, (256u << 10) / sizeof(float), hops, steps);
+    CHECK(ring.steps() <= steps);
+    CHECK(ring.segments_per_block() == segments);
+    CHECK(ring.step(hops - 1, ring.segments_per_block() - 1) == ring.steps() - 1);
+    // One element per rank still takes one step per hop.
+    const chorus::collective::ring_geometry tiny(static_cast<std::size_t>(ranks), ranks, 65536, hops, steps);
+    CHECK(tiny.steps() == hops);
+  }
+}
+
+TEST_CASE("host table: runs of ranks per host, back and forth, and bad text refused") {
+  const std::vector<std::vector<int>> tables{
+      {0},
+      {0, 0, 0, 1, 1, 1, 2, 2, 2},
+      {0, 1, 0, 1, 2},             // round-robin placement: one run per rank
+      std::vector<int>(65536, 0),  // one host
+  };
+  for (const auto& hosts : tables) {
+    const std::string text = chorus::encode_hosts(hosts);
+    const auto back = chorus::decode_hosts(text, static_cast<int>(hosts.size()));
+    REQUIRE(back);
+    CHECK(*back == hosts);
+  }
+  CHECK(chorus::encode_hosts({0, 0, 0, 1, 1, 1, 2, 2, 2}) == "0*3,1*3,2*3");
+  std::vector<int> fat_tree(65536);
+  for (std::size_t r = 0; r < fat_tree.size(); ++r) fat_tree[r] = static_cast<int>(r / 8);
+  CHECK(chorus::encode_hosts(fat_tree).size() < 16 * 8192);  // a run per host of 8, not a value per rank
+  for (const char* bad : {"", "0*3,1*3", "0*3,1*3,2*4", "0*0,1*9", "0*9,", "x*9", "0*-9", "0-9", "0*99999999999"})
+    CHECK_FALSE(chorus::decode_hosts(bad, 9));
+}
+
+TEST_CASE("connections on first use: a 16-rank ring job holds O(1) endpoints per rank, eager holds 16") {
+  const int ranks = 16;
+  const int barrier_peers = 2 * static_cast<int>(std::ceil(std::log2(ranks)));  // the dissemination barrier's
+  for (const bool eager : {false, true}) {
+    CAPTURE(eager);
+    std::atomic<int> most_after_init{0}, most_added_by_ring{0}, fewest{ranks + 1}, wrong{0};
+    chorus::options settings = chorus_test::quick();
+    settings.eager_connect = eager;
+    settings.check = false;  // the argument check's allgather would reach peers the ring does not
+    chorus::run_threads(
+        ranks,
+        [&](chorus::communicator& comm) {
+          const auto after_init = static_cast<int>(comm.transport().endpoints_made());
+          // 1001 elements: blocks that do not divide evenly.
+          std::vector<double> data(1001);
+          for (std::size_t i = 0; i < data.size(); ++i) data[i] = comm.rank() * 1000.0 + static_cast<double>(i);
+          chorus::allreduce(comm, std::span(data), chorus::algorithm::ring);
+          for (std::size_t i = 0; i < data.size(); ++i)
+            if (data[i] != 1000.0 * ranks * (ranks - 1) / 2 + ranks * static_cast<double>(i)) ++wrong;
+          const auto after_ring = static_cast<int>(comm.transport().endpoints_made());
+          int seen = most_after_init.load();
+          while (seen < after_init && !most_after_init.compare_exchange_weak(seen, after_init)) {}
+          seen = most_added_by_ring.load();
+          while (seen < after_ring - after_init &&
+                 !most_added_by_ring.compare_exchange_weak(seen, after_ring - after_init)) {}
+          seen = fewest.load();
+          while (seen > after_ring && !fewest.compare_exchange_weak(seen, after_ring)) {}
+        },
+        settings);
+    MESSAGE("eager " << eager << ": after init at most " << most_after_init.load() << ", the ring added at most "
+                     << most_added_by_ring.load() << ", fewest " << fewest.load());
+    CHECK(wrong == 0);
+    if (eager) {
+      CHECK(fewest == ranks);  // every rank, itself included
+      CHECK(most_added_by_ring == 0);
+    } else {
+      CHECK(most_after_init <= barrier_peers);
+      CHECK(most_added_by_ring <= 2);  // the ring's two neighbours, if the barrier had not reached them
+    }
+  }
+}

@@ -82,28 +82,17 @@ inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::
   world.store->join_as(info.rank);  // a death before the job is complete fails the others' waits at once
 }
 
-// The host of each rank: ranks that share a kernel and its network and pid
-// namespaces (transport/peer_process.hpp), each such group cut into runs of
-// `per_host` ranks in rank order (CHORUS_LOCAL_SIZE: several simulated
-// hosts on one machine, or a launcher's word that fewer ranks share one).
-// Hosts are numbered in order of their first rank.
-inline std::vector<int> number_hosts(const std::vector<std::string>& keys, int per_host) {
-  std::vector<int> hosts(keys.size());
-  std::map<std::string, int> seen;  // key -> ranks of it so far
-  std::map<std::pair<std::string, int>, int> numbers;
-  for (std::size_t rank = 0; rank < keys.size(); ++rank) {
-    const int run = seen[keys[rank]]++ / std::max(per_host, 1);
-    hosts[rank] = numbers.try_emplace({keys[rank], run}, static_cast<int>(numbers.size())).first->second;
-  }
-  return hosts;
-}
-
-inline const std::string& publish_address(world_state<ucx::ucx_transport>& world, int rank) {
+// This rank's introduction, "<process identity>\n<UCX worker address>",
+// kept in the world (a joiner hands it to the ranks that admit it).
+inline const std::string& introduce(world_state<ucx::ucx_transport>& world) {
   const auto own = world.transport->address();
   world.introduction = transport::process_identity::self().encode() + "\n";
   world.introduction.append(reinterpret_cast<const char*>(own.data()), own.size());
-  world.store->set(address_key(rank), world.introduction);
   return world.introduction;
+}
+
+inline void publish_address(world_state<ucx::ucx_transport>& world, int rank) {
+  world.store->set(address_key(rank), introduce(world));
 }
 
 // A rank's introduction as the transport takes it.
@@ -136,6 +125,28 @@ inline std::vector<int> learn_hosts(world_state<ucx::ucx_transport>& world, cons
   return std::move(*hosts);
 }
 
+// What both bootstraps do once world.hosts is known: watch the processes
+// of this host's ranks, have the transport look each other peer up on its
+// first use through `introduction_of(peer)` (a store read, or a PMIx get),
+// and with CHORUS_CONNECT=eager reach every rank now. The lookup holds
+// `world`: its destructor removes it before the bootstrap goes.
+template <class IntroductionOf>
+void reach_peers_through(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info,
+                         IntroductionOf introduction_of) {
+  ucx::ucx_transport& transport = *world.transport;
+  const int host = world.hosts[static_cast<std::size_t>(info.rank)];
+  for (int peer = 0; peer < info.size; ++peer)
+    if (peer != info.rank && world.hosts[static_cast<std::size_t>(peer)] == host)
+      transport.watch_process(peer, contact_of(introduction_of(peer), info.rank, peer).process);
+  transport.look_up_contacts_with([introduction_of, rank = info.rank, size = info.size](int peer) {
+    std::optional<ucx::peer_contact> contact;
+    if (peer < size) contact = contact_of(introduction_of(peer), rank, peer);
+    return contact;  // a rank above the job's joins later: admitted, not looked up
+  });
+  if (world.config.eager_connect)
+    for (int peer = 0; peer < info.size; ++peer) transport.ensure_endpoint(peer);
+}
+
 // Each rank publishes "<process identity>\n<UCX worker address>", so a peer
 // on the same host can watch its process (see transport/peer_process.hpp).
 // The ranks of this host are watched from the start (a shared-memory
@@ -149,17 +160,7 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
   }
   publish_address(world, info.rank);
   world.hosts = learn_hosts(world, info);
-  const int host = world.hosts[static_cast<std::size_t>(info.rank)];
-  for (int peer = 0; peer < info.size; ++peer)
-    if (peer != info.rank && world.hosts[static_cast<std::size_t>(peer)] == host)
-      transport.watch_process(peer, contact_of(world.store->wait(address_key(peer)), info.rank, peer).process);
-  transport.look_up_contacts_with([&world, rank = info.rank, size = info.size](int peer) {
-    std::optional<ucx::peer_contact> contact;
-    if (peer < size && world.store) contact = contact_of(world.store->wait(address_key(peer)), rank, peer);
-    return contact;  // a rank above the job's joins later: admitted, not looked up
-  });
-  if (world.config.eager_connect)
-    for (int peer = 0; peer < info.size; ++peer) transport.ensure_endpoint(peer);
+  reach_peers_through(world, info, [&world](int peer) { return world.store->wait(address_key(peer)); });
 }
 
 // The address other hosts reach this one at: CHORUS_ADDR's host when set,
@@ -188,12 +189,8 @@ inline std::string reachable_host() {
 // fence; then the host table from PMIx's node ids and the contacts of
 // peers, all read from this node's PMIx server. No store request.
 inline void exchange_through_pmix(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
-  ucx::ucx_transport& transport = *world.transport;
   pmix::session& pmix = *world.pmix;
-  const auto own = transport.address();
-  world.introduction = transport::process_identity::self().encode() + "\n";
-  world.introduction.append(reinterpret_cast<const char*>(own.data()), own.size());
-  pmix.put("address", world.introduction);
+  pmix.put("address", introduce(world));
   if (info.rank == 0 && info.size > 1) {
     store::server_options hosting;
     hosting.bind_host = "0.0.0.0";
@@ -220,17 +217,7 @@ inline void exchange_through_pmix(world_state<ucx::ucx_transport>& world, const 
   for (int peer = 0; peer < info.size; ++peer)
     node_of[static_cast<std::size_t>(peer)] = std::to_string(pmix.node_of(peer));
   world.hosts = number_hosts(node_of, world.config.ranks_per_host);
-  const int host = world.hosts[static_cast<std::size_t>(info.rank)];
-  for (int peer = 0; peer < info.size; ++peer)
-    if (peer != info.rank && world.hosts[static_cast<std::size_t>(peer)] == host)
-      transport.watch_process(peer, contact_of(pmix.get(peer, "address"), info.rank, peer).process);
-  transport.look_up_contacts_with([&world, rank = info.rank, size = info.size](int peer) {
-    std::optional<ucx::peer_contact> contact;
-    if (peer < size && world.pmix) contact = contact_of(world.pmix->get(peer, "address"), rank, peer);
-    return contact;
-  });
-  if (world.config.eager_connect)
-    for (int peer = 0; peer < info.size; ++peer) transport.ensure_endpoint(peer);
+  reach_peers_through(world, info, [&pmix](int peer) { return pmix.get(peer, "address"); });
 }
 
 // Rank, size and placement from the PMIx server, in place of the variables.
@@ -306,25 +293,25 @@ inline communicator connect(const bootstrap::launch_info& launch, const options&
                             world->config.progress_reason + "), timeout " +
                             std::to_string(world->config.timeout.count()) + " ms");
   world->job = std::hash<std::string>{}(info.pmix ? world->pmix->where().nspace : info.token);
-  if (info.pmix) {
-    world->transport = std::make_shared<ucx::ucx_transport>(
-        ucx::config{info.rank, info.size, world->config.progress, info.size + world->config.joiners});
-    detail::exchange_through_pmix(*world, info);
-    communicator world_communicator(world);
-    world_communicator.barrier();
-    return world_communicator;
-  }
-  detail::join_store(*world, info);
-  if (info.joining) {
-    bootstrap::launch_info joiner = info;
-    detail::join_running_job(*world, joiner);
-    return communicator(world);
-  }
   const int capacity = info.size + world->config.joiners;
-  if (world->store && info.rank == 0) world->store->set(detail::capacity_key, std::to_string(capacity));
-  world->transport =
-      std::make_shared<ucx::ucx_transport>(ucx::config{info.rank, info.size, world->config.progress, capacity});
-  detail::exchange_addresses(*world, info);
+  const auto make_transport = [&] {
+    world->transport =
+        std::make_shared<ucx::ucx_transport>(ucx::config{info.rank, info.size, world->config.progress, capacity});
+  };
+  if (info.pmix) {
+    make_transport();
+    detail::exchange_through_pmix(*world, info);
+  } else {
+    detail::join_store(*world, info);
+    if (info.joining) {
+      bootstrap::launch_info joiner = info;
+      detail::join_running_job(*world, joiner);
+      return communicator(world);
+    }
+    if (world->store && info.rank == 0) world->store->set(detail::capacity_key, std::to_string(capacity));
+    make_transport();
+    detail::exchange_addresses(*world, info);
+  }
   communicator world_communicator(world);
   world_communicator.barrier();
   return world_communicator;

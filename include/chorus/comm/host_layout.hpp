@@ -2,11 +2,13 @@
 // that use shared memory inside a host and the network between hosts.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace chorus {
@@ -49,6 +51,22 @@ struct host_layout {
     return layout;
   }
 };
+
+// The host of each rank: ranks that share a kernel and its network and pid
+// namespaces (transport/peer_process.hpp), each such group cut into runs of
+// `per_host` ranks in rank order (CHORUS_LOCAL_SIZE: several simulated
+// hosts on one machine, or a launcher's word that fewer ranks share one).
+// Hosts are numbered in order of their first rank.
+inline std::vector<int> number_hosts(const std::vector<std::string>& keys, int per_host) {
+  std::vector<int> hosts(keys.size());
+  std::map<std::string, int> seen;  // key -> ranks of it so far
+  std::map<std::pair<std::string, int>, int> numbers;
+  for (std::size_t rank = 0; rank < keys.size(); ++rank) {
+    const int run = seen[keys[rank]]++ / std::max(per_host, 1);
+    hosts[rank] = numbers.try_emplace({keys[rank], run}, static_cast<int>(numbers.size())).first->second;
+  }
+  return hosts;
+}
 
 // The host of every rank as text, in runs of ranks on one host:
 // "0*8,1*8,2*8" for three hosts of eight. What rank 0 publishes at start-up

@@ -29,12 +29,14 @@
 #pragma once
 
 #include <chorus/comm/communicator.hpp>
+#include <chorus/comm/host_layout.hpp>
 #include <chorus/comm/options.hpp>
 #include <chorus/sim/memory_store.hpp>
 #include <chorus/transport/simgrid_transport.hpp>
 
 #include <simgrid/s4u.hpp>
 
+#include <climits>
 #include <exception>
 #include <map>
 #include <memory>
@@ -45,15 +47,15 @@ namespace chorus::sim {
 
 using communicator = basic_communicator<simgrid_transport>;
 
-// The host number of each rank, in order of first rank, and the most ranks on one host.
+// The host number of each rank (host_layout.hpp's numbering, by host
+// name), and the most ranks on one host.
 inline std::vector<int> number_hosts(const std::vector<simgrid::s4u::Host*>& host_of, int& most_per_host) {
-  std::map<const simgrid::s4u::Host*, int> numbers, counts;
-  std::vector<int> hosts;
+  std::vector<std::string> names;
+  for (const simgrid::s4u::Host* host : host_of) names.push_back(host->get_name());
+  std::vector<int> hosts = chorus::number_hosts(names, INT_MAX);
+  std::map<int, int> ranks_on;
   most_per_host = 1;
-  for (const simgrid::s4u::Host* host : host_of) {
-    hosts.push_back(numbers.try_emplace(host, static_cast<int>(numbers.size())).first->second);
-    most_per_host = std::max(most_per_host, ++counts[host]);
-  }
+  for (const int host : hosts) most_per_host = std::max(most_per_host, ++ranks_on[host]);
   return hosts;
 }
 

@@ -1,6 +1,7 @@
 // What decides whether chorus starts and runs at scale: the wire tag's
 // fields at their limits, the ring's steps at 65,536 ranks and more, the
-// host table rank 0 publishes, and endpoints made on first use.
+// host table rank 0 publishes, endpoints made on first use, and a split
+// that reaches O(log n) peers.
 #include "support.hpp"
 
 #include <doctest/doctest.h>
@@ -11,9 +12,11 @@
 #include <chorus/comm/host_layout.hpp>
 #include <chorus/comm/tag.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -155,5 +158,57 @@ TEST_CASE("connections on first use: a 16-rank ring job holds O(1) endpoints per
       CHECK(most_after_init <= barrier_peers);
       CHECK(most_added_by_ring <= 2);  // the ring's two neighbours, if the barrier had not reached them
     }
+  }
+}
+
+TEST_CASE("split: groups as a serial sort does, through the dissemination peers only") {
+  for (const int ranks : {1, 2, 13, 16}) {
+    CAPTURE(ranks);
+    const auto color_of = [](int rank) { return (rank * 7) % 5 - 1; };  // -1 opts out
+    const auto key_of = [](int rank) { return (rank * 3) % 4; };        // ties: the old rank decides
+    struct seen {
+      bool valid = false;
+      std::uint32_t id = 0;
+      int rank = -1;
+      std::vector<int> members;  // world ranks, in the group's order
+      int endpoints = 0;         // after init's barrier and the split: both reach r +- 2^k
+    };
+    std::vector<seen> by_rank(static_cast<std::size_t>(ranks));
+    chorus::options settings = chorus_test::quick();
+    settings.check = false;
+    chorus::run_threads(
+        ranks,
+        [&](chorus::communicator& comm) {
+          chorus::communicator group = comm.split(color_of(comm.rank()), key_of(comm.rank()));
+          seen& mine = by_rank[static_cast<std::size_t>(comm.rank())];
+          mine.endpoints = static_cast<int>(comm.transport().endpoints_made());
+          mine.valid = group.valid();
+          if (!mine.valid) return;
+          mine.id = group.id();
+          mine.rank = group.rank();
+          for (int r = 0; r < group.size(); ++r) mine.members.push_back(group.world_rank(r));
+          group.barrier();  // the group works
+        },
+        settings);
+    std::map<int, std::vector<int>> expected;  // color -> world ranks sorted by (key, rank)
+    for (int r = 0; r < ranks; ++r)
+      if (color_of(r) >= 0) expected[color_of(r)].push_back(r);
+    for (auto& [color, members] : expected)
+      std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return key_of(a) < key_of(b); });
+    std::map<std::uint32_t, int> color_of_id;
+    for (int r = 0; r < ranks; ++r) {
+      CAPTURE(r);
+      const seen& got = by_rank[static_cast<std::size_t>(r)];
+      CHECK(got.endpoints <= 2 * static_cast<int>(std::ceil(std::log2(ranks))));
+      CHECK(got.valid == (color_of(r) >= 0));
+      if (!got.valid) continue;
+      const std::vector<int>& members = expected[color_of(r)];
+      CHECK(got.members == members);
+      CHECK(got.rank == std::find(members.begin(), members.end(), r) - members.begin());
+      CHECK(got.id != 0u);
+      const auto [at, fresh] = color_of_id.emplace(got.id, color_of(r));
+      CHECK(at->second == color_of(r));  // one id per group, a different one for each
+    }
+    CHECK(color_of_id.size() == expected.size());
   }
 }

@@ -3,8 +3,8 @@
 // (operation, count, element type, operator, root, and whether the buffers
 // are device or host memory, which picks the path) and raises a mismatch
 // error on every rank naming the ranks that differ from the others,
-// instead of hanging or corrupting memory. Costs one small allgather
-// (ceil(log2 n) alpha) per call.
+// instead of hanging or corrupting memory. Costs one allgather of 48 bytes
+// per rank per call (ceil(log2 n) alpha + 48 n beta: 3 MiB at 65,536 ranks).
 #pragma once
 
 #include <chorus/collective/allgather_recursive_doubling.hpp>

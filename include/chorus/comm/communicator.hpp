@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -394,20 +395,15 @@ class basic_communicator {
           {transport().rank(), handle.peer(), std::string(operation)});
   }
 
-  // Dissemination barrier: ceil(log2 n) rounds; in round k rank r signals
-  // r + 2^k and hears from r - 2^k (mod n). Cost: ceil(log2 n) alpha.
+  // Dissemination barrier: ceil(log2 n) rounds of empty messages (see
+  // disseminate). Cost: ceil(log2 n) alpha.
   void barrier() {
     const record::recorded_call recorded(recorder(), record::collective("barrier"));
     require_merged("barrier");
     const std::uint32_t sequence = next_sequence();
-    const int n = size();
-    std::uint32_t round = 0;
-    for (int distance = 1; distance < n; distance *= 2, ++round) {
-      std::array<request, 2> pair;
-      pair[0] = irecv_bytes({}, (rank_ - distance + n) % n, wire_tag(sequence, round));
-      pair[1] = isend_bytes({}, (rank_ + distance) % n, wire_tag(sequence, round));
-      wait_all(pair, "barrier");
-    }
+    disseminate(0, [&](std::uint32_t step, int to, int from) {
+      swap_step(std::span<const std::byte>{}, to, std::span<std::byte>{}, from, sequence, step, "barrier");
+    });
   }
 
   // Whether a peer (a rank of this communicator) has died or its connection
@@ -494,20 +490,39 @@ class basic_communicator {
 
   // Ranks with the same color form a new communicator, ordered by (key, old
   // rank). A negative color yields an empty communicator (valid() false).
-  // Collective over this communicator.
+  // Collective over this communicator: every rank learns every (color,
+  // key) by Bruck's allgather and forms the groups itself; rank 0 takes
+  // the groups' ids from the job's counter and the ranks learn them by a
+  // dissemination max. Cost: 2 ceil(log2 n) alpha + 8 n beta, with no rank
+  // talking to more than 2 ceil(log2 n) peers (a split through rank 0
+  // would have it reach all n).
   basic_communicator split(int color, int key) {
     const record::recorded_call recorded(recorder(), record::collective("split"));
     const std::uint32_t sequence = next_sequence();
-    const std::array<std::int32_t, 2> mine{color, key};
-    if (rank_ != 0) {
-      send_step(std::span<const std::int32_t>(mine), 0, sequence, 0);
-      return receive_assignment(sequence);
+    const std::vector<std::array<std::int32_t, 2>> wishes = gather_wishes({color, key}, sequence);
+    std::vector<int> order(wishes.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return wishes[static_cast<std::size_t>(a)] < wishes[static_cast<std::size_t>(b)];
+    });
+    // The groups of non-negative color, in color order (the same on every
+    // rank, so group g gets the g-th id).
+    const auto color_of = [&](int parent_rank) { return wishes[static_cast<std::size_t>(parent_rank)][0]; };
+    std::vector<std::vector<std::int32_t>> groups;
+    for (std::size_t at = 0; at < order.size(); ++at) {
+      if (color_of(order[at]) < 0) continue;
+      if (groups.empty() || color_of(groups.back().front()) != color_of(order[at])) groups.emplace_back();
+      groups.back().push_back(order[at]);
     }
-    std::vector<std::array<std::int32_t, 2>> wishes(members_.size());
-    wishes[0] = mine;
-    for (int peer = 1; peer < size(); ++peer)
-      recv_step(std::span(wishes[static_cast<std::size_t>(peer)]), peer, sequence, 0);
-    return assign_groups(wishes, sequence);
+    const std::uint32_t first_id = agree_on_ids(static_cast<std::uint32_t>(groups.size()), sequence);
+    if (color < 0) return {};
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const auto position = std::find(groups[g].begin(), groups[g].end(), rank_);
+      if (position != groups[g].end())
+        return make_child(id_after(first_id, static_cast<std::uint32_t>(g)),
+                          static_cast<int>(position - groups[g].begin()), groups[g]);
+    }
+    return {};  // not reached: a rank of non-negative color is in its group
   }
 
  private:
@@ -572,73 +587,77 @@ class basic_communicator {
     return tag::make(id_, tag::point_to_point, static_cast<std::uint32_t>(user_tag));
   }
 
-  template <class U, std::size_t E>
-  void send_step(std::span<U, E> data, int peer, std::uint32_t sequence, std::uint32_t step) {
-    request handle = isend_bytes(std::as_bytes(data), peer, wire_tag(sequence, step));
-    wait(handle, "split");
-  }
-  template <class U, std::size_t E>
-  void recv_step(std::span<U, E> data, int peer, std::uint32_t sequence, std::uint32_t step) {
-    request handle = irecv_bytes(std::as_writable_bytes(data), peer, wire_tag(sequence, step));
-    wait(handle, "split");
-    expect_bytes(handle, data.size_bytes(), "split");
-  }
-
-  std::uint32_t allocate_id() {
-    // Ids come from one job-wide counter so that live communicators sharing
-    // ranks never share an id; 0 is the world. They wrap after max_id.
-    const std::int64_t counter = world_->store ? world_->store->add("chorus/communicator-ids", 1) : ++world_->local_ids;
-    return static_cast<std::uint32_t>((counter - 1) % tag::max_id) + 1;
+  // Dissemination: ceil(log2 n) rounds, steps first_step on; in round k
+  // rank r sends to r + 2^k and receives from r - 2^k (mod n), which
+  // round(step, to, from) does. After round k a rank has heard, at
+  // first or second hand, from the 2^(k+1) - 1 ranks before it.
+  template <class Round>
+  void disseminate(std::uint32_t first_step, Round&& round) {
+    const int n = size();
+    std::uint32_t step = first_step;
+    for (int distance = 1; distance < n; distance *= 2, ++step)
+      round(step, (rank_ + distance) % n, (rank_ - distance + n) % n);
   }
 
-  // Rank 0 of the parent: sort the wishes into groups and tell each rank its
-  // place: [id, new rank, new size] then the group's parent ranks.
-  basic_communicator assign_groups(const std::vector<std::array<std::int32_t, 2>>& wishes, std::uint32_t sequence) {
-    std::vector<int> order(wishes.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      const auto& wa = wishes[static_cast<std::size_t>(a)];
-      const auto& wb = wishes[static_cast<std::size_t>(b)];
-      return wa[0] != wb[0] ? wa[0] < wb[0] : wa[1] < wb[1];
+  // One round's pair: `out` to `to`, `in` (exactly its size) from `from`.
+  template <class U, class V>
+  void swap_step(std::span<U> out, int to, std::span<V> in, int from, std::uint32_t sequence, std::uint32_t step,
+                 std::string_view operation) {
+    std::array<request, 2> pair{irecv_bytes(std::as_writable_bytes(in), from, wire_tag(sequence, step)),
+                                isend_bytes(std::as_bytes(out), to, wire_tag(sequence, step))};
+    wait_all(pair, operation);
+    expect_bytes(pair[0], in.size_bytes(), operation);
+  }
+
+  // Bruck's allgather of one wish per rank over dissemination rounds:
+  // `known[i]` is rank (rank - i)'s, and a round sends the first
+  // min(have, n - have) entries, which the receiver appends.
+  std::vector<std::array<std::int32_t, 2>> gather_wishes(std::array<std::int32_t, 2> mine, std::uint32_t sequence) {
+    const auto n = static_cast<std::size_t>(size());
+    std::vector<std::array<std::int32_t, 2>> known(n);
+    known[0] = mine;
+    std::size_t have = 1;
+    disseminate(0, [&](std::uint32_t step, int to, int from) {
+      const std::size_t count = std::min(have, n - have);
+      swap_step(std::span<const std::array<std::int32_t, 2>>(known).first(count), to,
+                std::span(known).subspan(have, count), from, sequence, step, "split");
+      have += count;
     });
-    basic_communicator own;
-    for (std::size_t begin = 0; begin < order.size();) {
-      const std::int32_t color = wishes[static_cast<std::size_t>(order[begin])][0];
-      std::size_t end = begin;
-      while (end < order.size() && wishes[static_cast<std::size_t>(order[end])][0] == color) ++end;
-      const std::vector<std::int32_t> group(order.begin() + static_cast<std::ptrdiff_t>(begin),
-                                            order.begin() + static_cast<std::ptrdiff_t>(end));
-      const std::uint32_t id = color < 0 ? 0 : allocate_id();
-      for (std::size_t position = 0; position < group.size(); ++position) {
-        const std::array<std::int32_t, 3> header{static_cast<std::int32_t>(id), static_cast<std::int32_t>(position),
-                                                 color < 0 ? 0 : static_cast<std::int32_t>(group.size())};
-        if (group[position] == 0) {
-          own = make_child(header, group);
-          continue;
-        }
-        send_step(std::span<const std::int32_t>(header), group[position], sequence, 1);
-        if (color >= 0) send_step(std::span<const std::int32_t>(group), group[position], sequence, 2);
-      }
-      begin = end;
+    std::vector<std::array<std::int32_t, 2>> wishes(n);
+    for (std::size_t i = 0; i < n; ++i) wishes[(static_cast<std::size_t>(rank_) + n - i) % n] = known[i];
+    return wishes;
+  }
+
+  // Rank 0 takes `groups` ids from one job-wide counter (so that live
+  // communicators sharing ranks never share an id; 0 is the world) and
+  // every rank learns the first by a dissemination max (steps after the
+  // allgather's). Returns the counter's value before them.
+  std::uint32_t agree_on_ids(std::uint32_t groups, std::uint32_t sequence) {
+    std::uint64_t first = 0;
+    if (rank_ == 0 && groups > 0) {
+      const std::int64_t counter =
+          world_->store ? world_->store->add("chorus/communicator-ids", groups) : (world_->local_ids += groups);
+      first = static_cast<std::uint64_t>(counter - groups);
     }
-    return own;
+    const auto after_allgather = static_cast<std::uint32_t>(std::bit_width(static_cast<unsigned>(size() - 1)));
+    disseminate(after_allgather, [&](std::uint32_t step, int to, int from) {
+      std::uint64_t heard = 0;
+      swap_step(std::span<const std::uint64_t>(&first, 1), to, std::span<std::uint64_t>(&heard, 1), from, sequence,
+                step, "split");
+      first = std::max(first, heard);
+    });
+    return static_cast<std::uint32_t>(first % tag::max_id);
   }
 
-  basic_communicator receive_assignment(std::uint32_t sequence) {
-    std::array<std::int32_t, 3> header{};
-    recv_step(std::span(header), 0, sequence, 1);
-    std::vector<std::int32_t> group(static_cast<std::size_t>(header[2]));
-    if (!group.empty()) recv_step(std::span(group), 0, sequence, 2);
-    return make_child(header, group);
+  static std::uint32_t id_after(std::uint32_t first, std::uint32_t index) {
+    return (first + index) % tag::max_id + 1;  // ids wrap after max_id
   }
 
-  basic_communicator make_child(const std::array<std::int32_t, 3>& header,
-                                const std::vector<std::int32_t>& group) const {
+  basic_communicator make_child(std::uint32_t id, int rank, const std::vector<std::int32_t>& group) const {
     basic_communicator child;
-    if (header[2] == 0) return child;
     child.world_ = world_;
-    child.id_ = static_cast<std::uint32_t>(header[0]);
-    child.rank_ = header[1];
+    child.id_ = id;
+    child.rank_ = rank;
     for (std::int32_t parent_rank : group) child.members_.push_back(members_[static_cast<std::size_t>(parent_rank)]);
     child.open_ring();
     return child;

@@ -8,9 +8,11 @@
 #include <chorus/core/error.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #if defined(CHORUS_HAVE_PMIX)
 #include <pmix.h>
@@ -118,7 +120,9 @@ class client final : public session {
   }
 
   long node_of(int rank) override {
-    value_ptr got;
+    if (node_of_rank_.empty()) node_of_rank_ = resolve_nodes();
+    if (!node_of_rank_.empty()) return node_of_rank_.at(static_cast<std::size_t>(rank));
+    value_ptr got;  // no map from the launcher: the rank's own PMIX_NODEID
     fetch(rank, PMIX_NODEID, got);
     return static_cast<long>(integer_of(*got.value, PMIX_NODEID, where_.rank));
   }
@@ -140,6 +144,33 @@ class client final : public session {
                   {where_.rank, rank, "pmix"});
   }
 
+  // Every rank's node, numbered in the launcher's node list: PMIx_Resolve_nodes
+  // names the job's nodes and PMIx_Resolve_peers each one's ranks, both
+  // answered by this node's PMIx server from the job's map. (Open MPI 4's
+  // server has PMIX_NODEID for this node's ranks only.) Empty where the
+  // server has no map or it does not cover every rank.
+  std::vector<long> resolve_nodes() {
+    char* listed = nullptr;
+    if (PMIx_Resolve_nodes(self_.nspace, &listed) != PMIX_SUCCESS || listed == nullptr) return {};
+    const std::string nodes(listed);
+    std::free(listed);
+    std::vector<long> node_of_rank(static_cast<std::size_t>(where_.size), -1);
+    long node = 0;
+    for (std::size_t begin = 0; begin <= nodes.size(); ++node) {
+      const std::size_t end = std::min(nodes.find(',', begin), nodes.size());
+      const std::string name = nodes.substr(begin, end - begin);
+      begin = end + 1;
+      pmix_proc_t* procs = nullptr;
+      std::size_t count = 0;
+      if (PMIx_Resolve_peers(name.c_str(), self_.nspace, &procs, &count) != PMIX_SUCCESS) return {};
+      for (std::size_t i = 0; i < count; ++i)
+        if (procs[i].rank < node_of_rank.size()) node_of_rank[procs[i].rank] = node;
+      if (procs != nullptr) PMIX_PROC_FREE(procs, count);
+    }
+    if (std::find(node_of_rank.begin(), node_of_rank.end(), -1) != node_of_rank.end()) return {};
+    return node_of_rank;
+  }
+
   long long job_integer(const char* key) {
     value_ptr got;
     pmix_proc_t job;
@@ -157,6 +188,7 @@ class client final : public session {
 
   pmix_proc_t self_;
   placement where_;
+  std::vector<long> node_of_rank_;  // resolve_nodes(), on first use
 };
 
 }  // namespace detail

@@ -22,7 +22,8 @@ import sys
 import time
 
 FIELDS = ["bootstrap", "network", "ranks", "init_max_s", "init_median_s", "first_allreduce_max_s", "ready_s",
-          "launcher_wall_s", "endpoints_max"]
+          "launcher_wall_s", "endpoints_max",
+          "endpoints_median"]
 
 
 def launch(build, bootstrap, network, ranks, timeout):

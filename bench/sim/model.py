@@ -11,9 +11,12 @@ p: ranks per host):
                                              tree: 2 log2 n (alpha + m beta); hierarchical:
                                              the same between hosts, over n / p ranks
 
-The fit is checked by leaving out the largest simulated count and
-predicting it; the table then carries the fit over all points, out to
-65,536 ranks, each predicted figure marked as the model's.
+Each fit takes the two largest counts simulated (the regime the
+prediction is for: on the fat tree from 1,024 ranks on, 4 leaf switches
+or more, every cross-host message crosses the spine). It is checked by
+fitting the two counts below the largest and predicting the largest; the
+table then carries the fit out to 65,536 ranks, each predicted figure
+marked as the model's.
 """
 import contextlib
 import csv
@@ -29,7 +32,8 @@ def feature(algorithm, ranks):
 
 
 def fit(points, algorithm):
-    """Least squares of t = c0 + c1 x over (ranks, seconds) points."""
+    """t = c0 + c1 x through the two largest of the (ranks, seconds) points."""
+    points = points[-2:]
     xs = [feature(algorithm, n) for n, _ in points]
     ys = [t for _, t in points]
     count = len(xs)
@@ -87,7 +91,7 @@ def tables(rows, target):
     points, chosen = series(rows)
     algorithms = ["ring", "recursive_doubling", "rabenseifner", "tree", "hierarchical"]
 
-    print("### The fit, checked: the largest count left out and predicted\n")
+    print("#### The fit, checked: the largest count left out and predicted\n")
     print("| platform | algorithm | size | fitted on | predicted | simulated | error |")
     print("|---|---|---|---|---|---|---|")
     errors = []
@@ -98,14 +102,14 @@ def tables(rows, target):
         largest, simulated = known[-1]
         predicted = model(largest)
         errors.append(abs(predicted - simulated) / simulated)
-        print(f"| {platform} | {algorithm} | {size_name(bytes_)} | {', '.join(str(n) for n, _ in known[:-1])} | "
+        print(f"| {platform} | {algorithm} | {size_name(bytes_)} | {', '.join(str(n) for n, _ in known[:-1][-2:])} | "
               f"{predicted / 1000:.2f} ms at {largest} | {simulated / 1000:.2f} ms | "
               f"{100 * (predicted - simulated) / simulated:+.0f}% |")
     if errors:
         print(f"\nMean |error| {100 * sum(errors) / len(errors):.0f}%, worst {100 * max(errors):.0f}% "
               f"({len(errors)} extrapolations).\n")
 
-    print("### Allreduce on the fat tree, 8 ranks per host (ms; * the model's)\n")
+    print("#### Allreduce on the fat tree, 8 ranks per host (ms; * the model's)\n")
     sizes = sorted({key[3] for key in points if key[0] == "fat-tree"})
     print("| ranks | size | " + " | ".join(algorithms) + " | fastest | registry's choice |")
     print("|---|---|" + "---|" * len(algorithms) + "---|---|")
@@ -126,20 +130,23 @@ def tables(rows, target):
                     best = (algorithm, value)
             if best is None:
                 continue
-            registry = chosen.get(("fat-tree", ranks, bytes_), "")
+            registry = chosen.get(("fat-tree", ranks, bytes_))
+            if registry is None:  # the defaults do not change with the rank count past 3: the largest simulated's
+                simulated = [n for (p, n, b) in chosen if p == "fat-tree" and b == bytes_ and n < ranks]
+                registry = chosen[("fat-tree", max(simulated), bytes_)] + "*" if simulated else ""
             print(f"| {ranks} | {size_name(bytes_)} | " + " | ".join(cells) + f" | {best[0]} | {registry} |")
 
-    others = sorted({key[0] for key in points} - {"fat-tree"})
-    for platform in others:
-        print(f"\n### {platform} (ms, simulated)\n")
+    others = sorted({(key[0], key[1]) for key in points if key[0] != "fat-tree"})
+    for platform, per_host in others:
+        print(f"\n#### {platform}, {per_host} ranks per host (ms, simulated)\n")
         print("| ranks | size | " + " | ".join(algorithms) + " | fastest | registry's choice |")
         print("|---|---|" + "---|" * len(algorithms) + "---|---|")
-        counts = sorted({n for key, known in points.items() if key[0] == platform for n, _ in known})
-        for ranks in counts:
-            for bytes_ in sorted({key[3] for key in points if key[0] == platform}):
+        mine = {key: known for key, known in points.items() if key[:2] == (platform, per_host)}
+        for ranks in sorted({n for known in mine.values() for n, _ in known}):
+            for bytes_ in sorted({key[3] for key in mine}):
                 cells, best = [], None
                 for algorithm in algorithms:
-                    known = dict(points.get((platform, 8, algorithm, bytes_), []))
+                    known = dict(mine.get((platform, per_host, algorithm, bytes_), []))
                     if ranks not in known:
                         cells.append("")
                         continue

@@ -33,7 +33,7 @@ JOBS = [
     ("fat-tree-1024", "fat-tree", 128, 8, [4 * KIB, 64 * KIB], LOG_STEP),
     ("dragonfly-1024", "dragonfly", 128, 8, [4 * KIB, 64 * KIB], LOG_STEP),
     ("fat-tree-4096", "fat-tree", 512, 8, [4 * KIB, 64 * KIB], LOG_STEP),
-    ("edge-256", "edge", 32, 8, [4 * KIB, 64 * KIB, 1024 * KIB], EVERY),
+    ("edge-64", "edge", 16, 4, [4 * KIB, 64 * KIB, 1024 * KIB], EVERY),
     ("fat-tree-1024-1m", "fat-tree", 128, 8, [1024 * KIB], LOG_STEP),
     ("fat-tree-16384", "fat-tree", 2048, 8, [4 * KIB], LOG_STEP),
 ]

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,8 +121,8 @@ class client final : public session {
   }
 
   long node_of(int rank) override {
-    if (node_of_rank_.empty()) node_of_rank_ = resolve_nodes();
-    if (!node_of_rank_.empty()) return node_of_rank_.at(static_cast<std::size_t>(rank));
+    if (!node_of_rank_) node_of_rank_ = resolve_nodes();  // once: a failed resolve is not retried per rank
+    if (!node_of_rank_->empty()) return node_of_rank_->at(static_cast<std::size_t>(rank));
     value_ptr got;  // no map from the launcher: the rank's own PMIX_NODEID
     fetch(rank, PMIX_NODEID, got);
     return static_cast<long>(integer_of(*got.value, PMIX_NODEID, where_.rank));
@@ -188,7 +189,7 @@ class client final : public session {
 
   pmix_proc_t self_;
   placement where_;
-  std::vector<long> node_of_rank_;  // resolve_nodes(), on first use
+  std::optional<std::vector<long>> node_of_rank_;  // resolve_nodes(), on first use
 };
 
 }  // namespace detail

@@ -30,7 +30,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -499,7 +498,8 @@ class basic_communicator {
   basic_communicator split(int color, int key) {
     const record::recorded_call recorded(recorder(), record::collective("split"));
     const std::uint32_t sequence = next_sequence();
-    const std::vector<std::array<std::int32_t, 2>> wishes = gather_wishes({color, key}, sequence);
+    std::uint32_t next_step = 0;
+    const std::vector<std::array<std::int32_t, 2>> wishes = gather_wishes({color, key}, sequence, next_step);
     std::vector<int> order(wishes.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
@@ -514,7 +514,7 @@ class basic_communicator {
       if (groups.empty() || color_of(groups.back().front()) != color_of(order[at])) groups.emplace_back();
       groups.back().push_back(order[at]);
     }
-    const std::uint32_t first_id = agree_on_ids(static_cast<std::uint32_t>(groups.size()), sequence);
+    const std::uint32_t first_id = agree_on_ids(static_cast<std::uint32_t>(groups.size()), sequence, next_step);
     if (color < 0) return {};
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const auto position = std::find(groups[g].begin(), groups[g].end(), rank_);
@@ -590,13 +590,15 @@ class basic_communicator {
   // Dissemination: ceil(log2 n) rounds, steps first_step on; in round k
   // rank r sends to r + 2^k and receives from r - 2^k (mod n), which
   // round(step, to, from) does. After round k a rank has heard, at
-  // first or second hand, from the 2^(k+1) - 1 ranks before it.
+  // first or second hand, from the 2^(k+1) - 1 ranks before it. Returns
+  // the step after the last round's.
   template <class Round>
-  void disseminate(std::uint32_t first_step, Round&& round) {
+  std::uint32_t disseminate(std::uint32_t first_step, Round&& round) {
     const int n = size();
     std::uint32_t step = first_step;
     for (int distance = 1; distance < n; distance *= 2, ++step)
       round(step, (rank_ + distance) % n, (rank_ - distance + n) % n);
+    return step;
   }
 
   // One round's pair: `out` to `to`, `in` (exactly its size) from `from`.
@@ -612,12 +614,14 @@ class basic_communicator {
   // Bruck's allgather of one wish per rank over dissemination rounds:
   // `known[i]` is rank (rank - i)'s, and a round sends the first
   // min(have, n - have) entries, which the receiver appends.
-  std::vector<std::array<std::int32_t, 2>> gather_wishes(std::array<std::int32_t, 2> mine, std::uint32_t sequence) {
+  // `next_step`: the step after its rounds.
+  std::vector<std::array<std::int32_t, 2>> gather_wishes(std::array<std::int32_t, 2> mine, std::uint32_t sequence,
+                                                         std::uint32_t& next_step) {
     const auto n = static_cast<std::size_t>(size());
     std::vector<std::array<std::int32_t, 2>> known(n);
     known[0] = mine;
     std::size_t have = 1;
-    disseminate(0, [&](std::uint32_t step, int to, int from) {
+    next_step = disseminate(0, [&](std::uint32_t step, int to, int from) {
       const std::size_t count = std::min(have, n - have);
       swap_step(std::span<const std::array<std::int32_t, 2>>(known).first(count), to,
                 std::span(known).subspan(have, count), from, sequence, step, "split");
@@ -630,17 +634,16 @@ class basic_communicator {
 
   // Rank 0 takes `groups` ids from one job-wide counter (so that live
   // communicators sharing ranks never share an id; 0 is the world) and
-  // every rank learns the first by a dissemination max (steps after the
-  // allgather's). Returns the counter's value before them.
-  std::uint32_t agree_on_ids(std::uint32_t groups, std::uint32_t sequence) {
+  // every rank learns the first by a dissemination max (steps from
+  // first_step on). Returns the counter's value before them.
+  std::uint32_t agree_on_ids(std::uint32_t groups, std::uint32_t sequence, std::uint32_t first_step) {
     std::uint64_t first = 0;
     if (rank_ == 0 && groups > 0) {
       const std::int64_t counter =
           world_->store ? world_->store->add("chorus/communicator-ids", groups) : (world_->local_ids += groups);
       first = static_cast<std::uint64_t>(counter - groups);
     }
-    const auto after_allgather = static_cast<std::uint32_t>(std::bit_width(static_cast<unsigned>(size() - 1)));
-    disseminate(after_allgather, [&](std::uint32_t step, int to, int from) {
+    disseminate(first_step, [&](std::uint32_t step, int to, int from) {
       std::uint64_t heard = 0;
       swap_step(std::span<const std::uint64_t>(&first, 1), to, std::span<std::uint64_t>(&heard, 1), from, sequence,
                 step, "split");

@@ -1,9 +1,10 @@
 // Reduction operators, element traits, errors, memory kinds, the
-// environment parsers and the streaming copy.
+// environment parsers, the streaming copy and per-rank state.
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/memory_kind.hpp>
+#include <chorus/core/rank_local.hpp>
 #include <chorus/core/reduce_op.hpp>
 #include <chorus/core/streaming_copy.hpp>
 #include <chorus/core/variables.hpp>
@@ -17,6 +18,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -318,4 +320,42 @@ TEST_CASE("streaming stores pay where the footprint fills the last-level cache, 
   if (std::getenv("CHORUS_STREAMING_STORES") != nullptr) return;  // read once per process: auto is the case here
   CHECK_FALSE(chorus::streaming_pays(cache - 1));
   CHECK(chorus::streaming_pays(cache) == bool(CHORUS_STREAMING_STORES));
+}
+
+namespace {
+struct first_tag;
+struct second_tag;
+chorus::rank_state* running = nullptr;  // the "rank" a test source says runs now
+chorus::rank_state* running_state() noexcept { return running; }
+}  // namespace
+
+TEST_CASE("rank_local: one value per thread and tag by default, one per rank under a source") {
+  int& first = chorus::rank_local<int, first_tag>();
+  first = 7;
+  CHECK(&chorus::rank_local<int, first_tag>() == &first);  // kept across calls
+  CHECK(chorus::rank_local<int, second_tag>() == 0);       // another tag, another value
+  int seen_on_other_thread = -1;
+  std::thread([&] { seen_on_other_thread = chorus::rank_local<int, first_tag>(); }).join();
+  CHECK(seen_on_other_thread == 0);  // value-initialised, not this thread's 7
+
+  // Two simulated ranks on this one thread, switched as a scheduler would.
+  chorus::rank_state a, b;
+  const chorus::rank_state_source previous = chorus::install_rank_state_source(&running_state);
+  running = &a;
+  chorus::rank_local<int, first_tag>() = 1;
+  const chorus::error failure_a(chorus::errc::timeout, "a waited too long");
+  running = &b;
+  CHECK(chorus::rank_local<int, first_tag>() == 0);
+  chorus::rank_local<int, first_tag>() = 2;
+  const chorus::error failure_b(chorus::errc::mismatch, "b got too much");
+  running = &a;
+  CHECK(chorus::rank_local<int, first_tag>() == 1);
+  CHECK(chorus::detail::latest_error() == failure_a.what());  // each rank's last error is its own
+  running = &b;
+  CHECK(chorus::detail::latest_error() == failure_b.what());
+  running = nullptr;  // not a rank: the thread's own
+  CHECK(chorus::rank_local<int, first_tag>() == 7);
+  const bool ours_replaced = chorus::install_rank_state_source(previous) == &running_state;
+  CHECK(ours_replaced);
+  CHECK(&chorus::rank_local<int, first_tag>() == &first);
 }

@@ -1,7 +1,7 @@
-// Scratch buffers for the algorithms, kept per thread and reused across
-// calls. Allocating (and page-faulting) a fresh buffer of the message size
+// Scratch buffers for the algorithms, kept per rank (core/rank_local.hpp:
+// the thread's, or a simulated rank's) and reused across calls. Allocating (and page-faulting) a fresh buffer of the message size
 // on every call cost more than the transfer itself at 32 MiB; a kept buffer
-// is touched once. Memory held: per thread and slot, the largest size asked
+// is touched once. Memory held: per rank and slot, the largest size asked
 // for so far (release_scratch() gives it back).
 //
 // Slot 0 is the algorithm's own scratch; slot 1 holds work copies (float
@@ -10,6 +10,8 @@
 // algorithm they call. An
 // algorithm must not call another that uses the same slot while it holds it.
 #pragma once
+
+#include <chorus/core/rank_local.hpp>
 
 #include <array>
 #include <cstddef>
@@ -20,8 +22,8 @@ namespace chorus::collective {
 
 namespace detail {
 inline std::array<std::vector<std::byte>, 3>& scratch_slots() {
-  thread_local std::array<std::vector<std::byte>, 3> slots;
-  return slots;
+  struct tag;
+  return rank_local<std::array<std::vector<std::byte>, 3>, tag>();
 }
 }  // namespace detail
 

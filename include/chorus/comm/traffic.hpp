@@ -6,6 +6,8 @@
 // while a progress thread or another rank-thread of the process sends too.
 #pragma once
 
+#include <chorus/core/rank_local.hpp>
+
 #include <cstdint>
 
 namespace chorus {
@@ -24,9 +26,6 @@ struct traffic {
   }
 };
 
-inline traffic& this_thread_traffic() noexcept {
-  thread_local traffic counters;
-  return counters;
-}
+inline traffic& this_thread_traffic() noexcept { return rank_local<traffic>(); }
 
 }  // namespace chorus

@@ -3,6 +3,8 @@
 // plain collectives move).
 #pragma once
 
+#include <chorus/core/rank_local.hpp>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -51,15 +53,12 @@ std::span<T> sized(std::vector<T>& storage, std::size_t count) {
 // for once per call (the last: at one size per call).
 enum class scratch_for : std::size_t { mine, received, gathered, sum, contribution, feedback };
 
-// The host's buffers, per thread, grown as needed and kept for the next call.
+// The host's buffers, per rank (core/rank_local.hpp), grown as needed and kept for the next call.
 struct workspace {
   std::vector<float> contribution, sum, feedback;
   std::vector<std::byte> mine, received, gathered;
 
-  static workspace& local() {
-    thread_local workspace buffers;
-    return buffers;
-  }
+  static workspace& local() { return rank_local<workspace>(); }
   std::span<std::byte> bytes(scratch_for use, std::size_t count) {
     return sized(use == scratch_for::mine ? mine : use == scratch_for::received ? received : gathered, count);
   }

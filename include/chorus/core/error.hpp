@@ -6,6 +6,8 @@
 // operation, so a log line from a 64-rank job says who waited on whom.
 #pragma once
 
+#include <chorus/core/rank_local.hpp>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -46,8 +48,8 @@ namespace detail {
 // The text of the last error made on this thread: the flight recorder
 // (record/call.hpp) keeps it with a call that failed.
 inline std::string& latest_error() {
-  thread_local std::string text;
-  return text;
+  struct tag;
+  return rank_local<std::string, tag>();
 }
 }  // namespace detail
 

@@ -23,6 +23,7 @@
 
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/core/rank_local.hpp>
 #include <chorus/record/clock.hpp>
 #include <chorus/record/dump.hpp>
 #include <chorus/record/entry.hpp>
@@ -86,8 +87,8 @@ inline call_description window_call(std::string_view name, std::size_t count) {
 // (the torch backend: "allreduce_coalesced", "reduce_scatter_tensor") sets
 // it around each of them.
 inline short_name<32>& caller_name() noexcept {
-  thread_local short_name<32> name;
-  return name;
+  struct tag;
+  return rank_local<short_name<32>, tag>();
 }
 inline void apply_caller_name(call_description& call) noexcept {
   const short_name<32>& name = caller_name();
@@ -188,8 +189,8 @@ class recorded_call {
 
  private:
   static recorded_call*& current() noexcept {
-    thread_local recorded_call* innermost = nullptr;
-    return innermost;
+    struct tag;
+    return rank_local<recorded_call*, tag>();
   }
   recorded_call& owner() noexcept { return alias_ != nullptr ? *alias_ : *this; }
   // The phases this thread marks from now on go to `book`'s timeline.

@@ -12,6 +12,7 @@
 // mutex, an append); past `capacity` events the rest are counted, not kept.
 #pragma once
 
+#include <chorus/core/rank_local.hpp>
 #include <chorus/record/clock.hpp>
 #include <chorus/record/entry.hpp>
 
@@ -94,8 +95,8 @@ class trace_log {
 // The trace of the recorded call this thread runs now; null when none is
 // traced.
 inline trace_log*& active_trace() noexcept {
-  thread_local trace_log* active = nullptr;
-  return active;
+  struct tag;
+  return rank_local<trace_log*, tag>();
 }
 
 // One phase of an algorithm, from construction to destruction, in the

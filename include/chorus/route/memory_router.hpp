@@ -22,6 +22,7 @@
 #include <chorus/core/error.hpp>
 #include <chorus/core/function_ref.hpp>
 #include <chorus/core/memory_kind.hpp>
+#include <chorus/core/rank_local.hpp>
 #include <chorus/route/local_arithmetic.hpp>
 
 #include <algorithm>
@@ -123,21 +124,21 @@ inline std::atomic<memory_router*>& installed_router() noexcept {
 // set by cuda::stream_scope; null: the default stream), kept here so that a
 // non-blocking collective carries its caller's stream to the worker thread.
 inline void*& thread_stream() noexcept {
-  thread_local void* stream = nullptr;
-  return stream;
+  struct tag;
+  return rank_local<void*, tag>();
 }
 inline staging_hooks*& thread_staging_hooks() noexcept {
-  thread_local staging_hooks* hooks = nullptr;
-  return hooks;
+  struct tag;
+  return rank_local<staging_hooks*, tag>();
 }
 inline bool& routing_suspended() noexcept {
-  thread_local bool suspended = false;
-  return suspended;
+  struct tag;
+  return rank_local<bool, tag>();
 }
 // Inside through_host: the memory the staged buffers were (call_memory).
 inline memory_kind& staged_memory() noexcept {
-  thread_local memory_kind kind = memory_kind::host;
-  return kind;
+  struct tag;
+  return rank_local<memory_kind, tag>();
 }
 
 // Sets one of the thread-local values above until the scope ends.

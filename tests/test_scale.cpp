@@ -10,6 +10,7 @@
 
 #include <chorus/collective/ring_geometry.hpp>
 #include <chorus/comm/host_layout.hpp>
+#include <chorus/comm/member_list.hpp>
 #include <chorus/comm/tag.hpp>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -117,6 +120,57 @@ TEST_CASE("host table: runs of ranks per host, back and forth, and bad text refu
   CHECK(chorus::encode_hosts(fat_tree).size() < 16 * 8192);  // a run per host of 8, not a value per rank
   for (const char* bad : {"", "0*3,1*3", "0*3,1*3,2*4", "0*0,1*9", "0*9,", "x*9", "0*-9", "0-9", "0*99999999999"})
     CHECK_FALSE(chorus::decode_hosts(bad, 9));
+}
+
+TEST_CASE("member list: the world's identity keeps no table and answers as one would") {
+  const chorus::member_list world = chorus::member_list::identity(65536);
+  const std::vector<int> table = world.to_vector();
+  CHECK(world.is_identity());
+  CHECK(world.size() == 65536);
+  CHECK(table.size() == 65536);
+  for (const std::size_t rank : {std::size_t{0}, std::size_t{1}, std::size_t{40000}, std::size_t{65535}}) {
+    CHECK(world[rank] == table[rank]);
+    CHECK(world.at(rank) == static_cast<int>(rank));
+    CHECK(world.index_of(table[rank]) == static_cast<int>(rank));
+  }
+  CHECK_THROWS_AS((void)world.at(65536), std::out_of_range);
+  CHECK(world.index_of(65536) == -1);
+  CHECK(world.index_of(-1) == -1);
+  CHECK(std::equal(world.begin(), world.end(), table.begin(), table.end()));
+
+  chorus::member_list grown = chorus::member_list::identity(3);  // with(): a joiner at the end
+  grown.push_back(9);
+  CHECK_FALSE(grown.is_identity());
+  CHECK(grown.to_vector() == std::vector<int>{0, 1, 2, 9});
+  CHECK(grown.index_of(9) == 3);
+  CHECK(grown.index_of(5) == -1);
+  const chorus::member_list group(std::vector<int>{4, 2, 7});
+  CHECK(std::vector<int>(group.begin(), group.end()) == std::vector<int>{4, 2, 7});
+  CHECK(group.index_of(7) == 2);
+  CHECK(chorus::member_list::identity(0).size() == 0);
+  CHECK(chorus::member_list::identity(0).begin() == chorus::member_list::identity(0).end());
+}
+
+TEST_CASE("host layout: one grouping shared by every rank's view, each view its own") {
+  const std::vector<int> host_of{0, 0, 1, 1, 2, 2, 0};  // 7 ranks: host 0 holds 0, 1 and 6
+  const std::shared_ptr<const chorus::host_groups> groups = chorus::host_layout::group(host_of);
+  REQUIRE(groups->size() == 3);
+  CHECK((*groups)[0] == std::vector<int>{0, 1, 6});
+  for (int rank = 0; rank < 7; ++rank)
+    for (const int guess : {0, 1, 2, 5, -1}) {  // a wrong or impossible first guess only costs a search
+      const chorus::host_layout view = chorus::host_layout::of(groups, rank, guess);
+      const chorus::host_layout alone = chorus::host_layout::of(host_of, rank);
+      CHECK(view.members == groups);  // shared, not copied
+      CHECK(view.host == alone.host);
+      CHECK(view.local_rank == alone.local_rank);
+      CHECK(view.local == alone.local);
+      CHECK(view.ranks_per_host == 0);  // unequal hosts
+      CHECK(*alone.members == *groups);
+    }
+  const chorus::host_layout equal = chorus::host_layout::of(std::vector<int>{5, 5, 3, 3}, 3);
+  CHECK(equal.host == 1);
+  CHECK(equal.local_rank == 1);
+  CHECK(equal.across == std::vector<int>{1, 3});
 }
 
 TEST_CASE("connections on first use: a 16-rank ring job holds O(1) endpoints per rank, eager holds 16") {

@@ -96,6 +96,31 @@ TEST_CASE("UCX segments nobody maps or holds open are removed; others stay") {
   for (const std::string& path : {held, young, other}) ::unlink(path.c_str());
 }
 
+TEST_CASE("in-process segments: found by name in this process only, shared, gone with the name") {
+  namespace transport = chorus::transport;
+  const std::string name = transport::shared_segment::name_for("in_process_" + std::to_string(::getpid()));
+  transport::shared_segment made = transport::shared_segment::create_in_process(name, 8192);
+  CHECK(::access(("/dev/shm" + name).c_str(), F_OK) != 0);  // no file: nothing another process could map
+  CHECK(made.data()[4000] == std::byte{0});                 // zeroed, as a new file is
+  made.data()[100] = std::byte{42};
+  transport::shared_segment opened;
+  CHECK_FALSE(opened.open_in_process(name, 1u << 20));  // not that large
+  CHECK_FALSE(opened.open_in_process(name + "_other", 8192));
+  CHECK_FALSE(opened.open(name, 8192));  // not in /dev/shm
+  REQUIRE(opened.open_in_process(name, 8192));
+  CHECK(opened.data() == made.data());  // one mapping for the process
+  made.unlink();
+  transport::shared_segment late;
+  CHECK_FALSE(late.open_in_process(name, 8192));  // the name is gone
+  {
+    const transport::shared_segment creator = std::move(made);  // the creator ends; the mapping stays
+  }
+  opened.data()[200] = std::byte{7};
+  CHECK(opened.data()[100] == std::byte{42});
+  const transport::shared_segment again = transport::shared_segment::create_in_process(name, 4096);
+  CHECK(again.data() != opened.data());  // the name is free for a new segment
+}
+
 TEST_CASE("chorus segments: made, mapped by name, unlinked; names of dead creators swept, live ones kept") {
   namespace transport = chorus::transport;
   const std::string name = transport::shared_segment::name_for("test_" + std::to_string(::getpid()));

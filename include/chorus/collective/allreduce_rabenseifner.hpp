@@ -22,7 +22,6 @@
 #include <concepts>
 #include <span>
 #include <string_view>
-#include <vector>
 
 namespace chorus::collective {
 
@@ -37,11 +36,10 @@ void allreduce_rabenseifner(X& ex, std::span<const A> input, std::span<A> data, 
         [&](const folding& shape, std::span<const A> mine) {
           const auto parts = static_cast<std::size_t>(shape.participants);
           const block_partition blocks{data.size(), parts};
-          std::vector<std::size_t> bounds(parts + 1);
-          for (std::size_t i = 0; i <= parts; ++i) bounds[i] = blocks.offset(i);
+          const auto bounds = [&](int part) { return blocks.offset(static_cast<std::size_t>(part)); };
           halving_reduce_scatter(ex, shape, mine, data, scratch, bounds, op, steps);
           const auto own = static_cast<std::size_t>(shape.participant);
-          steps.finalize(data.subspan(bounds[own], blocks.size(own)), op, static_cast<std::size_t>(n));
+          steps.finalize(data.subspan(blocks.offset(own), blocks.size(own)), op, static_cast<std::size_t>(n));
           steps.settle();  // the allgather sends it
           doubling_allgather(ex, shape, data, bounds);
         },

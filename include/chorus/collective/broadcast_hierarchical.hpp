@@ -35,12 +35,12 @@ void broadcast_between_hosts(X& ex, std::span<const int> members, std::span<A> d
 template <class Communicator, class A>
 void broadcast_hierarchical(exchange<Communicator>& ex, std::span<A> data, int root) {
   const host_layout& layout = ex.comm().layout();
+  const host_groups& hosts = *layout.members;
   int root_host = 0;
-  while (std::find(layout.members[static_cast<std::size_t>(root_host)].begin(),
-                   layout.members[static_cast<std::size_t>(root_host)].end(),
-                   root) == layout.members[static_cast<std::size_t>(root_host)].end())
+  while (std::find(hosts[static_cast<std::size_t>(root_host)].begin(), hosts[static_cast<std::size_t>(root_host)].end(),
+                   root) == hosts[static_cast<std::size_t>(root_host)].end())
     ++root_host;
-  const auto& root_members = layout.members[static_cast<std::size_t>(root_host)];
+  const auto& root_members = hosts[static_cast<std::size_t>(root_host)];
   const int root_local =
       static_cast<int>(std::find(root_members.begin(), root_members.end(), root) - root_members.begin());
   // First, so that every rank reserves the setup phase at the same place

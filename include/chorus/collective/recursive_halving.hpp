@@ -2,7 +2,9 @@
 // its mirror, the recursive-doubling allgather, shared by Rabenseifner's
 // allreduce and the halving reduce_scatter.
 //
-// The buffer is cut into p super-blocks at `bounds` (p+1 offsets). Halving:
+// The buffer is cut into p super-blocks: `bounds(i)` is where super-block i
+// starts, bounds(p) the end. A function, not a table: a table costs every
+// rank 8 (p + 1) bytes per call, 512 KiB at 65,536 ranks. Halving:
 // with distance d = p/2, p/4, ..., 1 each participant keeps the half of its
 // current range on its side of the partner (participant ^ d), sends the
 // other half, and reduces what the partner sends for the kept half; it ends
@@ -19,17 +21,15 @@
 
 #include <cstddef>
 #include <span>
-#include <vector>
 
 namespace chorus::collective {
 
 // `mine`: this participant's contribution (folded(), in place `data`),
 // read where it is by the first round, which writes what it keeps into
 // `data`; the later rounds work in `data`.
-template <class X, class A, class Op, class Steps = host_steps>
+template <class X, class A, class Bounds, class Op, class Steps = host_steps>
 void halving_reduce_scatter(X& ex, const folding& shape, std::span<const A> mine, std::span<A> data,
-                            std::span<A> scratch, const std::vector<std::size_t>& bounds, const Op& op,
-                            const Steps& steps = {}) {
+                            std::span<A> scratch, const Bounds& bounds, const Op& op, const Steps& steps = {}) {
   int low = 0, high = shape.participants;
   const auto rounds = ex.phase(shape.rounds(), "halving");
   std::uint32_t round = 0;
@@ -41,8 +41,7 @@ void halving_reduce_scatter(X& ex, const folding& shape, std::span<const A> mine
     const int keep_low = upper ? middle : low, keep_high = upper ? high : middle;
     const int send_low = upper ? low : middle, send_high = upper ? middle : high;
     const auto range = [&]<class B>(std::span<B> of, int first, int last) {
-      return of.subspan(bounds[static_cast<std::size_t>(first)],
-                        bounds[static_cast<std::size_t>(last)] - bounds[static_cast<std::size_t>(first)]);
+      return of.subspan(bounds(first), bounds(last) - bounds(first));
     };
     const std::span<A> kept = range(data, keep_low, keep_high);
     const std::span<A> incoming = scratch.first(kept.size());
@@ -55,8 +54,8 @@ void halving_reduce_scatter(X& ex, const folding& shape, std::span<const A> mine
   }
 }
 
-template <class X, class A>
-void doubling_allgather(X& ex, const folding& shape, std::span<A> data, const std::vector<std::size_t>& bounds) {
+template <class X, class A, class Bounds>
+void doubling_allgather(X& ex, const folding& shape, std::span<A> data, const Bounds& bounds) {
   const auto rounds = ex.phase(shape.rounds(), "doubling");
   std::uint32_t round = 0;
   for (int distance = 1; distance < shape.participants; distance *= 2, ++round) {
@@ -64,8 +63,8 @@ void doubling_allgather(X& ex, const folding& shape, std::span<A> data, const st
     const int partner_number = shape.participant ^ distance;
     const int mine = shape.participant & ~(distance - 1), theirs = partner_number & ~(distance - 1);
     const auto range = [&](int from) {
-      const std::size_t begin = bounds[static_cast<std::size_t>(from)];
-      return data.subspan(begin, bounds[static_cast<std::size_t>(from + distance)] - begin);
+      const std::size_t begin = bounds(from);
+      return data.subspan(begin, bounds(from + distance) - begin);
     };
     ex.sendrecv(std::span<const A>(range(mine)), shape.rank_of(partner_number), range(theirs),
                 shape.rank_of(partner_number), rounds(round));

@@ -17,7 +17,6 @@
 #include <concepts>
 #include <span>
 #include <string_view>
-#include <vector>
 
 namespace chorus::collective {
 
@@ -33,11 +32,11 @@ void reduce_scatter_halving(X& ex, std::span<A> data, std::size_t block, const O
   const auto in = ex.phase(1, "fold in"), back = ex.phase(1, "hand back");
   fold_in(ex, shape, std::span<const A>(data), data, scratch, op, in(0), steps);
   if (!shape.sits_out()) {
-    std::vector<std::size_t> bounds(static_cast<std::size_t>(shape.participants) + 1);
-    for (int i = 0; i < shape.participants; ++i)  // first block of participant i's ranks
-      bounds[static_cast<std::size_t>(i)] =
-          static_cast<std::size_t>(i < shape.remainder ? 2 * i : i + shape.remainder) * block;
-    bounds.back() = data.size();
+    const auto bounds = [&](int participant) {  // the first block of participant's ranks; the end after the last
+      if (participant == shape.participants) return data.size();
+      return static_cast<std::size_t>(participant < shape.remainder ? 2 * participant : participant + shape.remainder) *
+             block;
+    };
     halving_reduce_scatter(ex, shape, std::span<const A>(data), data, scratch, bounds, op, steps);
   }
   const std::span<A> even_block = data.subspan(static_cast<std::size_t>(rank - rank % 2) * block, block);

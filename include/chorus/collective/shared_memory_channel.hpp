@@ -208,15 +208,16 @@ class shared_memory_call {
     while (group_[static_cast<std::size_t>(mine)] != comm.rank()) ++mine;
     const std::size_t slot_bytes = shared_memory_channel::default_slot_bytes;
     const std::size_t bytes = shared_memory_channel::segment_bytes(size, slot_bytes);
+    constexpr bool in_process = transport::ranks_in_one_process<typename Communicator::transport_type>;
     message name{};
     transport::shared_segment segment;
     if (mine == 0) {
       try {
-        transport::remove_orphaned_segments();
-        segment = transport::shared_segment::create(
-            transport::shared_segment::name_for(hex(comm.job()) + "_" + std::to_string(comm.id()) + "_" +
-                                                std::to_string(++created_)),
-            bytes);
+        if (!in_process) transport::remove_orphaned_segments();
+        const std::string named = transport::shared_segment::name_for(
+            hex(comm.job()) + "_" + std::to_string(comm.id()) + "_" + std::to_string(++created_));
+        segment = in_process ? transport::shared_segment::create_in_process(named, bytes)
+                             : transport::shared_segment::create(named, bytes);
         write(name, segment.name());
       } catch (const error& failure) {
         write(name, "!" + std::string(failure.what()));
@@ -230,7 +231,7 @@ class shared_memory_call {
     message answer{};
     if (name[0] == '!')
       write(answer, "!");
-    else if (!segment.open(std::string(name.data()), bytes))
+    else if (!(in_process ? segment.open_in_process(name.data(), bytes) : segment.open(name.data(), bytes)))
       write(answer, "!rank " + std::to_string(comm.transport().rank()) + " found no segment " + name.data());
     ex_.send(std::span<const char>(answer), group_[0], setup(1));
     if (name[0] == '!') throw failed(name.data() + 1);

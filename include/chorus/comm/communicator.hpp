@@ -13,6 +13,7 @@
 #include <chorus/bootstrap/store.hpp>
 #include <chorus/comm/background.hpp>
 #include <chorus/comm/host_layout.hpp>
+#include <chorus/comm/member_list.hpp>
 #include <chorus/comm/options.hpp>
 #include <chorus/comm/pending_merges.hpp>
 #include <chorus/comm/progress_thread.hpp>
@@ -85,8 +86,13 @@ struct world_state {
   std::unique_ptr<background_worker> background;  // started on first use
   std::unique_ptr<progress_thread> progress;      // started on first use
   // The host of each transport rank (0, 1, ... in order of first rank), as
-  // connect() learns it; empty means one host.
-  std::vector<int> hosts;
+  // connect() learns it; null or empty means one host. Shared, read-only:
+  // a simulation's ranks hold one table (sim/run.hpp).
+  std::shared_ptr<const std::vector<int>> hosts;
+  // The world's ranks grouped by host (host_layout::group(*hosts)), where
+  // the ranks share one (a simulation's: sim/run.hpp); else every world
+  // communicator groups them on its first layout().
+  std::shared_ptr<const host_groups> grouped_hosts;
   std::uint64_t job = 0;  // a hash of the job's token: names what this job makes on a host
   // This process joined the job while it ran (CHORUS_JOIN; connect.hpp).
   bool joined = false;
@@ -141,8 +147,7 @@ class basic_communicator {
   // The world communicator over a connected transport (see connect.hpp).
   explicit basic_communicator(std::shared_ptr<world_state<T>> world)
       : world_(std::move(world)), rank_(world_->transport->rank()) {
-    members_.resize(static_cast<std::size_t>(world_->transport->size()));
-    std::iota(members_.begin(), members_.end(), 0);
+    members_ = member_list::identity(world_->transport->size());
     if (!world_->journal) world_->journal = record::open_journal(world_->job, rank_, size(), world_->config.record);
     open_ring();
   }
@@ -165,18 +170,14 @@ class basic_communicator {
   // of one host.
   // A process that joined after connect() counts as a host of its own.
   int host(int rank) const {
-    const std::vector<int>& hosts = world_->hosts;
+    if (!world_->hosts || world_->hosts->empty()) return 0;
+    const std::vector<int>& hosts = *world_->hosts;
     const auto world = static_cast<std::size_t>(world_rank(rank));
-    if (hosts.empty()) return 0;
     return world < hosts.size() ? hosts[world] : static_cast<int>(hosts.size() + world);
   }
   // All of it, worked out once per communicator (host_layout.hpp).
   const host_layout& layout() const {
-    if (!layout_) {
-      std::vector<int> host_of(members_.size());
-      for (int r = 0; r < size(); ++r) host_of[static_cast<std::size_t>(r)] = host(r);
-      layout_ = std::make_shared<const host_layout>(host_layout::of(host_of, rank_));
-    }
+    if (!layout_) layout_ = std::make_shared<const host_layout>(host_layout::of(grouped_by_host(), rank_, host(rank_)));
     return *layout_;
   }
   // Whether this is a copy forked for the background thread (non-blocking
@@ -266,7 +267,7 @@ class basic_communicator {
   void require_merged(std::string_view operation, const void* caller = nullptr) const {
     world_->pending_merges.require_merged(members_, world_rank(rank_), operation, caller);
   }
-  std::vector<int> world_ranks() const { return members_; }  // rank -> transport rank
+  std::vector<int> world_ranks() const { return members_.to_vector(); }  // rank -> transport rank
 
   // Raw tagged byte transfers, for collectives.
   request isend_bytes(std::span<const std::byte> data, int peer, transport::tag_t wire,
@@ -323,11 +324,11 @@ class basic_communicator {
   }
   // The rank of this group that sent what `received` (a completed receive) holds.
   int source_of(const request& received) const {
-    const auto found = std::find(members_.begin(), members_.end(), received.peer());
-    if (found == members_.end())
+    const int sender = members_.index_of(received.peer());
+    if (sender < 0)
       throw error(errc::invalid_argument, "the request has no sender in this group (not a completed receive)",
                   {transport().rank(), received.peer(), "source_of"});
-    return static_cast<int>(found - members_.begin());
+    return sender;
   }
 
   // Device memory goes to the transport as it is on the direct path (a UCX
@@ -428,7 +429,7 @@ class basic_communicator {
     }
     if (survivors.rank_ < 0)
       throw error(errc::invalid_argument, "without: this rank is among the lost", {transport().rank(), -1, "without"});
-    if (ring_) ring_->set_members(survivors.members_, survivors.rank_);
+    if (ring_) ring_->set_members(survivors.members_.to_vector(), survivors.rank_);
     return survivors;
   }
 
@@ -467,7 +468,7 @@ class basic_communicator {
     basic_communicator grown = *this;
     grown.members_.push_back(world_rank);
     grown.layout_.reset();
-    if (ring_) ring_->set_members(grown.members_, grown.rank_);
+    if (ring_) ring_->set_members(grown.members_.to_vector(), grown.rank_);
     return grown;
   }
 
@@ -480,7 +481,7 @@ class basic_communicator {
     group.world_ = world_;
     group.id_ = id;
     group.sequence_ = sequence;
-    group.members_ = std::move(members);
+    group.members_ = member_list(std::move(members));
     group.rank_ = static_cast<int>(group.members_.size());
     group.members_.push_back(transport().rank());
     group.open_ring();
@@ -656,23 +657,33 @@ class basic_communicator {
     return (first + index) % tag::max_id + 1;  // ids wrap after max_id
   }
 
+  std::shared_ptr<const host_groups> grouped_by_host() const {
+    if (members_.is_identity() && world_->grouped_hosts) return world_->grouped_hosts;
+    std::vector<int> host_of(members_.size());
+    for (int r = 0; r < size(); ++r) host_of[static_cast<std::size_t>(r)] = host(r);
+    return host_layout::group(host_of);
+  }
+
   basic_communicator make_child(std::uint32_t id, int rank, const std::vector<std::int32_t>& group) const {
     basic_communicator child;
     child.world_ = world_;
     child.id_ = id;
     child.rank_ = rank;
-    for (std::int32_t parent_rank : group) child.members_.push_back(members_[static_cast<std::size_t>(parent_rank)]);
+    std::vector<int> members;
+    members.reserve(group.size());
+    for (std::int32_t parent_rank : group) members.push_back(members_[static_cast<std::size_t>(parent_rank)]);
+    child.members_ = member_list(std::move(members));
     child.open_ring();
     return child;
   }
 
   void open_ring() {
-    if (world_->journal) ring_ = world_->journal->ring_of(id_, members_, rank_);
+    if (world_->journal) ring_ = world_->journal->ring_of(id_, members_.to_vector(), rank_);
   }
 
   std::shared_ptr<world_state<T>> world_;
   std::shared_ptr<record::ring> ring_;  // this communicator's flight ring (null: recording off)
-  std::vector<int> members_;            // this communicator's rank -> transport rank
+  member_list members_;                 // this communicator's rank -> transport rank
   int rank_ = -1;
   std::uint32_t id_ = 0;
   std::uint32_t sequence_ = 1;

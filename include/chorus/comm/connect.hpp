@@ -134,9 +134,10 @@ template <class IntroductionOf>
 void reach_peers_through(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info,
                          IntroductionOf introduction_of) {
   ucx::ucx_transport& transport = *world.transport;
-  const int host = world.hosts[static_cast<std::size_t>(info.rank)];
+  const std::vector<int>& hosts = *world.hosts;
+  const int host = hosts[static_cast<std::size_t>(info.rank)];
   for (int peer = 0; peer < info.size; ++peer)
-    if (peer != info.rank && world.hosts[static_cast<std::size_t>(peer)] == host)
+    if (peer != info.rank && hosts[static_cast<std::size_t>(peer)] == host)
       transport.watch_process(peer, contact_of(introduction_of(peer), info.rank, peer).process);
   transport.look_up_contacts_with([introduction_of, rank = info.rank, size = info.size](int peer) {
     std::optional<ucx::peer_contact> contact;
@@ -159,7 +160,7 @@ inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const boo
     return;
   }
   publish_address(world, info.rank);
-  world.hosts = learn_hosts(world, info);
+  world.hosts = std::make_shared<const std::vector<int>>(learn_hosts(world, info));
   reach_peers_through(world, info, [&world](int peer) { return world.store->wait(address_key(peer)); });
 }
 
@@ -216,7 +217,7 @@ inline void exchange_through_pmix(world_state<ucx::ucx_transport>& world, const 
   std::vector<std::string> node_of(static_cast<std::size_t>(info.size));
   for (int peer = 0; peer < info.size; ++peer)
     node_of[static_cast<std::size_t>(peer)] = std::to_string(pmix.node_of(peer));
-  world.hosts = number_hosts(node_of, world.config.ranks_per_host);
+  world.hosts = std::make_shared<const std::vector<int>>(number_hosts(node_of, world.config.ranks_per_host));
   reach_peers_through(world, info, [&pmix](int peer) { return pmix.get(peer, "address"); });
 }
 
@@ -267,7 +268,7 @@ inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::
       if (failure.category() != errc::peer_failure) throw;  // a peer gone since: its failure when addressed
     }
   }
-  world.hosts = number_hosts(host_keys, world.config.ranks_per_host);
+  world.hosts = std::make_shared<const std::vector<int>>(number_hosts(host_keys, world.config.ranks_per_host));
   log::debug(info.rank,
              "joined a running job of " + std::to_string(info.size) + " ranks as rank " + std::to_string(info.rank));
 }

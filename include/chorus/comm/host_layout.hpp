@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,9 @@
 
 namespace chorus {
 
+// Each host's ranks, hosts in order of their first rank.
+using host_groups = std::vector<std::vector<int>>;
+
 struct host_layout {
   int hosts = 1;
   int ranks_per_host = 1;   // 0 when hosts hold different numbers of ranks
@@ -20,36 +24,50 @@ struct host_layout {
   int local_rank = 0;       // this rank's place among its host's ranks
   std::vector<int> local;   // the ranks on this rank's host, in rank order
   std::vector<int> across;  // the ranks with this local_rank on each host, in host order (equal hosts only)
-  std::vector<std::vector<int>> members;  // each host's ranks, hosts in order
+  // Each host's ranks: the same on every rank of the communicator, so
+  // shared where they are made once (a simulation's world: sim/run.hpp).
+  std::shared_ptr<const host_groups> members = std::make_shared<const host_groups>();
 
   // The ranks with local rank `index` on each host, in host order (equal
   // hosts only).
   std::vector<int> with_local_rank(int index) const {
     std::vector<int> ranks;
-    for (const std::vector<int>& group : members) ranks.push_back(group.at(static_cast<std::size_t>(index)));
+    for (const std::vector<int>& group : *members) ranks.push_back(group.at(static_cast<std::size_t>(index)));
     return ranks;
   }
 
-  // From host_of[r], any number per rank (what the communicator knows).
-  static host_layout of(const std::vector<int>& host_of, int rank) {
-    host_layout layout;
+  // The ranks of each host, from host_of[r] (any number per rank).
+  static std::shared_ptr<const host_groups> group(const std::vector<int>& host_of) {
+    auto groups = std::make_shared<host_groups>();
     std::map<int, int> numbers;  // host id -> 0, 1, ... in order of first rank
-    std::vector<std::vector<int>>& groups = layout.members;
     for (std::size_t r = 0; r < host_of.size(); ++r) {
-      const auto [at, fresh] = numbers.try_emplace(host_of[r], static_cast<int>(groups.size()));
-      if (fresh) groups.emplace_back();
-      groups[static_cast<std::size_t>(at->second)].push_back(static_cast<int>(r));
+      const auto [at, fresh] = numbers.try_emplace(host_of[r], static_cast<int>(groups->size()));
+      if (fresh) groups->emplace_back();
+      (*groups)[static_cast<std::size_t>(at->second)].push_back(static_cast<int>(r));
     }
-    layout.hosts = static_cast<int>(groups.size());
-    layout.host = numbers.at(host_of[static_cast<std::size_t>(rank)]);
-    layout.local = groups[static_cast<std::size_t>(layout.host)];
+    return groups;
+  }
+
+  // `rank`'s view of `groups`; `likely_host`: the group to look in first.
+  static host_layout of(std::shared_ptr<const host_groups> groups, int rank, int likely_host = 0) {
+    host_layout layout;
+    const auto holds = [&](int host) {
+      const std::vector<int>& group = (*groups)[static_cast<std::size_t>(host)];
+      return std::find(group.begin(), group.end(), rank) != group.end();
+    };
+    layout.hosts = static_cast<int>(groups->size());
+    layout.host = likely_host >= 0 && likely_host < layout.hosts && holds(likely_host) ? likely_host : 0;
+    while (!holds(layout.host)) ++layout.host;
+    layout.local = (*groups)[static_cast<std::size_t>(layout.host)];
     while (layout.local[static_cast<std::size_t>(layout.local_rank)] != rank) ++layout.local_rank;
-    layout.ranks_per_host = static_cast<int>(groups[0].size());
-    for (const std::vector<int>& group : groups)
-      if (group.size() != groups[0].size()) layout.ranks_per_host = 0;
+    layout.ranks_per_host = static_cast<int>((*groups)[0].size());
+    for (const std::vector<int>& group : *groups)
+      if (group.size() != (*groups)[0].size()) layout.ranks_per_host = 0;
+    layout.members = std::move(groups);
     if (layout.ranks_per_host > 0) layout.across = layout.with_local_rank(layout.local_rank);
     return layout;
   }
+  static host_layout of(const std::vector<int>& host_of, int rank) { return of(group(host_of), rank); }
 };
 
 // The host of each rank: ranks that share a kernel and its network and pid

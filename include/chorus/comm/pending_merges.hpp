@@ -67,7 +67,9 @@ class pending_merges {
 
   // Raises invalid_argument if a scheme other than `caller` is open over a
   // group that shares a rank other than `self` with `members` (world ranks).
-  void require_merged(std::span<const int> members, int self, std::string_view operation,
+  // `members`: the group's transport ranks (a range of int).
+  template <class Members>
+  void require_merged(const Members& members, int self, std::string_view operation,
                       const void* caller = nullptr) const {
     if (count_.load(std::memory_order_acquire) == 0) return;
     std::lock_guard lock(mutex_);

@@ -12,13 +12,18 @@
 // shared-memory algorithms run (their flags polled in simulated time). One
 // simulation per process: SimGrid keeps one engine.
 //
-// Each rank runs on a thread of its own (SimGrid's thread contexts): chorus
-// keeps per-thread state across a call's waits (collective/scratch.hpp's
-// buffers, the flight recorder's current call, the memory router's stream),
-// which ranks sharing one thread as coroutines would overwrite. So a
-// simulation holds as many ranks as the machine allows threads
-// (/proc/sys/kernel/pid_max, vm.max_map_count: about 16,000 on a default
-// Linux).
+// Ranks are coroutines on one thread (SimGrid's raw contexts, each with a
+// stack of `stack_kib`): chorus keeps per-rank state across a call's waits
+// (collective/scratch.hpp's buffers, the flight recorder's current call,
+// the memory router's stream), which run() gives each rank its own of
+// (core/rank_local.hpp). A simulated rank costs its stack's touched pages
+// and its buffers, not a thread; --cfg=contexts/factory:thread still works.
+// Each stack is a mapping and its guard page another, and Linux allows a
+// process 65,530 (vm.max_map_count): past about 30,000 ranks pass
+// --cfg=contexts/guard-size:0 --cfg=contexts/stack-size:64, so that the
+// stacks come from the heap. What every rank reads (the host table, the
+// mailboxes, the world's host groups) is made once, and a host's shared
+// memory is mapped once (transport/shared_segment.hpp).
 //
 // The network model is SimGrid's CM02: latency plus bandwidth shared
 // max-min among the transfers on a link, without LV08's TCP factors (a
@@ -31,6 +36,7 @@
 #include <chorus/comm/communicator.hpp>
 #include <chorus/comm/host_layout.hpp>
 #include <chorus/comm/options.hpp>
+#include <chorus/core/rank_local.hpp>
 #include <chorus/sim/memory_store.hpp>
 #include <chorus/transport/simgrid_transport.hpp>
 
@@ -59,18 +65,45 @@ inline std::vector<int> number_hosts(const std::vector<simgrid::s4u::Host*>& hos
   return hosts;
 }
 
+namespace detail {
+// The running rank's own state (run() gives each actor one); null outside
+// the ranks (SimGrid's maestro).
+inline rank_state* running_rank_state() noexcept {
+  simgrid::s4u::Actor* const actor = simgrid::s4u::Actor::self();
+  return actor != nullptr ? actor->get_data<rank_state>() : nullptr;
+}
+
+// Ranks take their state from running_rank_state() until the scope ends.
+class rank_state_scope {
+ public:
+  rank_state_scope() noexcept : previous_(install_rank_state_source(&running_rank_state)) {}
+  ~rank_state_scope() { install_rank_state_source(previous_); }
+  rank_state_scope(const rank_state_scope&) = delete;
+  rank_state_scope& operator=(const rank_state_scope&) = delete;
+
+ private:
+  rank_state_source previous_;
+};
+}  // namespace detail
+
 // Runs body(comm) on every rank, rank r on host_of[r], then the engine
 // until every rank finished; rethrows the first rank's error. `given`:
 // the communicators' options (record defaults to 0 here: a flight record
 // per simulated rank would cost memory at scale and say nothing).
-// SimGrid's engine as chorus's ranks need it (a thread each, see above):
+// SimGrid's engine as chorus's ranks need it (coroutines, see above):
 // made first, then the platform (sim/platform.hpp), then run(). Takes
-// SimGrid's own --cfg=... and --log=... arguments besides.
+// SimGrid's own --cfg=... and --log=... arguments besides, after its own
+// (so they win).
 class engine {
  public:
+  // A rank's stack: the deepest call chain (a hierarchical allreduce
+  // through the memory router, unwinding an error) uses well under it.
+  static constexpr int stack_kib = 256;
+
   engine(int argc, char** argv) {
     arguments_.emplace_back(argc > 0 ? argv[0] : "chorus-sim");
-    arguments_.emplace_back("--cfg=contexts/factory:thread");
+    arguments_.emplace_back("--cfg=contexts/factory:raw");
+    arguments_.emplace_back("--cfg=contexts/stack-size:" + std::to_string(stack_kib));
     arguments_.emplace_back("--cfg=network/model:CM02");
     for (int i = 1; i < argc; ++i) arguments_.emplace_back(argv[i]);
     for (std::string& argument : arguments_) pointers_.push_back(argument.data());
@@ -92,28 +125,36 @@ void run(const std::vector<simgrid::s4u::Host*>& host_of, Body body, options giv
   require(ranks >= 1, "sim::run: at least one rank");
   if (!given.record) given.record = 0;
   auto table = std::make_shared<shared_table>();
-  std::vector<simgrid::s4u::Mailbox*> inboxes;
+  // What every rank reads and none writes is made once: at 65,536 ranks a
+  // table of 4 B per rank held by each would take 16 GiB.
+  auto inboxes = std::make_shared<std::vector<simgrid::s4u::Mailbox*>>();
   for (int rank = 0; rank < ranks; ++rank)
-    inboxes.push_back(simgrid::s4u::Mailbox::by_name("chorus-" + std::to_string(rank)));
+    inboxes->push_back(simgrid::s4u::Mailbox::by_name("chorus-" + std::to_string(rank)));
   int per_host = 1;
-  const std::vector<int> hosts = number_hosts(host_of, per_host);
+  const auto hosts = std::make_shared<const std::vector<int>>(number_hosts(host_of, per_host));
+  const std::shared_ptr<const host_groups> grouped_hosts = host_layout::group(*hosts);
   auto first_error = std::make_shared<std::exception_ptr>();
   const std::uint64_t job = std::hash<std::string>{}("chorus-sim-" + std::to_string(::getpid()));
   for (int rank = 0; rank < ranks; ++rank)
     simgrid::s4u::Actor::create("rank-" + std::to_string(rank), host_of[static_cast<std::size_t>(rank)], [=] {
+      rank_state state;  // outlives the communicator, whose end may still use it
+      simgrid::s4u::Actor::self()->set_data(&state);
       try {
         auto world = std::make_shared<world_state<simgrid_transport>>();
         world->config = resolve(given, per_host);
         world->transport = std::make_shared<simgrid_transport>(rank, inboxes);
         world->store = std::make_unique<memory_store>(table, world->config.timeout, rank);
         world->hosts = hosts;
+        world->grouped_hosts = grouped_hosts;
         world->job = job;
         communicator comm(world);
         body(comm);
       } catch (const std::exception&) {  // not SimGrid's own kill, which is no std::exception
         if (!*first_error) *first_error = std::current_exception();
       }
+      simgrid::s4u::Actor::self()->set_data(nullptr);
     });
+  const detail::rank_state_scope own_states;
   simgrid::s4u::Engine::get_instance()->run();
   if (*first_error) std::rethrow_exception(*first_error);
 }

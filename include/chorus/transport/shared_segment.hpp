@@ -9,6 +9,13 @@
 // creator's pid is in the name, remove_orphaned_segments() (run by every
 // creator before it creates, and by chorus-run when a job ends) removes the
 // names whose creator has exited: nobody can attach to them any more.
+//
+// Ranks that are threads or coroutines of one process (a simulation's:
+// ranks_in_one_process below) share a segment made in that process instead:
+// anonymous memory, found by its name in this process and mapped once for
+// all of them, its pages allocated as they are first touched. A simulation
+// of 65,536 ranks would otherwise map a file 65,536 times (past Linux's
+// default limit of 65,530 mappings) and hold every slot of every host.
 #pragma once
 
 #include <chorus/core/error.hpp>
@@ -24,6 +31,9 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -43,11 +53,12 @@ class shared_segment {
     std::swap(base_, other.base_);
     std::swap(bytes_, other.bytes_);
     std::swap(linked_, other.linked_);
+    std::swap(in_process_, other.in_process_);
     return *this;
   }
   ~shared_segment() {
     unlink();
-    if (base_ != nullptr) ::munmap(base_, bytes_);
+    if (base_ != nullptr && !in_process_) ::munmap(base_, bytes_);
   }
 
   // A name for a segment made by this process: "/chorus_<pid>_<what>".
@@ -92,9 +103,43 @@ class shared_segment {
     return true;
   }
 
+  // The same for ranks of this one process only (see the top), and open()'s
+  // twin for them.
+  static shared_segment create_in_process(const std::string& name, std::size_t bytes) {
+    void* const base =
+        ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) throw failure("mmap " + name, errno);
+    shared_segment segment;
+    segment.name_ = name;
+    segment.base_ = base;
+    segment.bytes_ = bytes;
+    segment.linked_ = true;
+    segment.in_process_ = std::shared_ptr<void>(base, [bytes](void* mapped) { ::munmap(mapped, bytes); });
+    const std::lock_guard lock(in_process_names().mutex);
+    in_process_names().segments[name] = {segment.in_process_, bytes};
+    return segment;
+  }
+  bool open_in_process(const std::string& name, std::size_t bytes) {
+    const std::lock_guard lock(in_process_names().mutex);
+    const auto found = in_process_names().segments.find(name);
+    if (found == in_process_names().segments.end() || found->second.bytes < bytes) return false;
+    std::shared_ptr<void> mapping = found->second.mapping.lock();
+    if (!mapping) return false;
+    name_ = name;
+    base_ = mapping.get();
+    bytes_ = bytes;
+    in_process_ = std::move(mapping);
+    return true;
+  }
+
   // Removes the name (the creator, once everyone has mapped it).
   void unlink() noexcept {
-    if (linked_) ::shm_unlink(name_.c_str());
+    if (linked_ && in_process_) {
+      const std::lock_guard lock(in_process_names().mutex);
+      in_process_names().segments.erase(name_);
+    } else if (linked_) {
+      ::shm_unlink(name_.c_str());
+    }
     linked_ = false;
   }
 
@@ -116,11 +161,32 @@ class shared_segment {
     bytes_ = bytes;
   }
 
+  // The names of this process's in-process segments.
+  struct in_process_table {
+    struct made {
+      std::weak_ptr<void> mapping;
+      std::size_t bytes = 0;
+    };
+    std::mutex mutex;
+    std::map<std::string, made> segments;
+  };
+  static in_process_table& in_process_names() {
+    static in_process_table table;
+    return table;
+  }
+
   std::string name_;
   void* base_ = nullptr;
   std::size_t bytes_ = 0;
-  bool linked_ = false;  // this process created the name and has not removed it
+  bool linked_ = false;               // this process created the name and has not removed it
+  std::shared_ptr<void> in_process_;  // an in-process segment's mapping, shared by its ranks
 };
+
+// Whether every rank of a transport T runs in this one process (T says so
+// with `static constexpr bool ranks_in_one_process = true`): its hosts'
+// segments are then made in process.
+template <class T>
+constexpr bool ranks_in_one_process = requires { requires T::ranks_in_one_process; };
 
 // Removes /dev/shm/chorus_<pid>_* names of our user whose creator has
 // exited; returns how many. Cost: one read of /dev/shm.

@@ -82,9 +82,13 @@ class simgrid_transport {
 
   // Simulated time between two looks at a shared-memory flag.
   static constexpr double poll_step = 1e-6;
+  // Every simulated rank is an actor of this process: a host's shared
+  // memory is made here (transport/shared_segment.hpp).
+  static constexpr bool ranks_in_one_process = true;
 
-  // `mailboxes`: every rank's inbox, this rank's among them.
-  simgrid_transport(int rank, std::vector<simgrid::s4u::Mailbox*> mailboxes)
+  // `mailboxes`: every rank's inbox, this rank's among them (one table
+  // for all ranks).
+  simgrid_transport(int rank, std::shared_ptr<const std::vector<simgrid::s4u::Mailbox*>> mailboxes)
       : rank_(rank), inboxes_(std::move(mailboxes)) {
     inbox().set_receiver(simgrid::s4u::Actor::self());
     post_get();
@@ -98,7 +102,7 @@ class simgrid_transport {
   }
 
   int rank() const noexcept { return rank_; }
-  int size() const noexcept { return static_cast<int>(inboxes_.size()); }
+  int size() const noexcept { return static_cast<int>(inboxes_->size()); }
   chorus::memory_kinds memory_kinds() const noexcept { return chorus::memory_kinds{memory_kind::host}; }
   std::optional<int> peer_failure(int) const noexcept { return std::nullopt; }
   bool failed() const noexcept { return failed_; }
@@ -116,7 +120,7 @@ class simgrid_transport {
     state->peer = peer;
     state->tag = tag;
     auto* sent = new message{rank_, tag, std::vector<std::byte>(data.begin(), data.end())};
-    state->comm = inboxes_[static_cast<std::size_t>(peer)]->put_async(sent, data.size());
+    state->comm = (*inboxes_)[static_cast<std::size_t>(peer)]->put_async(sent, data.size());
     sends_.push_back(state);
     ++messages_sent_;
     bytes_sent_ += data.size();
@@ -217,7 +221,7 @@ class simgrid_transport {
     return std::max(0.0, std::chrono::duration<double>(deadline - clock::now()).count());
   }
 
-  simgrid::s4u::Mailbox& inbox() const { return *inboxes_[static_cast<std::size_t>(rank_)]; }
+  simgrid::s4u::Mailbox& inbox() const { return *(*inboxes_)[static_cast<std::size_t>(rank_)]; }
 
   void post_get() { get_ = inbox().get_async<message>(&arriving_); }
 
@@ -277,7 +281,7 @@ class simgrid_transport {
   }
 
   int rank_;
-  std::vector<simgrid::s4u::Mailbox*> inboxes_;
+  std::shared_ptr<const std::vector<simgrid::s4u::Mailbox*>> inboxes_;
   simgrid::s4u::CommPtr get_;
   message* arriving_ = nullptr;  // where the inbox's get puts what it takes
   std::deque<std::shared_ptr<operation>> posted_;

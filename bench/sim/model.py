@@ -44,7 +44,10 @@ def fit(points, algorithm):
 
 
 def series(rows):
-    """(platform, per_host, algorithm, bytes) -> sorted [(ranks, us)]; and the registry's choice."""
+    """(platform, per_host, algorithm, bytes) -> sorted [(ranks, us)]; and the registry's choice.
+
+    A job that did not run an algorithm by name but chose it (auto) gives
+    that algorithm's time: it is the same call."""
     points = defaultdict(dict)
     chosen = {}
     for row in rows:
@@ -52,6 +55,10 @@ def series(rows):
         points[key][row["ranks"]] = row["simulated_us"]
         if row["algorithm"] == "auto":
             chosen[(row["platform"], row["ranks"], row["bytes"])] = row["chosen"]
+    for row in rows:
+        if row["algorithm"] == "auto":
+            named = points[(row["platform"], int(row["per_host"]), row["chosen"], row["bytes"])]
+            named.setdefault(row["ranks"], row["simulated_us"])
     return {key: sorted(by_ranks.items()) for key, by_ranks in points.items()}, chosen
 
 

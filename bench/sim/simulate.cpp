@@ -10,7 +10,8 @@
 //   simulate scale PLATFORM HOSTS PER_HOST BYTES[,BYTES...] [ALGORITHM,...]
 //       every allreduce algorithm (or those named) and the registry's own
 //       choice, at each size: CSV on stdout (platform, ranks, per_host,
-//       algorithm, bytes, simulated_us, chosen). PLATFORM: star, fat-tree,
+//       algorithm, bytes, simulated_us: per call, the slowest rank's,
+//       chosen). PLATFORM: star, fat-tree,
 //       dragonfly or edge. Above a few thousand ranks every rank works on
 //       one shared buffer (the timing is the network's; the data is not
 //       checked: sim_collectives checks it at small counts).
@@ -21,6 +22,7 @@
 #include <chorus/sim/platform.hpp>
 #include <chorus/sim/run.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -54,15 +56,34 @@ std::vector<std::size_t> sizes_from(const std::string& text) {
   return sizes;
 }
 
+// How long each rank of a job took over its timed calls: one slot per
+// rank, shared by the job's ranks (one process).
+struct job_clock {
+  std::vector<double> seconds;
+  explicit job_clock(int ranks) : seconds(static_cast<std::size_t>(ranks)) {}
+};
+
 // Simulated seconds per call, over `calls` calls after one to warm up.
+// With `clock`: the slowest rank's time, as a call is done only when every
+// rank has its result (the root of a tree returns while its broadcast
+// still travels: at 256 ranks and 64 KiB it returns after 9 ms a call, the
+// last leaf after 12); without, rank 0's own time. Each rank's own start
+// counts, not the first rank's: ranks leave the barrier up to a few
+// latencies apart.
 double time_allreduce(communicator& comm, std::span<float> data, chorus::algorithm algorithm, int calls,
-                      chorus::algorithm* chosen = nullptr) {
+                      chorus::algorithm* chosen = nullptr, job_clock* clock = nullptr) {
   const chorus::algorithm ran = chorus::allreduce(comm, data, chorus::op::sum{}, algorithm);
   if (chosen != nullptr) *chosen = ran;
   comm.barrier();
   const double started = simgrid::s4u::Engine::get_clock();
   for (int call = 0; call < calls; ++call) chorus::allreduce(comm, data, chorus::op::sum{}, algorithm);
-  return (simgrid::s4u::Engine::get_clock() - started) / calls;
+  const double finished = simgrid::s4u::Engine::get_clock();
+  if (clock == nullptr) return (finished - started) / calls;
+  clock->seconds[static_cast<std::size_t>(comm.rank())] = finished - started;
+  comm.barrier();  // every rank's time is in
+  const double slowest = *std::max_element(clock->seconds.begin(), clock->seconds.end());
+  comm.barrier();  // nobody overwrites them before every rank has read them
+  return slowest / calls;
 }
 
 struct measured_row {
@@ -149,6 +170,7 @@ int scale(const std::string& name, int hosts, int per_host, const std::vector<st
   std::printf("platform,ranks,per_host,algorithm,bytes,simulated_us,chosen\n");
   chorus::options settings;
   settings.check = false;
+  job_clock clock(ranks);
   chorus::sim::run(
       host_of,
       [&](communicator& comm) {
@@ -159,7 +181,7 @@ int scale(const std::string& name, int hosts, int per_host, const std::vector<st
             chorus::algorithm ran = algorithm;
             double seconds = -1;
             try {
-              seconds = time_allreduce(comm, data, algorithm, 2, &ran);
+              seconds = time_allreduce(comm, data, algorithm, 2, &ran, &clock);
             } catch (const chorus::error& failure) {
               if (failure.category() != chorus::errc::invalid_argument) throw;  // not for this layout
             }

@@ -10,8 +10,8 @@
 //   simulate scale PLATFORM HOSTS PER_HOST BYTES[,BYTES...] [ALGORITHM,...]
 //       every allreduce algorithm (or those named) and the registry's own
 //       choice, at each size: CSV on stdout (platform, ranks, per_host,
-//       algorithm, bytes, simulated_us: per call, the slowest rank's,
-//       chosen). PLATFORM: star, fat-tree,
+//       algorithm, bytes, simulated_us: per call, from a start every rank
+//       shares to the last rank's return, chosen). PLATFORM: star, fat-tree,
 //       dragonfly or edge. Above a few thousand ranks every rank works on
 //       one shared buffer (the timing is the network's; the data is not
 //       checked: sim_collectives checks it at small counts).
@@ -56,25 +56,29 @@ std::vector<std::size_t> sizes_from(const std::string& text) {
   return sizes;
 }
 
-// How long each rank of a job took over its timed calls: one slot per
-// rank, shared by the job's ranks (one process).
+// The job's timing, shared by its ranks (one process): a barrier that
+// releases every rank at one simulated instant (chorus's own barrier lets
+// them go a few latencies apart, and what a rank is timed from then
+// depends on what ran before), and how long each rank took.
 struct job_clock {
+  simgrid::s4u::BarrierPtr start;
   std::vector<double> seconds;
-  explicit job_clock(int ranks) : seconds(static_cast<std::size_t>(ranks)) {}
+  explicit job_clock(int ranks)
+      : start(simgrid::s4u::Barrier::create(static_cast<unsigned>(ranks))), seconds(static_cast<std::size_t>(ranks)) {}
 };
 
 // Simulated seconds per call, over `calls` calls after one to warm up.
-// With `clock`: the slowest rank's time, as a call is done only when every
-// rank has its result (the root of a tree returns while its broadcast
-// still travels: at 256 ranks and 64 KiB it returns after 9 ms a call, the
-// last leaf after 12); without, rank 0's own time. Each rank's own start
-// counts, not the first rank's: ranks leave the barrier up to a few
-// latencies apart.
+// With `clock`: from one instant for every rank to the last rank's return,
+// as a call is done only when every rank has its result (the root of a
+// tree returns while its broadcast still travels: at 256 ranks and 64 KiB
+// it returns after 9 ms a call, the last leaf after 12); without, rank 0's
+// own time from chorus's barrier.
 double time_allreduce(communicator& comm, std::span<float> data, chorus::algorithm algorithm, int calls,
                       chorus::algorithm* chosen = nullptr, job_clock* clock = nullptr) {
   const chorus::algorithm ran = chorus::allreduce(comm, data, chorus::op::sum{}, algorithm);
   if (chosen != nullptr) *chosen = ran;
   comm.barrier();
+  if (clock != nullptr) clock->start->wait();
   const double started = simgrid::s4u::Engine::get_clock();
   for (int call = 0; call < calls; ++call) chorus::allreduce(comm, data, chorus::op::sum{}, algorithm);
   const double finished = simgrid::s4u::Engine::get_clock();

@@ -669,10 +669,7 @@ class basic_communicator {
     child.world_ = world_;
     child.id_ = id;
     child.rank_ = rank;
-    std::vector<int> members;
-    members.reserve(group.size());
-    for (std::int32_t parent_rank : group) members.push_back(members_[static_cast<std::size_t>(parent_rank)]);
-    child.members_ = member_list(std::move(members));
+    for (std::int32_t parent_rank : group) child.members_.push_back(members_[static_cast<std::size_t>(parent_rank)]);
     child.open_ring();
     return child;
   }

@@ -194,6 +194,30 @@ TEST_CASE("in_quiesce(target) is true once the target entered quiesce(), until t
   });
 }
 
+TEST_CASE("ready(target) is false while two of this rank's accumulates wait unread there, true once read") {
+  // A slot holds two accumulates (slot.hpp); quiesce() reads them, and the
+  // writer learns so when the target's counter comes back.
+  on_ring_windows({1, 2, 5}, [](communicator& comm, auto& win, std::vector<float>& x) {
+    expect_error([&] { (void)win.ready(comm.rank()); }, chorus::errc::invalid_argument, "is not a target");
+    const std::vector<int> targets = win.targets();
+    const auto all_ready = [&] {
+      return std::all_of(targets.begin(), targets.end(), [&](int target) { return win.ready(target); });
+    };
+    for (int round = 0; round < 3; ++round) {
+      const auto deadline = std::chrono::steady_clock::now() + 30s;
+      while (!all_ready() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      if (!all_ready()) ++wrong;
+      comm.barrier();  // every rank has read all it was sent and asked, and reads nothing until quiesce()
+      win.accumulate(x);
+      win.accumulate(x);
+      for (int target : targets) wrong += win.ready(target) ? 1 : 0;
+      comm.barrier();  // no rank reads (in quiesce()) before every rank has asked
+      win.quiesce();
+    }
+    win.free();
+  });
+}
+
 TEST_CASE("get reads each source's published tensor, and a later put supersedes nothing it did not see") {
   const int n = 3;
   wrong = 0;
@@ -571,6 +595,22 @@ std::vector<double> starting_mean(int n) {
   return mean;
 }
 
+// Every element of the model one higher: a training step whose effect on
+// the consensus is known.
+void add_one(model& m) {
+  for (auto& tensor : m.tensors)
+    for (float& value : tensor) value += 1.0f;
+}
+
+// How far the model's elements lie above the starting mean, on average.
+double rise_over(const model& m, const std::vector<double>& mean) {
+  const std::vector<float> x = m.flat();
+  double rise = 0;
+  for (std::size_t k = 0; k < x.size(); ++k)
+    rise += (static_cast<double>(x[k]) - mean[k]) / static_cast<double>(x.size());
+  return rise;
+}
+
 }  // namespace
 
 TEST_CASE("one-sided gossip keeps sum p = n and the p-weighted mean, and finish() reaches the mean") {
@@ -617,9 +657,9 @@ TEST_CASE("one-sided gossip keeps sum p = n and the p-weighted mean, and finish(
 
 TEST_CASE("one-sided gossip: ranks that step on long after their in-neighbours stopped keep their models") {
   // A directed cycle 0 -> 1 -> 2 -> 0. Ranks 0 and 1 step 2000 times while
-  // rank 2 does not (nor is it in quiesce(), so pushes to it wait summed in
-  // rank 1): nothing reaches rank 0, whose weight halves every step until
-  // it holds it below 1e-6, and rank 1's with it. Mixing only takes convex
+  // rank 2 does not (nor is it in quiesce(): once its slot is full, rank 1
+  // keeps the share it would push there): nothing reaches rank 0, whose
+  // weight halves every step until it holds it below 1e-6. Mixing only takes convex
   // combinations, so every model stays inside the starting models' range,
   // element by element; finish() is still the mean.
   const int n = 3;
@@ -668,7 +708,8 @@ TEST_CASE("one-sided gossip: pushes skip a rank waiting in quiesce(), so the con
   // 2 that took the pushes in would hold nearly all the weight within a few
   // dozen steps, and the consensus would stop rising there (about +2); with
   // its share kept, rank 2 keeps p = 1 and the rise is up to 2/3 a step
-  // (200; 110-135 measured over relayed messages, more in flight). Ranks 0
+  // (200), less the weight in flight between ranks 0 and 1 (bounded: a push
+  // goes out only to a neighbour ready for it, the rest is kept). Ranks 0
   // and 1 start once rank 2's notice has had time to arrive (a push sent
   // before it would still go to rank 2, legitimately).
   const int n = 3, steps = 300;
@@ -689,22 +730,14 @@ TEST_CASE("one-sided gossip: pushes skip a rank waiting in quiesce(), so the con
           while (!rank2_stopped) std::this_thread::yield();
           std::this_thread::sleep_for(200ms);
           for (int step = 0; step < steps; ++step) {
-            scheme.step(
-                [&] {
-                  for (auto& tensor : mine.tensors)
-                    for (float& value : tensor) value += 1.0f;
-                },
-                [] {});
+            scheme.step([&] { add_one(mine); }, [] {});
             in_step.arrive_and_wait();
           }
         }
         scheme.quiesce();
         weights[static_cast<std::size_t>(comm.rank())] = scheme.weight();
         scheme.finish();
-        const std::vector<float> x = mine.flat();
-        double rise = 0;
-        for (std::size_t k = 0; k < x.size(); ++k)
-          rise += (static_cast<double>(x[k]) - mean[k]) / static_cast<double>(x.size());
+        const double rise = rise_over(mine, mean);
         CAPTURE(rise);
         if (rise < steps / 10.0) ++low_rise;
       },
@@ -715,6 +748,42 @@ TEST_CASE("one-sided gossip: pushes skip a rank waiting in quiesce(), so the con
   CHECK(weights[2] == doctest::Approx(1.0).epsilon(1e-12));
   CHECK(low_rise == 0);
   CHECK(wrong == 0);
+}
+
+TEST_CASE("one-sided gossip keeps the share of a neighbour with no room, so what it trains meanwhile counts") {
+  // Two ranks. Rank 1 neither steps nor reads until rank 0 has stepped 100
+  // times, each step adding 1 to every element. Rank 0's first two pushes
+  // fill its slot at rank 1, half its weight each (p: 1, 1/2, 1/4); then
+  // rank 1 has no room, and rank 0 keeps its share instead of summing it
+  // here for later. The consensus rise is (p0 * 100 + the pushes' p * step)
+  // / 2: at least (1/4 * 100 + 1/2 * 1 + 1/4 * 2) / 2 = 13 (more where the
+  // link still carried a push when the next was due). Summed pushes would
+  // halve p0 every step, and the rise would be about 1.
+  const int n = 2, steps = 100;
+  wrong = 0;
+  const std::vector<double> mean = starting_mean(n);
+  std::atomic<bool> rank0_done{false};
+  double weight_before_reads = 0;
+  std::vector<double> rises(n, 0.0);
+  chorus::run_threads(
+      n,
+      [&](communicator& comm) {
+        model mine(comm.rank());
+        avg::one_sided_gossip scheme(comm, mine.view());
+        if (comm.rank() == 0) {
+          for (int step = 0; step < steps; ++step) scheme.step([&] { add_one(mine); }, [] {});
+          weight_before_reads = scheme.weight();
+          rank0_done = true;
+        } else {
+          while (!rank0_done) std::this_thread::yield();
+        }
+        scheme.finish();
+        rises[static_cast<std::size_t>(comm.rank())] = rise_over(mine, mean);
+      },
+      quick());
+  CHECK(weight_before_reads >= 0.25);
+  CHECK(rises[0] >= 13.0 - 1e-3);
+  CHECK(rises[1] == doctest::Approx(rises[0]).epsilon(1e-5));
 }
 
 TEST_CASE("one-sided gossip drives the models together without finish() (steps in lockstep, so they overlap)") {

@@ -164,6 +164,12 @@ class Window:
         (it only reads until every rank is in: a push-sum writer keeps the weight it would send there)."""
         return self._impl.in_quiesce(target)
 
+    def ready(self, target: int) -> bool:
+        """Whether an accumulate to the target would be written at once: nothing of this rank's waits here
+        for it, the link has carried the last entry, and the target has room (read without waiting: False
+        until its counter comes back). A push-sum writer keeps the share of a target that is not ready."""
+        return self._impl.ready(target)
+
     def flush(self) -> None:
         self._impl.flush()
 

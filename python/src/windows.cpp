@@ -200,6 +200,11 @@ void bind_windows(nb::module_& m) {
           nb::arg("target"),
           "Whether the target has entered quiesce() while this rank has not yet returned from its own.")
       .def(
+          "ready", [](py_window& self, int target) { return without_gil([&] { return self.get().ready(target); }); },
+          nb::arg("target"),
+          "Whether an accumulate to the target would be written at once (nothing waits here for it, the link is "
+          "free, the target has room).")
+      .def(
           "flush", [](py_window& self) { without_gil([&] { self.get().flush(); }); },
           "Every entry written so far has landed at its target.")
       .def(

@@ -10,12 +10,17 @@
 // finished first: window.hpp's in_quiesce) only takes weight in until
 // every rank is in, so its share W_ji p is kept here instead (p <- p (W_ii
 // + W_ji)): the consensus then weighs what the others train after it
-// stopped as it weighs theirs before. A rank whose p fell below 1e-6 (its
-// in-neighbours far slower) skips its push, so its float numerator never
-// underflows. It never waits for a neighbour: an accumulate lands in the
-// target's memory without the target's help (or waits here, summed, while
-// the target has two unread or the link still carries the last one:
-// window.hpp), and the target merges whatever has landed at its next step.
+// stopped as it weighs theirs before. So is the share of an out-neighbour
+// not ready (window.hpp's ready: the link still carries the last push, or
+// the neighbour has two unread): summed here until the link freed, that
+// weight would train at no rank meanwhile and land with the model of its
+// oldest push (over a link slower than the steps, nearly all the weight
+// was in such sums and the consensus fell back to old models). A rank
+// whose p fell below 1e-6 (its in-neighbours far slower) skips its push,
+// so its float numerator never underflows. It never waits for a
+// neighbour: an accumulate lands in the target's memory without the
+// target's help, and the target merges whatever has landed at its next
+// step.
 // Invariants: the numerators p x and the weights p, summed over ranks,
 // slots and pending sums, are unchanged by every push and merge, so
 // sum p = n and the p-weighted mean of the models holds still while nobody
@@ -132,8 +137,9 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
     this->stats_.merges += 1;
   }
 
-  // Accumulates W_ji p x into each out-neighbour j's slot, keeps W_ii p
-  // and the shares of the out-neighbours in quiesce().
+  // Accumulates W_ji p x into each ready out-neighbour j's slot, keeps
+  // W_ii p and the shares of the out-neighbours in quiesce() or not ready
+  // (a lost one's share is lost with it).
   // Not below minimum_weight: a rank whose in-neighbours stopped pushing
   // (finished, or far slower) would halve p every step until the float
   // numerator p x underflowed while p did not, and merging that zero at a
@@ -147,10 +153,10 @@ class one_sided_gossip : public scheme_base<one_sided_gossip<Communicator>> {
     std::vector<neighbour_weight> to;
     double kept = 0.0;
     for (const weighted_peer& entry : w.column(me)) {
-      if (entry.peer == me || window_.in_quiesce(entry.peer))
-        kept += entry.weight;
-      else if (!window_.lost(entry.peer))
+      if (entry.peer != me && !window_.in_quiesce(entry.peer) && window_.ready(entry.peer))
         to.push_back({entry.peer, entry.weight});
+      else if (!window_.lost(entry.peer))
+        kept += entry.weight;
     }
     if (to.empty()) return;
     numerator_ = model_.snapshot();

@@ -10,6 +10,7 @@
 //   win.get();                               // the sources' published tensors
 //   win.wait_versions(1);                    // a new entry from every source
 //   win.in_quiesce(target);                  // whether it waits in quiesce()
+//   win.ready(target);                       // whether a write to it goes out now
 //   win.free();                              // collective
 //
 // Semantics (docs/windows.md): slot (t, s) on rank t is written by s alone;
@@ -389,6 +390,22 @@ class window {
     bool heard = false;
     if (!state.lost) guarded([&] { heard = comm_.test(state.quiescing); });
     return heard && !state.lost;
+  }
+
+  // Whether an accumulate to `target` would be written at once: nothing of
+  // this rank's waits here for it, the link has carried the last entry, and
+  // the target has room (its counter read without waiting: false until it
+  // comes back). A push-sum writer keeps the share of a target that is not
+  // (one_sided_gossip): kept pending, that weight would sit out of training
+  // until the link frees and then land with the model of its oldest push.
+  // A dead target is found here as by a write: dropped (false), or a
+  // peer_failure.
+  bool ready(int target) {
+    in_order();
+    target_state& state = named(targets_, target, "a target", "ready");
+    bool room = false;
+    if (!state.lost) guarded([&] { room = ready_now(state); });
+    return room && !state.lost;
   }
 
   // Forgets a dead neighbour: operations skip it from here on.
@@ -964,8 +981,7 @@ class window {
     // learn of the death.
     if (neighbour_gone(target.rank)) gone(target.rank, "window write");
     const std::uint64_t number = target.written + 1;
-    const std::uint64_t lag = ordered_ ? 1 : kind == windows::entry_kind::accumulate ? 2 : number;
-    if (!consumed_at_least(target, number > lag ? number - lag : 0, busy)) return false;
+    if (!consumed_at_least(target, consumed_before(kind, number), busy)) return false;
     to.wait(comm_.deadline());  // the staging buffer is free again
     const std::size_t at = target.offset + slot_.entry_at(number);
     std::byte* entry = to.mapped_at(at);
@@ -984,6 +1000,22 @@ class window {
     counters.bytes_sent += sizeof header + slot_.payload_bytes;
     ++counters.messages_sent;
     return true;
+  }
+
+  // ready(): write_entry's tests for an accumulate, none of them waiting.
+  bool ready_now(target_state& target) {
+    if (target.has_pending() || !link(target.rank).test()) return false;
+    if (neighbour_gone(target.rank)) gone(target.rank, "window write");
+    const std::uint64_t number = target.written + 1;
+    return consumed_at_least(target, consumed_before(windows::entry_kind::accumulate, number), link_busy::keep_pending);
+  }
+
+  // How many of this rank's entries the target must have applied before
+  // entry `number` of `kind` fits in the slot (slot.hpp: an accumulate two
+  // behind, any entry of an ordered window one; a put replaces, never waits).
+  std::uint64_t consumed_before(windows::entry_kind kind, std::uint64_t number) const {
+    const std::uint64_t lag = ordered_ ? 1 : kind == windows::entry_kind::accumulate ? 2 : number;
+    return number > lag ? number - lag : 0;
   }
 
   // Whether the target has applied `entries` of this rank's entries; its

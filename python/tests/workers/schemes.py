@@ -292,6 +292,19 @@ def test_windows() -> None:
         assert win.in_quiesce(0), "rank 0's notice that it entered quiesce() never came"
     win.quiesce()
     assert not any(win.in_quiesce(t) for t in win.targets)  # free() below is a barrier: none is in again
+
+    # ready: quiesce() read every entry, so each target has room again (once its counter comes back);
+    # two accumulates it has not read fill this rank's slot there.
+    deadline = time.monotonic() + 30
+    while not all(win.ready(t) for t in win.targets) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert all(win.ready(t) for t in win.targets), "every entry was read in quiesce(), yet a target has no room"
+    comm.barrier()
+    win.accumulate()
+    win.accumulate()
+    assert not any(win.ready(t) for t in win.targets), "two accumulates unread, yet a target has room"
+    comm.barrier()  # no rank reads (in quiesce()) before every rank has asked
+    win.quiesce()
     win.free()
     checks += 1
 

@@ -1,8 +1,9 @@
 // Scratch buffers for the algorithms, kept per rank (core/rank_local.hpp:
 // the thread's, or a simulated rank's) and reused across calls. Allocating
 // (and page-faulting) a fresh buffer of the message size on every call cost
-// more than the transfer itself at 32 MiB; a kept buffer is touched once. Memory held: per rank and slot, the largest size asked
-// for so far (release_scratch() gives it back).
+// more than the transfer itself at 32 MiB; a kept buffer is touched once.
+// Memory held: per rank and slot, the largest size asked for so far
+// (release_scratch() gives it back).
 //
 // Slot 0 is the algorithm's own scratch; slot 1 holds work copies (float
 // working buffers for half/bfloat16, reduce_scatter's input copy); slot 2

@@ -403,9 +403,12 @@ class window {
   bool ready(int target) {
     in_order();
     target_state& state = named(targets_, target, "a target", "ready");
-    bool room = false;
-    if (!state.lost) guarded([&] { room = ready_now(state); });
-    return room && !state.lost;
+    bool writable = false;  // stays false if guarded() drops it
+    if (!state.lost)
+      guarded([&] {
+        writable = !state.has_pending() && room_for(state, windows::entry_kind::accumulate, link_busy::keep_pending);
+      });
+    return writable;
   }
 
   // Forgets a dead neighbour: operations skip it from here on.
@@ -974,14 +977,9 @@ class window {
   // pushes at the link's pace instead of waiting for it. True if it wrote.
   bool write_entry(target_state& target, windows::entry_kind kind, std::span<const float> values, double p,
                    link_busy busy) {
+    if (!room_for(target, kind, busy)) return false;
     region& to = link(target.rank);
-    if (busy == link_busy::keep_pending && !to.test()) return false;
-    // First: a dead target reads no more, so "no room" would keep the
-    // entry pending for good, and a writer that never waits would never
-    // learn of the death.
-    if (neighbour_gone(target.rank)) gone(target.rank, "window write");
     const std::uint64_t number = target.written + 1;
-    if (!consumed_at_least(target, consumed_before(kind, number), busy)) return false;
     to.wait(comm_.deadline());  // the staging buffer is free again
     const std::size_t at = target.offset + slot_.entry_at(number);
     std::byte* entry = to.mapped_at(at);
@@ -1002,20 +1000,19 @@ class window {
     return true;
   }
 
-  // ready(): write_entry's tests for an accumulate, none of them waiting.
-  bool ready_now(target_state& target) {
-    if (target.has_pending() || !link(target.rank).test()) return false;
+  // Whether this rank's next entry of `kind` can be written to the target
+  // now: with keep_pending, not while the link still sends the last one;
+  // and the target has room (slot.hpp: it has applied the entry two before
+  // for an accumulate, the one before for any entry of an ordered window; a
+  // put replaces, never waits). A dead target is found first: it reads no
+  // more, so "no room" would keep the entry pending for good, and a writer
+  // that never waits would never learn of the death.
+  bool room_for(target_state& target, windows::entry_kind kind, link_busy busy) {
+    if (busy == link_busy::keep_pending && !link(target.rank).test()) return false;
     if (neighbour_gone(target.rank)) gone(target.rank, "window write");
     const std::uint64_t number = target.written + 1;
-    return consumed_at_least(target, consumed_before(windows::entry_kind::accumulate, number), link_busy::keep_pending);
-  }
-
-  // How many of this rank's entries the target must have applied before
-  // entry `number` of `kind` fits in the slot (slot.hpp: an accumulate two
-  // behind, any entry of an ordered window one; a put replaces, never waits).
-  std::uint64_t consumed_before(windows::entry_kind kind, std::uint64_t number) const {
     const std::uint64_t lag = ordered_ ? 1 : kind == windows::entry_kind::accumulate ? 2 : number;
-    return number > lag ? number - lag : 0;
+    return consumed_at_least(target, number > lag ? number - lag : 0, busy);
   }
 
   // Whether the target has applied `entries` of this rank's entries; its

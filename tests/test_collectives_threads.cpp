@@ -143,8 +143,8 @@ void allreduce_every_type(communicator& comm, chorus::algorithm algorithm, std::
   allreduce_type<std::uint64_t>(comm, algorithm, count, seed, results, prints);
 }
 
-void run_for_each_rank_count(const std::function<void(communicator&)>& body) {
-  for (int ranks = 1; ranks <= 9; ++ranks) {
+void run_for_each_rank_count(const std::function<void(communicator&)>& body, int most = 9) {
+  for (int ranks = 1; ranks <= most; ++ranks) {
     CAPTURE(ranks);
     chorus::run_threads(ranks, body, quick());
   }
@@ -759,6 +759,180 @@ TEST_CASE("reduce_scatter/recursive_halving: sums and averages against the seria
 }
 TEST_CASE("reduce_scatter/shared_memory: sums and averages against the serial reference") {
   reduce_scatter_with(chorus::algo::shared_memory);
+}
+
+namespace {
+
+// Every rank's `count` values of case `seed`, in rank order.
+template <class T>
+std::vector<T> concatenated(int n, std::size_t count, std::uint64_t seed) {
+  std::vector<T> all;
+  for (int r = 0; r < n; ++r) {
+    const auto theirs = inputs<T>(r, count, seed, flavour::general);
+    all.insert(all.end(), theirs.begin(), theirs.end());
+  }
+  return all;
+}
+
+template <class T>
+std::vector<T> block_of(const std::vector<T>& all, std::size_t count, int rank) {
+  const auto first = all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(rank));
+  return {first, first + static_cast<std::ptrdiff_t>(count)};
+}
+
+// The in-place forms NCCL defines and FSDP2 calls: this rank's input is
+// its block of the allgather's output, its reduce_scatter output its block
+// of the input; the root's block at gather and scatter likewise.
+void in_place_forms(communicator& comm, std::size_t count, tally& results) {
+  const int n = comm.size(), me = comm.rank();
+  const std::size_t own = count * static_cast<std::size_t>(me);
+  const std::vector<float> everyone = concatenated<float>(n, count, 41);
+  for (const auto algorithm :
+       {chorus::algo::automatic, chorus::algo::ring, chorus::algo::recursive_doubling, chorus::algo::shared_memory}) {
+    std::vector<float> all(count * static_cast<std::size_t>(n), -7.0f);
+    const auto mine = inputs<float>(me, count, 41, flavour::general);
+    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(own));
+    chorus::allgather(comm, std::span<const float>(all).subspan(own, count), std::span(all), algorithm);
+    results.record("allgather in place, " + std::string(chorus::to_string(algorithm)), count_different(all, everyone));
+  }
+  std::vector<float> coded(count * static_cast<std::size_t>(n), -7.0f);
+  const auto mine = inputs<float>(me, count, 41, flavour::general);
+  std::copy(mine.begin(), mine.end(), coded.begin() + static_cast<std::ptrdiff_t>(own));
+  chorus::allgather(comm, std::span<const float>(coded).subspan(own, count), std::span(coded), chorus::codec::bf16{});
+  results.record("compressed allgather in place", count_different(coded, everyone));  // multiples of 1/8: exact in bf16
+
+  const std::size_t total = count * static_cast<std::size_t>(n);
+  const auto summed = reference<double>(all_ranks(n), total, 43, flavour::general, chorus::op::sum{});
+  for (const auto algorithm :
+       {chorus::algo::automatic, chorus::algo::ring, chorus::algo::recursive_halving, chorus::algo::shared_memory}) {
+    std::vector<double> data = inputs<double>(me, total, 43, flavour::general);
+    chorus::reduce_scatter(comm, std::span<const double>(data), std::span(data).subspan(own, count), chorus::op::sum{},
+                           algorithm);
+    results.record("reduce_scatter in place, " + std::string(chorus::to_string(algorithm)),
+                   count_different(block_of(std::vector<double>(data), count, me), block_of(summed, count, me)));
+  }
+
+  const std::vector<std::int64_t> spread = concatenated<std::int64_t>(n, count, 47);
+  for (const int root : {0, n - 1, n / 2}) {
+    std::vector<std::int64_t> gathered(me == root ? total : count, -1);
+    const auto block = inputs<std::int64_t>(me, count, 47, flavour::general);
+    const std::size_t at = me == root ? count * static_cast<std::size_t>(root) : 0;
+    std::copy(block.begin(), block.end(), gathered.begin() + static_cast<std::ptrdiff_t>(at));
+    chorus::gather(comm, std::span<const std::int64_t>(gathered).subspan(at, count), std::span(gathered), root);
+    if (me == root) results.record("gather in place at the root", count_different(gathered, spread));
+
+    std::vector<std::int64_t> source = me == root ? spread : std::vector<std::int64_t>(count, -1);
+    std::span<std::int64_t> piece = std::span(source).subspan(at, count);
+    chorus::scatter(comm, std::span<const std::int64_t>(source), piece, root);
+    results.record("scatter in place at the root",
+                   count_different(std::vector<std::int64_t>(piece.begin(), piece.end()), block_of(spread, count, me)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("in-place forms: a rank's block of the other buffer, at 1-5 ranks and odd counts; other overlaps refused") {
+  tally results;
+  run_for_each_rank_count(
+      [&](communicator& comm) {
+        for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4099}})
+          in_place_forms(comm, count, results);
+        const int n = comm.size(), me = comm.rank();
+        if (n < 2) return;
+        // A block one element off its place is not the in-place form.
+        const std::size_t whole = 5 * static_cast<std::size_t>(n);
+        std::vector<float> all(whole + 1);
+        const std::size_t off = 5 * static_cast<std::size_t>(me) + 1;
+        expect_error(
+            [&] { chorus::allgather(comm, std::span<const float>(all).subspan(off, 5), std::span(all).first(whole)); },
+            chorus::errc::invalid_argument, "the input starts at element " + std::to_string(off - 1));
+        expect_error(
+            [&] {
+              chorus::reduce_scatter(comm, std::span<const float>(all).first(whole), std::span(all).subspan(off, 5));
+            },
+            chorus::errc::invalid_argument, "the output starts at element " + std::to_string(off - 1));
+        expect_error(
+            [&] { chorus::alltoall(comm, std::span<const float>(all).first(whole), std::span(all).subspan(1, whole)); },
+            chorus::errc::invalid_argument, "overlap");
+        chorus::allgather(comm, std::span(all).first(whole));  // nothing left half-done
+      },
+      5);
+  results.report();
+}
+
+namespace {
+
+// premul_sum of one floating type through allreduce (in place and out of
+// place, every algorithm), reduce and reduce_scatter (in place too).
+template <class T>
+void premultiplied_sums(communicator& comm, std::size_t count, double factor, std::uint64_t seed, tally& results,
+                        fingerprints& prints) {
+  const int n = comm.size(), me = comm.rank();
+  const chorus::op::premul_sum op{factor};
+  const std::string type(chorus::to_string(chorus::dtype_of<T>));
+  const std::string key = type + " count " + std::to_string(count) + " factor " + std::to_string(factor);
+  const auto expected = premultiplied_reference<T>(all_ranks(n), count, seed, factor);
+  const bool exact = factor == 0.375;
+  const auto agrees = [&](const std::string& what, const std::vector<T>& got) {
+    prints.add(what + " " + key + " n=" + std::to_string(n), me, fingerprint(got.data(), got.size() * sizeof(T)));
+    if (exact) results.record(what + " " + key, count_different(got, expected));
+  };
+  for (const auto algorithm : {chorus::algo::automatic, chorus::algo::ring, chorus::algo::recursive_doubling,
+                               chorus::algo::rabenseifner, chorus::algo::tree, chorus::algo::shared_memory}) {
+    std::vector<T> data = inputs<T>(me, count, seed, flavour::general);
+    chorus::allreduce(comm, std::span(data), op, algorithm);
+    agrees("allreduce " + std::string(chorus::to_string(algorithm)), data);
+  }
+  const std::vector<T> input = inputs<T>(me, count, seed, flavour::general);
+  std::vector<T> output(count);
+  chorus::allreduce(comm, std::span(input), std::span(output), op);
+  results.record("premul_sum leaves an out-of-place input as it was " + key,
+                 count_different(input, inputs<T>(me, count, seed, flavour::general)));
+  agrees("allreduce out of place", output);
+
+  const int root = n / 2;
+  std::vector<T> reduced(count, T(-1.0f));
+  chorus::reduce(comm, std::span(input), std::span(reduced), root, op);
+  if (me == root) agrees("reduce", reduced);
+
+  const std::size_t own = count * static_cast<std::size_t>(me);
+  const auto everyone = inputs<T>(me, count * static_cast<std::size_t>(n), seed + 1, flavour::general);
+  const auto whole = premultiplied_reference<T>(all_ranks(n), count * static_cast<std::size_t>(n), seed + 1, factor);
+  std::vector<T> part(count);
+  chorus::reduce_scatter(comm, std::span(everyone), std::span(part), op);
+  std::vector<T> chunked = everyone;
+  chorus::reduce_scatter(comm, std::span<const T>(chunked), std::span(chunked).subspan(own, count), op);
+  const std::vector<T> own_block(chunked.begin() + static_cast<std::ptrdiff_t>(own),
+                                 chunked.begin() + static_cast<std::ptrdiff_t>(own + count));
+  if (exact) {
+    const std::vector<T> due(whole.begin() + static_cast<std::ptrdiff_t>(own),
+                             whole.begin() + static_cast<std::ptrdiff_t>(own + count));
+    results.record("reduce_scatter " + key, count_different(part, due));
+    results.record("reduce_scatter in place " + key, count_different(own_block, due));
+  } else {
+    results.record("reduce_scatter in place, as out of place " + key, count_different(own_block, part));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("premul_sum: each rank's input times the factor, then summed, against the serial reference, same bits") {
+  tally results;
+  fingerprints prints;
+  run_for_each_rank_count(
+      [&](communicator& comm) {
+        std::uint64_t seed = 300;
+        for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{40009}})
+          for (const double factor : {0.375, 0.1}) {
+            premultiplied_sums<float>(comm, count, factor, ++seed, results, prints);
+            premultiplied_sums<double>(comm, count, factor, ++seed, results, prints);
+            premultiplied_sums<chorus::half>(comm, count, factor, ++seed, results, prints);
+            premultiplied_sums<chorus::bfloat16>(comm, count, factor, ++seed, results, prints);
+          }
+      },
+      5);
+  results.report();
+  CHECK(prints.disagreements() == 0);
 }
 
 TEST_CASE("alltoall/pairwise: block j of rank i lands as block i of rank j") {

@@ -94,6 +94,21 @@ std::size_t rooted_and_blocked(nccl::communicator& gpus, std::size_t block) {
             in_place.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(me)));
   wrong += chorus::allgather(gpus, std::span(in_place)) != chorus::algo::nccl;
   wrong += count_different(in_place, everyone);
+  // NCCL's in-place forms (FSDP2's): the input is this rank's block of the
+  // allgather's output; the reduce_scatter's output its block of the input.
+  const std::size_t own_at = block * static_cast<std::size_t>(me);
+  std::vector<T> chunked(block * un);
+  std::copy(own.begin(), own.end(), chunked.begin() + static_cast<std::ptrdiff_t>(own_at));
+  wrong += chorus::allgather(gpus, std::span<const T>(chunked).subspan(own_at, block), std::span(chunked)) !=
+           chorus::algo::nccl;
+  wrong += count_different(chunked, everyone);
+  std::vector<T> scattered = mine;
+  wrong += chorus::reduce_scatter(gpus, std::span<const T>(scattered), std::span(scattered).subspan(own_at, block),
+                                  chorus::op::sum{}) != chorus::algo::nccl;
+  wrong += count_different(std::vector<T>(scattered.begin() + static_cast<std::ptrdiff_t>(own_at),
+                                          scattered.begin() + static_cast<std::ptrdiff_t>(own_at + block)),
+                           std::vector<T>(summed.begin() + static_cast<std::ptrdiff_t>(own_at),
+                                          summed.begin() + static_cast<std::ptrdiff_t>(own_at + block)));
   return wrong;
 }
 
@@ -114,16 +129,20 @@ std::size_t grouped(nccl::communicator& gpus, std::size_t block) {
   wrong += chorus::alltoall(gpus, std::span<const std::uint32_t>(out), std::span(in)) != chorus::algo::nccl;
   wrong += count_different(in, expected);
 
+  // Wrong elements of a gather to `root`: block r from rank r.
+  const auto wrong_gathered = [&](const std::vector<std::uint32_t>& all, int root) {
+    std::size_t bad = 0;
+    for (int r = 0; r < n; ++r) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r));
+      bad += count_wrong(std::vector<std::uint32_t>(first, first + static_cast<std::ptrdiff_t>(block)), r, root, 1);
+    }
+    return bad;
+  };
   for (int root : {0, n - 1}) {
     const auto mine = patterned(me, root, 1, block);
     std::vector<std::uint32_t> all(me == root ? block * un : 0);
     chorus::gather(gpus, std::span(mine), std::span(all), root);
-    if (me == root)
-      for (int r = 0; r < n; ++r)
-        wrong += count_wrong(std::vector<std::uint32_t>(
-                                 all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r)),
-                                 all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r + 1))),
-                             r, root, 1);
+    if (me == root) wrong += wrong_gathered(all, root);
     std::vector<std::uint32_t> source;
     if (me == root)
       for (int r = 0; r < n; ++r) {
@@ -133,6 +152,18 @@ std::size_t grouped(nccl::communicator& gpus, std::size_t block) {
     std::vector<std::uint32_t> received(block);
     chorus::scatter(gpus, std::span<const std::uint32_t>(source), std::span(received), root);
     wrong += count_wrong(received, root, me, 2);
+
+    // In place at the root: its block of `all` is its own part.
+    const std::size_t root_at = block * static_cast<std::size_t>(root);
+    std::vector<std::uint32_t> whole = me == root ? std::vector<std::uint32_t>(block * un) : mine;
+    if (me == root) std::copy(mine.begin(), mine.end(), whole.begin() + static_cast<std::ptrdiff_t>(root_at));
+    const std::size_t at = me == root ? root_at : 0;
+    chorus::gather(gpus, std::span<const std::uint32_t>(whole).subspan(at, block), std::span(whole), root);
+    if (me == root) wrong += wrong_gathered(whole, root);
+    std::vector<std::uint32_t> spread = me == root ? source : std::vector<std::uint32_t>(block);
+    const std::span<std::uint32_t> part = std::span(spread).subspan(at, block);
+    chorus::scatter(gpus, std::span<const std::uint32_t>(spread), part, root);
+    wrong += count_wrong(std::vector<std::uint32_t>(part.begin(), part.end()), root, me, 2);
   }
 
   // Send right, receive from the left: the even ranks first, so that
@@ -206,6 +237,15 @@ TEST_CASE("nccl plans: alltoall, gather and scatter post each block once, to the
   CHECK((!from_root.back().sending && from_root.back().peer == 0));
   const auto receiver = nccl::scatter_plan(4, 3, 0, 3);
   CHECK((receiver.size() == 1 && !receiver[0].sending && receiver[0].peer == 0));
+  // In place at the root: nothing to or from itself.
+  const auto gathered_in_place = nccl::gather_plan(4, 2, 2, 3, true);
+  CHECK(gathered_in_place.size() == 3);
+  for (const auto& t : gathered_in_place) CHECK((!t.sending && t.peer != 2));
+  const auto scattered_in_place = nccl::scatter_plan(4, 0, 0, 3, true);
+  CHECK(scattered_in_place.size() == 3);
+  for (const auto& t : scattered_in_place) CHECK((t.sending && t.peer != 0));
+  CHECK(nccl::gather_plan(4, 1, 2, 3, true).size() == 1);  // only the root's own block is in place
+  CHECK(nccl::scatter_plan(4, 3, 0, 3, true).size() == 1);
 }
 
 TEST_CASE("nccl: split, host memory through UCX, and bad calls") {
@@ -236,7 +276,9 @@ TEST_CASE("nccl: split, host memory through UCX, and bad calls") {
         expect_error([&] { chorus::allreduce(gpus, std::span(device_like), chorus::algo::ring); },
                      chorus::errc::invalid_argument, "runs nccl's own algorithms");
         expect_error([&] { chorus::allreduce(gpus, std::span(device_like), [](float a, float b) { return a + b; }); },
-                     chorus::errc::invalid_argument, "not a user-defined operator");
+                     chorus::errc::invalid_argument, "sum, prod, min, max and avg here, not user");
+        expect_error([&] { chorus::allreduce(gpus, std::span(device_like), chorus::op::premul_sum{0.5}); },
+                     chorus::errc::invalid_argument, "not premul_sum (multiply on the device, then sum");
         std::vector<std::int16_t> shorts(3);
         expect_error([&] { chorus::broadcast(gpus, std::span(device_like), 5); }, chorus::errc::invalid_argument,
                      "root 5");

@@ -3,6 +3,7 @@
 //
 //   chorus::allgather(comm, mine, all);      // all.size() >= size * mine.size()
 //   chorus::allgather(comm, all);            // in place: own block at rank * count
+//   chorus::allgather(comm, all.subspan(rank * count, count), all);  // the same, NCCL's spelling
 //
 // Algorithms: the list in collective/allgather_algorithms.hpp, whose
 // defaults (a CHORUS_TUNE string, shown in docs/collectives.md) take shared
@@ -78,24 +79,29 @@ algorithm allgather(Communicator& comm, std::span<T> all, algorithm forced = alg
       staged(all, buffer_use::read_write));
 }
 
+// Out of place: `mine` into block rank() of `all`, then in place. `mine`
+// may already be that block (NCCL's in-place form, which FSDP2 uses:
+// mine == all + rank * count): then nothing is copied.
 template <class Communicator, element T>
 algorithm allgather(Communicator& comm, std::span<const T> mine, std::span<T> all,
                     algorithm forced = algorithm::automatic) {
   const std::size_t needed = mine.size() * static_cast<std::size_t>(comm.size());
+  const std::size_t own = mine.size() * static_cast<std::size_t>(comm.rank());
+  const auto checked = [&] {
+    return collective::check_output(mine, all, needed, comm.transport().rank(), "allgather",
+                                    collective::in_place_form::input_at(own));
+  };
   memory_router* router = routed(mine, all);
   if (router != nullptr &&
       collective::allgather_goes_direct(*router, comm, mine, all.first(std::min(needed, all.size())))) {
-    collective::check_output(mine, all, needed, comm.transport().rank(), "allgather", false);
-    copy_elements(comm, mine.data(), mine.size(), all.data() + mine.size() * static_cast<std::size_t>(comm.rank()));
+    if (!checked()) copy_elements(comm, mine.data(), mine.size(), all.data() + own);
     return allgather(comm, all.first(needed), forced);  // in place, direct
   }
   if (router != nullptr)
     return through_host(
         *router, comm, [&](std::span<const T> in, std::span<T> out) { return allgather(comm, in, out, forced); },
         staged(mine, buffer_use::read), staged(all.first(std::min(needed, all.size())), buffer_use::write));
-  collective::check_output(mine, all, needed, comm.transport().rank(), "allgather", false);
-  std::copy(mine.begin(), mine.end(),
-            all.begin() + static_cast<std::ptrdiff_t>(mine.size() * static_cast<std::size_t>(comm.rank())));
+  if (!checked()) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(own));
   return allgather(comm, all.first(needed), forced);
 }
 

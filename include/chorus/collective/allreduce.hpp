@@ -5,6 +5,7 @@
 //   chorus::allreduce(comm, grads, chorus::op::avg{});
 //   chorus::allreduce(comm, input, output, chorus::op::max{});
 //   chorus::allreduce(comm, grads, chorus::algo::ring);      // force an algorithm
+//   chorus::allreduce(comm, grads, chorus::op::premul_sum{0.25});  // sum of 0.25 x each rank's
 //
 // Returns the algorithm that ran (see collective/selection.hpp). half and
 // bfloat16 are reduced in float and rounded once; integer avg truncates.
@@ -16,6 +17,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/collective/premultiply.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
@@ -36,6 +38,11 @@ concept reduction_operator = !std::same_as<std::remove_cvref_t<Op>, algorithm>;
 
 namespace collective {
 
+// premul_sum on host memory (below).
+template <class Communicator, element T>
+algorithm allreduce_premultiplied(Communicator& comm, std::span<const T> input, std::span<T> output,
+                                  const op::premul_sum& op, algorithm forced);
+
 // The allreduce of `input` into `data` wherever they live (front_door.hpp),
 // `router` being routed(data): one body, run on host memory with the
 // host's algorithm (shared memory on one host), on the direct path where
@@ -48,6 +55,8 @@ namespace collective {
 template <class Communicator, element T, class Op>
 algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<const T> input, std::span<T> data, Op op,
                        algorithm forced) {
+  if constexpr (op::premultiplies<Op>)
+    if (router == nullptr) return allreduce_premultiplied(comm, input, data, op, forced);
   const record::recorded_call recorded(record::recorder_of(comm),
                                        record::collective("allreduce", data, op::name_of<Op>()));
   const choice made =
@@ -57,7 +66,7 @@ algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<cons
     check_if_enabled(comm, {"allreduce", data.size(), dtype_of<T>, op::name_of<Op>(), -1, call_memory(data)});
     report(comm, "allreduce", data.size_bytes(), dtype_of<T>, made);
   };
-  if (router != nullptr && comm.size() == 1) {
+  if (router != nullptr && comm.size() == 1 && !op::premultiplies<Op>) {
     // op over one contribution is that contribution (avg divides by 1): the
     // buffer stays where it is, no copy through the host and back.
     check_and_report();
@@ -68,26 +77,40 @@ algorithm allreduce_on(memory_router* router, Communicator& comm, std::span<cons
   // Set where a staged ring runs this call over its host copy: the ring
   // reports each part it is done with; any other algorithm takes it whole.
   staging_hooks* const hooks = take_staging_hooks();
-  if (run_where<reduces_in_itself<T>>(comm, router, "allreduce",
-                                      {{data.data(), data.size_bytes(), buffer_use::read_write}}, dtype_of<T>,
-                                      op::name_of<Op>(), !made.moves_host_memory, [&](auto& x, const auto& steps) {
-                                        check_and_report();
-                                        const bool whole = hooks != nullptr && made.chosen != algorithm::ring;
-                                        if (whole) hooks->need(0, data.size_bytes());
-                                        with_accumulator(input, data, [&](auto given, auto work) {
-                                          allreduce_by(x, given, work, op, made.chosen, hooks, steps);
-                                        });
-                                        if (whole) hooks->done(0, data.size_bytes());
-                                      }))
+  // premul_sum on device memory is staged: the products are taken on the host.
+  if (run_where < reduces_in_itself<T> &&
+      !op::premultiplies < Op >> (comm, router, "allreduce", {{data.data(), data.size_bytes(), buffer_use::read_write}},
+                                  dtype_of<T>, op::name_of<Op>(), !made.moves_host_memory,
+                                  [&](auto& x, const auto& steps) {
+                                    check_and_report();
+                                    const bool whole = hooks != nullptr && made.chosen != algorithm::ring;
+                                    if (whole) hooks->need(0, data.size_bytes());
+                                    with_accumulator(input, data, [&](auto given, auto work) {
+                                      allreduce_by(x, given, work, op, made.chosen, hooks, steps);
+                                    });
+                                    if (whole) hooks->done(0, data.size_bytes());
+                                  }))
     return made.chosen;
   const auto on_host = [&](std::span<T> host) { return allreduce(comm, host, op, forced); };
   // Part by part only where the ring reduces the buffer itself (half and
   // bfloat16 reduce a float copy, whose parts are not the buffer's).
-  if (reduces_in_itself<T> &&
+  if (reduces_in_itself<T> && !op::premultiplies<Op> &&
       choose(comm, entry_of<collective::allreduce_algorithms>(), {comm.size(), data.size_bytes()}, forced).chosen ==
           algorithm::ring)
     return through_host_in_parts(*router, comm, on_host, data);
   return through_host(*router, comm, on_host, staged(data, buffer_use::read_write));
+}
+
+// premul_sum on host memory (premultiply.hpp): the products into `output`,
+// then their sum in place; one entry in the flight record, as premul_sum.
+template <class Communicator, element T>
+algorithm allreduce_premultiplied(Communicator& comm, std::span<const T> input, std::span<T> output,
+                                  const op::premul_sum& op, algorithm forced) {
+  static_assert(premultipliable<T>, "premul_sum reduces floating-point elements");
+  const record::recorded_call recorded(record::recorder_of(comm),
+                                       record::collective("allreduce", output, op::premul_sum::name));
+  multiply_into(input, output, op.factor);
+  return allreduce_on(nullptr, comm, std::span<const T>(output), output, op::sum{}, forced);
 }
 
 // The same through a given router (chorus::cuda::allreduce's staging).

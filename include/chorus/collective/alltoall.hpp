@@ -34,7 +34,7 @@ std::size_t alltoall_block(const Communicator& comm, std::span<const T> input, s
     throw error(errc::invalid_argument,
                 std::to_string(input.size()) + " elements do not split into " + std::to_string(n) + " equal blocks",
                 {comm.transport().rank(), -1, "alltoall"});
-  check_output(input, output, input.size(), comm.transport().rank(), "alltoall", false);
+  check_output(input, output, input.size(), comm.transport().rank(), "alltoall", in_place_form::none());
   return input.size() / n;
 }
 

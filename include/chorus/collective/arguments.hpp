@@ -24,19 +24,60 @@ bool overlap(std::span<const T> a, std::span<const T> b) noexcept {
   return std::less<const T*>{}(a_begin, b_begin + b.size()) && std::less<const T*>{}(b_begin, a_begin + a.size());
 }
 
-// Out-of-place calls: the output must be large enough and must not partly
-// overlap the input (exactly the same range means in place).
+// Where an out-of-place call may find one buffer inside the other and
+// still run: the in-place form of each collective. `same_range`: input and
+// output the same elements (allreduce, reduce). `input_at(k)`: the input is
+// exactly the output's elements from k on (allgather, gather at the root:
+// this rank's block, NCCL's sendbuff == recvbuff + rank * count).
+// `output_at(k)`: the output is the input's from k on (reduce_scatter,
+// scatter at the root). `none`: no overlap at all (alltoall).
+struct in_place_form {
+  enum class which { none, same_range, input_in_output, output_in_input };
+  which form = which::same_range;
+  std::size_t offset = 0;  // elements into the larger buffer
+
+  static constexpr in_place_form none() noexcept { return {which::none, 0}; }
+  static constexpr in_place_form same_range() noexcept { return {which::same_range, 0}; }
+  static constexpr in_place_form input_at(std::size_t offset) noexcept { return {which::input_in_output, offset}; }
+  static constexpr in_place_form output_at(std::size_t offset) noexcept { return {which::output_in_input, offset}; }
+
+  template <class T>
+  bool holds(const T* input, const T* output) const noexcept {
+    switch (form) {
+      case which::none: return false;
+      case which::same_range: return input == output;
+      case which::input_in_output: return input == output + offset;
+      case which::output_in_input: return output == input + offset;
+    }
+    return false;
+  }
+  // What an overlapping call would have to be instead, for its error.
+  std::string described() const {
+    switch (form) {
+      case which::none: return "";
+      case which::same_range: return " (in place, they are the same elements)";
+      case which::input_in_output:
+        return " (in place, the input starts at element " + std::to_string(offset) + " of the output)";
+      case which::output_in_input:
+        return " (in place, the output starts at element " + std::to_string(offset) + " of the input)";
+    }
+    return "";
+  }
+};
+
+// Out-of-place calls: the output must be large enough and must not overlap
+// the input unless the two are the call's in-place form (`allowed`);
+// returns whether they are (then the caller skips the copy into place).
 template <class T>
-void check_output(std::span<const T> input, std::span<T> output, std::size_t needed, int rank, const char* operation,
-                  bool same_allowed = true) {
+bool check_output(std::span<const T> input, std::span<T> output, std::size_t needed, int rank, const char* operation,
+                  in_place_form allowed = in_place_form::same_range()) {
   if (output.size() < needed)
     throw error(errc::invalid_argument,
                 "output holds " + std::to_string(output.size()) + " elements, needs " + std::to_string(needed),
                 {rank, -1, operation});
-  const std::span<const T> out(output.data(), output.size());
-  const bool same = input.data() == output.data();
-  if (overlap(input, out) && !(same && same_allowed))
-    throw error(errc::invalid_argument, "input and output overlap", {rank, -1, operation});
+  if (!overlap(input, std::span<const T>(output.data(), output.size()))) return false;
+  if (allowed.holds(input.data(), static_cast<const T*>(output.data()))) return true;
+  throw error(errc::invalid_argument, "input and output overlap" + allowed.described(), {rank, -1, operation});
 }
 
 inline void check_root(int root, int size, int rank, const char* operation) {

@@ -3,6 +3,9 @@
 // into the root, which is the bound for any gather.
 //
 //   chorus::gather(comm, mine, all, root);   // all (size() * mine.size()) used at the root
+//
+// At the root `mine` may be its own block of `all` (in place: all + root *
+// count); it is then not copied.
 #pragma once
 
 #include <chorus/collective/arguments.hpp>
@@ -29,7 +32,8 @@ void check_gather(const Communicator& comm, std::span<const T> mine, std::span<T
   const int world = comm.transport().rank();
   check_root(root, comm.size(), world, "gather");
   if (comm.rank() == root)
-    check_output(mine, all, mine.size() * static_cast<std::size_t>(comm.size()), world, "gather", false);
+    check_output(mine, all, mine.size() * static_cast<std::size_t>(comm.size()), world, "gather",
+                 in_place_form::input_at(mine.size() * static_cast<std::size_t>(root)));
 }
 
 // The gather's messages over `ex` (an exchange, or a network_exchange on the

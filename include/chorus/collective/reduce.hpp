@@ -10,6 +10,7 @@
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/front_door.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/collective/premultiply.hpp>
 #include <chorus/collective/reduce_tree.hpp>
 #include <chorus/collective/selection.hpp>
 #include <chorus/core/element_type.hpp>
@@ -44,6 +45,9 @@ template <class Communicator, element T, class Op = op::sum>
 algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> output, int root, Op op = {}) {
   const record::recorded_call recorded(record::recorder_of(comm),
                                        record::collective("reduce", input, op::name_of<Op>(), root));
+  if constexpr (op::premultiplies<Op>)  // premultiply.hpp; on device memory, staged below
+    if (routed(input, output) == nullptr)
+      return reduce(comm, collective::premultiplied(input, op), output, root, op::sum{});
   const int rank = comm.transport().rank();
   collective::check_root(root, comm.size(), rank, "reduce");
   const bool at_root = comm.rank() == root;
@@ -65,10 +69,11 @@ algorithm reduce(Communicator& comm, std::span<const T> input, std::span<T> outp
     steps.finalize(work, op, static_cast<std::size_t>(comm.size()));
     steps.copy(std::span<const A>(work), output.first(work.size()));
   };
-  if (collective::run_where<collective::reduces_in_itself<T>>(comm, router, "reduce",
-                                                              {{input.data(), input.size_bytes(), buffer_use::read},
-                                                               {output.data(), filled * sizeof(T), buffer_use::write}},
-                                                              dtype_of<T>, op::name_of<Op>(), true, body))
+  if (collective::run_where < collective::reduces_in_itself<T> &&
+      !op::premultiplies < Op >> (comm, router, "reduce",
+                                  {{input.data(), input.size_bytes(), buffer_use::read},
+                                   {output.data(), filled * sizeof(T), buffer_use::write}},
+                                  dtype_of<T>, op::name_of<Op>(), true, body))
     return made.chosen;
   return through_host(
       *router, comm, [&](std::span<const T> in, std::span<T> out) { return reduce(comm, in, out, root, op); },

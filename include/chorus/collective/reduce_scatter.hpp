@@ -2,6 +2,7 @@
 // rank r receives block r reduced over all ranks.
 //
 //   chorus::reduce_scatter(comm, input, output);   // output.size() >= input.size() / size
+//   chorus::reduce_scatter(comm, input, input.subspan(rank * count, count));  // in place (NCCL's form)
 //
 // Algorithms: the list in collective/reduce_scatter_algorithms.hpp, whose
 // defaults (a CHORUS_TUNE string, shown in docs/collectives.md) take shared
@@ -15,6 +16,7 @@
 #include <chorus/collective/check.hpp>
 #include <chorus/collective/exchange.hpp>
 #include <chorus/collective/local_steps.hpp>
+#include <chorus/collective/premultiply.hpp>
 #include <chorus/collective/reduce_scatter_algorithms.hpp>
 #include <chorus/collective/scratch.hpp>
 #include <chorus/collective/selection.hpp>
@@ -42,7 +44,8 @@ std::size_t reduce_scatter_block(const Communicator& comm, std::span<const T> in
                 std::to_string(input.size()) + " elements do not split into " + std::to_string(n) + " equal blocks",
                 {rank, -1, "reduce_scatter"});
   const std::size_t block = input.size() / n;
-  check_output(input, output, block, rank, "reduce_scatter", false);
+  check_output(input, output, block, rank, "reduce_scatter",
+               in_place_form::output_at(block * static_cast<std::size_t>(comm.rank())));
   return block;
 }
 
@@ -58,6 +61,11 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
                          algorithm forced = algorithm::automatic) {
   const record::recorded_call recorded(record::recorder_of(comm),
                                        record::collective("reduce_scatter", input, op::name_of<Op>()));
+  if constexpr (op::premultiplies<Op>)  // premultiply.hpp; on device memory, staged below
+    if (routed(input, output) == nullptr) {
+      collective::reduce_scatter_block(comm, input, output);  // the in-place form is checked against the caller's input
+      return reduce_scatter(comm, collective::premultiplied(input, op), output, op::sum{}, forced);
+    }
   const auto n = static_cast<std::size_t>(comm.size());
   const std::size_t block = collective::reduce_scatter_block(comm, input, output);
   memory_router* const router = routed(input, output);
@@ -77,10 +85,11 @@ algorithm reduce_scatter(Communicator& comm, std::span<const T> input, std::span
     steps.finalize(mine, op, n);
     steps.copy(std::span<const A>(mine), output.first(block));
   };
-  if (collective::run_where<collective::reduces_in_itself<T>>(
-          comm, router, "reduce_scatter",
-          {{input.data(), input.size_bytes(), buffer_use::read}, {output.data(), block * sizeof(T), buffer_use::write}},
-          dtype_of<T>, op::name_of<Op>(), !made.moves_host_memory, body))
+  if (collective::run_where < collective::reduces_in_itself<T> &&
+      !op::premultiplies < Op >> (comm, router, "reduce_scatter",
+                                  {{input.data(), input.size_bytes(), buffer_use::read},
+                                   {output.data(), block * sizeof(T), buffer_use::write}},
+                                  dtype_of<T>, op::name_of<Op>(), !made.moves_host_memory, body))
     return made.chosen;
   return through_host(
       *router, comm, [&](std::span<const T> in, std::span<T> out) { return reduce_scatter(comm, in, out, op, forced); },

@@ -3,6 +3,9 @@
 // any scatter.
 //
 //   chorus::scatter(comm, all, mine, root);   // all (size() * mine.size()) read at the root
+//
+// At the root `mine` may be its own block of `all` (in place: all + root *
+// count); it is then not copied.
 #pragma once
 
 #include <chorus/collective/arguments.hpp>
@@ -35,7 +38,7 @@ void check_scatter(const Communicator& comm, std::span<const T> all, std::span<T
                 "input holds " + std::to_string(all.size()) + " elements, needs " +
                     std::to_string(block * static_cast<std::size_t>(n)),
                 {world, -1, "scatter"});
-  check_output(all, mine, block, world, "scatter", false);
+  check_output(all, mine, block, world, "scatter", in_place_form::output_at(block * static_cast<std::size_t>(root)));
 }
 
 // The scatter's messages over `ex` (an exchange, or a network_exchange on

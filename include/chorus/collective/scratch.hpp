@@ -8,7 +8,8 @@
 // Slot 0 is the algorithm's own scratch; slot 1 holds work copies (float
 // working buffers for half/bfloat16, reduce_scatter's input copy); slot 2
 // the hierarchical algorithms' packed slices, which outlive the network
-// algorithm they call. An
+// algorithm they call; slot 3 a front door's premultiplied input
+// (premultiply.hpp), which outlives the collective it calls. An
 // algorithm must not call another that uses the same slot while it holds it.
 #pragma once
 
@@ -22,9 +23,9 @@
 namespace chorus::collective {
 
 namespace detail {
-inline std::array<std::vector<std::byte>, 3>& scratch_slots() {
+inline std::array<std::vector<std::byte>, 4>& scratch_slots() {
   struct tag;
-  return rank_local<std::array<std::vector<std::byte>, 3>, tag>();
+  return rank_local<std::array<std::vector<std::byte>, 4>, tag>();
 }
 }  // namespace detail
 

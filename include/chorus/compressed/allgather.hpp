@@ -41,7 +41,8 @@ namespace compressed {
 template <class Communicator, class Steps>
 void allgather_with(Communicator& comm, std::span<const float> mine, std::span<float> all, const Steps& steps) {
   const auto n = static_cast<std::size_t>(comm.size());
-  collective::check_output(mine, all, mine.size() * n, comm.transport().rank(), "compressed allgather");
+  collective::check_output(mine, all, mine.size() * n, comm.transport().rank(), "compressed allgather",
+                           collective::in_place_form::input_at(mine.size() * static_cast<std::size_t>(comm.rank())));
   const std::size_t each = steps.codec().encoded_bytes(mine.size());
   const std::span<std::byte> encoded = steps.bytes(scratch_for::gathered, each * n);
   steps.encode(mine, encoded.subspan(each * static_cast<std::size_t>(comm.rank()), each), 0, 0, mine.size());

@@ -90,6 +90,25 @@ struct avg {
   }
 };
 
+// premul_sum: each rank's contribution multiplied by `factor` first, the
+// product rounded to the element type, then summed: NCCL's
+// ncclRedOpCreatePreMulSum, torch's ReduceOp.PREMUL_SUM (FSDP2's gradient
+// divide factor). The multiply is each rank's own and the sum is the sum's,
+// so every rank ends with the same bits. Floating-point elements only; the
+// reducing front doors take the product (collective/premultiply.hpp), and
+// the algorithms see a sum.
+struct premul_sum {
+  static constexpr std::string_view name = "premul_sum";
+  double factor = 1.0;
+  template <class T>
+  CHORUS_HD constexpr T operator()(T a, T b) const noexcept {
+    return static_cast<T>(a + b);
+  }
+};
+
+template <class Op>
+concept premultiplies = std::same_as<std::remove_cvref_t<Op>, premul_sum>;
+
 // The name an operator reports: its static `name`, or "user" for a lambda.
 template <class Op>
 constexpr std::string_view name_of() noexcept {

@@ -60,21 +60,25 @@ inline std::vector<transfer> alltoall_plan(int ranks, std::size_t block) {
   }
   return plan;
 }
-// gather: every rank sends its block to the root (the root too, to itself),
-// which receives block p from rank p. Sends read `mine`, receives fill `all`.
-inline std::vector<transfer> gather_plan(int ranks, int rank, int root, std::size_t block) {
-  std::vector<transfer> plan{{true, 0, block, root}};
+// gather: every rank sends its block to the root (the root too, to itself,
+// unless `in_place`: its block is already there), which receives block p
+// from rank p. Sends read `mine`, receives fill `all`.
+inline std::vector<transfer> gather_plan(int ranks, int rank, int root, std::size_t block, bool in_place = false) {
+  std::vector<transfer> plan;
+  if (rank != root || !in_place) plan.push_back({true, 0, block, root});
   if (rank == root)
-    for (int p = 0; p < ranks; ++p) plan.push_back({false, static_cast<std::size_t>(p) * block, block, p});
+    for (int p = 0; p < ranks; ++p)
+      if (p != root || !in_place) plan.push_back({false, static_cast<std::size_t>(p) * block, block, p});
   return plan;
 }
 // scatter: the root sends block p of `all` to rank p; every rank receives
-// its block into `mine`.
-inline std::vector<transfer> scatter_plan(int ranks, int rank, int root, std::size_t block) {
+// its block into `mine` (the root not, `in_place`: `mine` is its block).
+inline std::vector<transfer> scatter_plan(int ranks, int rank, int root, std::size_t block, bool in_place = false) {
   std::vector<transfer> plan;
   if (rank == root)
-    for (int p = 0; p < ranks; ++p) plan.push_back({true, static_cast<std::size_t>(p) * block, block, p});
-  plan.push_back({false, 0, block, root});
+    for (int p = 0; p < ranks; ++p)
+      if (p != root || !in_place) plan.push_back({true, static_cast<std::size_t>(p) * block, block, p});
+  if (rank != root || !in_place) plan.push_back({false, 0, block, root});
   return plan;
 }
 
@@ -94,7 +98,10 @@ constexpr std::optional<reduction> reduction_of() noexcept {
 template <class Op>
 reduction require_reduction(const communicator& comm, const char* operation) {
   if (constexpr auto known = reduction_of<Op>()) return *known;
-  throw error(errc::invalid_argument, "NCCL reduces with sum, prod, min, max and avg only, not a user-defined operator",
+  throw error(errc::invalid_argument,
+              "NCCL reduces device buffers with sum, prod, min, max and avg here, not " +
+                  std::string(op::name_of<Op>()) +
+                  (op::premultiplies<Op> ? " (multiply on the device, then sum: the torch backend does)" : ""),
               {comm.rank(), -1, operation});
 }
 
@@ -213,7 +220,8 @@ algorithm allgather(communicator& comm, std::span<const T> mine, std::span<T> al
   if (!comm.moves("allgather", mine, all)) return chorus::allgather(comm.host(), mine, all, forced);
   const record::recorded_call recorded(comm.host().recorder(), record::collective("allgather", mine));
   const std::size_t needed = mine.size() * static_cast<std::size_t>(comm.size());
-  collective::check_output(mine, all, needed, comm.host().transport().rank(), "allgather", false);
+  collective::check_output(mine, all, needed, comm.host().transport().rank(), "allgather",
+                           collective::in_place_form::input_at(mine.size() * static_cast<std::size_t>(comm.rank())));
   const algorithm ran = detail::begin<T>(comm, "allgather", mine.size(), "", detail::no_root, forced);
   comm.run("allgather", [&](endpoint& nccl, stream_handle stream) {
     nccl.all_gather(mine.data(), all.data(), mine.size(), dtype_of<T>, stream);
@@ -246,6 +254,8 @@ algorithm reduce_scatter(communicator& comm, std::span<const T> input, std::span
     throw error(errc::invalid_argument,
                 "output holds " + std::to_string(output.size()) + " elements, needs " + std::to_string(block),
                 {comm.host().transport().rank(), -1, "reduce_scatter"});
+  collective::check_output(input, output, block, comm.host().transport().rank(), "reduce_scatter",
+                           collective::in_place_form::output_at(block * static_cast<std::size_t>(comm.rank())));
   const reduction how = detail::require_reduction<Op>(comm, "reduce_scatter");
   const algorithm ran =
       detail::begin<T>(comm, "reduce_scatter", input.size(), op::name_of<Op>(), detail::no_root, forced);
@@ -265,7 +275,8 @@ algorithm alltoall(communicator& comm, std::span<const T> input, std::span<T> ou
   if (!comm.moves("alltoall", input, output)) return chorus::alltoall(comm.host(), input, output);
   const record::recorded_call recorded(comm.host().recorder(), record::collective("alltoall", input));
   const std::size_t block = detail::block_of(comm, input.size(), "alltoall");
-  collective::check_output(input, output, input.size(), comm.host().transport().rank(), "alltoall", false);
+  collective::check_output(input, output, input.size(), comm.host().transport().rank(), "alltoall",
+                           collective::in_place_form::none());
   const algorithm ran = detail::begin<T>(comm, "alltoall", input.size(), "", detail::no_root, algorithm::automatic);
   detail::run_plan(comm, "alltoall", alltoall_plan(comm.size(), block), input.data(), output.data());
   return ran;
@@ -277,11 +288,14 @@ void gather(communicator& comm, std::span<const T> mine, std::span<T> all, int r
   const std::span<T> used = comm.rank() == root ? all : std::span<T>();
   if (!comm.moves("gather", mine, used)) return chorus::gather(comm.host(), mine, all, root);
   const record::recorded_call recorded(comm.host().recorder(), record::collective("gather", mine, {}, root));
-  if (comm.rank() == root)
-    collective::check_output(mine, all, mine.size() * static_cast<std::size_t>(comm.size()),
-                             comm.host().transport().rank(), "gather", false);
+  const bool in_place =
+      comm.rank() == root &&
+      collective::check_output(mine, all, mine.size() * static_cast<std::size_t>(comm.size()),
+                               comm.host().transport().rank(), "gather",
+                               collective::in_place_form::input_at(mine.size() * static_cast<std::size_t>(root)));
   detail::begin<T>(comm, "gather", mine.size(), "", root, algorithm::automatic);
-  detail::run_plan(comm, "gather", gather_plan(comm.size(), comm.rank(), root, mine.size()), mine.data(), used.data());
+  detail::run_plan(comm, "gather", gather_plan(comm.size(), comm.rank(), root, mine.size(), in_place), mine.data(),
+                   used.data());
 }
 
 // Every rank's `mine` receives block rank() of the root's `all`.
@@ -295,8 +309,12 @@ void scatter(communicator& comm, std::span<const T> all, std::span<T> mine, int 
                 "the root's input holds " + std::to_string(all.size()) + " elements, needs " +
                     std::to_string(mine.size() * static_cast<std::size_t>(comm.size())),
                 {comm.host().transport().rank(), -1, "scatter"});
+  const bool in_place =
+      comm.rank() == root &&
+      collective::check_output(all, mine, mine.size(), comm.host().transport().rank(), "scatter",
+                               collective::in_place_form::output_at(mine.size() * static_cast<std::size_t>(root)));
   detail::begin<T>(comm, "scatter", mine.size(), "", root, algorithm::automatic);
-  detail::run_plan(comm, "scatter", scatter_plan(comm.size(), comm.rank(), root, mine.size()), used.data(),
+  detail::run_plan(comm, "scatter", scatter_plan(comm.size(), comm.rank(), root, mine.size(), in_place), used.data(),
                    mine.data());
 }
 

@@ -252,8 +252,8 @@ void bind_communicator(nb::module_& m, nb::class_<py_communicator>& communicator
           "monitored_barrier",
           [](py_communicator& self, double timeout_s, bool wait_all) {
             chorus::communicator& comm = self.get("monitored_barrier");
-            if (!(timeout_s > 0) || !std::isfinite(timeout_s))
-              throw error(errc::invalid_argument, "timeout must be a positive number of seconds",
+            if (!(timeout_s >= 0) || !std::isfinite(timeout_s))
+              throw error(errc::invalid_argument, "timeout must be a number of seconds, 0 or more",
                           {comm.transport().rank(), -1, "monitored_barrier"});
             const auto limit = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(timeout_s * 1000.0)));
             without_gil([&] { chorus::monitored_barrier(comm, limit, {.wait_all = wait_all}); });

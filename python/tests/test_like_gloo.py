@@ -7,12 +7,15 @@ chorus's errors must be torch's types naming the call."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from typing import Dict, Tuple
 
 import pytest
 
-from conftest import spawn_env_ranks
+from conftest import WORKERS, spawn_env_ranks
 
 pytest.importorskip("torch")
 
@@ -64,15 +67,45 @@ def test_subgroups_coalesced_gather_any_source_sparse_and_monitored_barrier_as_o
 # Rank 0 names the ranks that did not come; the others raise too (Gloo's
 # wording depends on whether rank 0 had exited), naming rank 0 and
 # themselves. (Gloo says "Timed out" only where it chains its recv's error.)
+# torch_words, barrier_timeout_words: the patterns torch's own tests (and
+# user code) match these errors with, as Gloo's messages match them.
 @pytest.mark.parametrize("case", ["absent_one", "absent_all"])
 def test_monitored_barrier_names_who_did_not_come(case):
-    same_as_gloo(case, {-1: ("runtime_error", "names")})
+    same_as_gloo(case, {-1: ("runtime_error", "names", "torch_words")})
 
 
 def test_monitored_barrier_without_rank_0_names_it():
-    same_as_gloo("absent_root", {-1: ("runtime_error", "names")})
+    same_as_gloo("absent_root", {-1: ("runtime_error", "names", "torch_words")})
+
+
+def test_monitored_barrier_with_no_time_says_rank_0_timed_out():
+    same_as_gloo("zero_timeout", {0: ("runtime_error", "torch_words")})
 
 
 # Gloo's barrier timeout names no rank; chorus's names the peer it waited on.
 def test_barrier_timeout_in_torch_wording_and_types():
-    same_as_gloo("barrier_alone", {0: ("runtime_error", "value_error", "timed_out")})
+    same_as_gloo("barrier_alone", {0: ("runtime_error", "value_error", "timed_out", "barrier_timeout_words")})
+
+
+# Every attribute of torch's ProcessGroup, and of the Backend torch finds
+# behind the group for CPU tensors (a chorus group is its own), gives the
+# same kind of answer as on Gloo: a value of the same type, a callable, or
+# the same error; feature probes like hasattr(group, "supports_window")
+# answer instead of recursing.
+def test_every_attribute_answers_as_on_gloo():
+    same_as_gloo("attributes", {})
+
+
+# torch's own tests (its distributed_test.py, as test_distributed_spawn.py
+# runs it, 3 processes each), with chorus standing in for every Gloo group
+# (workers/torch_suite.py): they match chorus's errors with Gloo's words.
+TORCH_SUITE = ["test_barrier_timeout_full_group", "test_monitored_barrier_gloo",
+               "test_monitored_barrier_gloo_subgroup", "test_monitored_barrier_gloo_rank_0_timeout"]
+
+
+def test_torch_suite_barrier_timeout_and_monitored_barrier_tests_pass_on_chorus(tmp_path):
+    done = subprocess.run([sys.executable, str(WORKERS / "torch_suite.py"), "chorus", *TORCH_SUITE],
+                          env=dict(os.environ, TEMP_DIR=str(tmp_path), CHORUS_TIMEOUT="60", OMP_NUM_THREADS="1"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert f"Ran {len(TORCH_SUITE)} tests" in done.stdout, done.stdout[-6000:]  # none skipped: exit 0 says so

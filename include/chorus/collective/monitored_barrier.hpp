@@ -12,7 +12,9 @@
 // peer_failure naming a dead one; a rank that arrived raises too once rank
 // 0 tells it, or naming rank 0 if no answer comes within twice the timeout
 // (rank 0 answers once its own wait is over).
-// The per-call timeout replaces the communicator's for this call only.
+// The per-call timeout replaces the communicator's for this call only; 0
+// lets rank 0 pass only if every rank has already arrived (torch's
+// monitored_barrier(timeout=0)).
 // Cost: 2 (n-1) zero-or-one-byte messages through rank 0: for
 // debugging, not speed (barrier.hpp is the fast one).
 #pragma once
@@ -78,8 +80,9 @@ std::vector<int> await_arrivals(exchange<Communicator>& ex, std::chrono::millise
 template <class Communicator>
 void monitored_barrier(Communicator& comm, std::chrono::milliseconds timeout, monitored_barrier_options options = {}) {
   using request = typename Communicator::request;
-  if (timeout.count() <= 0)
-    throw error(errc::invalid_argument, "timeout must be positive", {comm.transport().rank(), -1, "monitored_barrier"});
+  if (timeout.count() < 0)
+    throw error(errc::invalid_argument, "timeout must not be negative",
+                {comm.transport().rank(), -1, "monitored_barrier"});
   collective::exchange ex(comm, "monitored_barrier");
   const int n = comm.size();
   const auto within = [](std::chrono::milliseconds waited) {

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import secrets
 import socket
 import time
@@ -80,8 +81,34 @@ def _op_name(op: Any, call: str) -> str:
     for known, name in _REDUCE_OPS.items():
         if op == known:
             return name
+    if op == dist.ReduceOp.PREMUL_SUM:
+        return "premul_sum"
     raise NotImplementedError(f"chorus backend: {call} with reduce op {op} is not supported "
-                              "(SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR are)")
+                              "(SUM, PRODUCT, MIN, MAX, AVG, PREMUL_SUM, BAND, BOR, BXOR are)")
+
+
+def _reduction(opts: Any, call: str) -> "tuple[str, Any]":
+    """The chorus op of a call's opts, and PREMUL_SUM's factor (a float,
+    or a one-element tensor as FSDP2 passes it; None for the other ops)."""
+    op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+    name = _op_name(op, call)
+    return name, (op.factor if name == "premul_sum" else None)
+
+
+def _premultiplied(tensor: torch.Tensor, factor: Any, in_place: bool) -> torch.Tensor:
+    """PREMUL_SUM's products, which the call then sums: each rank's tensor
+    times the factor, rounded to its dtype (as chorus's op::premul_sum and
+    NCCL's ncclRedOpCreatePreMulSum define it), on the tensor's device.
+    `in_place`: into the tensor itself (an in-place allreduce overwrites
+    it anyway); else a new tensor, the caller's left as it was."""
+    if tensor.is_complex() or not tensor.is_floating_point():
+        raise InvalidArgument(f"chorus backend: PREMUL_SUM reduces floating-point tensors, not {tensor.dtype}")
+    if isinstance(factor, torch.Tensor):
+        if factor.numel() != 1:
+            raise InvalidArgument(f"chorus backend: PREMUL_SUM's factor is a scalar or a one-element tensor, "
+                                  f"not {factor.numel()} elements")
+        factor = factor.reshape(()).to(tensor.device)
+    return tensor.mul_(factor) if in_place else tensor * factor
 
 
 def _own_address() -> str:
@@ -129,13 +156,29 @@ _TORCH_BASES = {
 _flavoured: Dict[type, type] = {}
 
 
-def torch_error(failure: BaseException) -> BaseException:
+def _torch_words(failure: Error) -> str:
+    """A chorus error's message in torch's words, chorus's after them: a
+    timeout "[Rank 0]: Timed out in barrier: chorus timeout: ...", a lost
+    peer "[Rank 0]: Connection closed by a peer: chorus peer_failure: ..."
+    (what torch's tests and user code match Gloo's errors with)."""
+    rank = getattr(failure, "rank", -1)
+    who = f"[Rank {rank}]: " if rank is not None and rank >= 0 else ""
+    if isinstance(failure, errors.TimeoutError):
+        return f"{who}Timed out in {failure.operation or 'a chorus call'}: {failure}"
+    if isinstance(failure, errors.PeerFailure):
+        return f"{who}Connection closed by a peer: {failure}"
+    return str(failure)
+
+
+def torch_error(failure: BaseException, message: Optional[str] = None) -> BaseException:
     """`failure` as the backend raises it: a chorus error is made an instance
     of both its chorus class and torch's (chorus.TimeoutError and
     torch.distributed.DistBackendError, say), with chorus's message and
-    attributes; a timeout's message starts "Timed out", as torch's do. Bad
-    arguments stay chorus.InvalidArgument (a ValueError); anything else is
-    returned as it is."""
+    attributes; its message torch's words with chorus's after them
+    (_torch_words), or `message` where the caller words it
+    (monitored_barrier). Bad arguments
+    stay chorus.InvalidArgument (a ValueError); anything else is returned
+    as it is."""
     if not isinstance(failure, Error) or isinstance(failure, dist.DistError):
         return failure
     base = next((torch_base for chorus_class, torch_base in _TORCH_BASES.items()
@@ -145,14 +188,35 @@ def torch_error(failure: BaseException) -> BaseException:
     kind = type(failure)
     if kind not in _flavoured:
         _flavoured[kind] = type(kind.__name__, (kind, base), {"__module__": __name__})
-    message = str(failure)
-    if isinstance(failure, errors.TimeoutError):
-        message = f"Timed out in {failure.operation or 'a chorus call'}: {message}"
-    made = _flavoured[kind](message)
+    made = _flavoured[kind](_torch_words(failure) if message is None else message)
     for name in ("category", "rank", "peer", "operation", "detail"):
         setattr(made, name, getattr(failure, name, getattr(Error, name)))
     made.__cause__ = failure
     return made
+
+
+# chorus's monitored_barrier errors (collective/monitored_barrier.hpp), as
+# rank 0 raises them: the ranks that did not arrive in time, or the first
+# that died.
+_MISSING = re.compile(r"ranks? ([\d, ]+) failed (?:to pass|before passing) monitored_barrier")
+
+
+def _monitored_barrier_wording(rank: int, seconds: float, failure: Error) -> str:
+    """Torch's words for a monitored_barrier failure, as Gloo's
+    (ProcessGroupGloo::monitoredBarrier), then the error behind it as Gloo
+    gives its own ("Original exception"), chorus's in torch's words."""
+    behind = f"\n Original exception: \n{_torch_words(failure)}"
+    missing = _MISSING.search(str(failure)) if rank == 0 else None
+    if missing is not None:
+        ranks = missing.group(1)
+        who = f"Ranks {ranks}" if "," in ranks else f"Rank {ranks}"
+        if seconds == 0:  # no time to wait at all
+            behind = f"\n Original exception: \nRank 0 timed out in monitoredBarrier after 0 ms: {_torch_words(failure)}"
+        return f"[Rank 0]: {who} failed to pass monitoredBarrier in {seconds * 1000:.0f} ms{behind}"
+    if rank != 0:
+        return (f"Rank {rank} successfully reached monitoredBarrier, but received errors while waiting for "
+                f"send/recv from rank 0. Please check rank 0 logs for faulty rank.{behind}")
+    return f"[Rank 0]: monitoredBarrier failed{behind}"
 
 
 class _call:
@@ -395,11 +459,26 @@ class _Route:
         return torch.empty(shape, dtype=dtype, device=self.device or "cpu")
 
 
+# Backend's calls (torch asks them of _get_backend(device), which for a
+# chorus group is the group) that chorus does not offer.
+_NOT_OFFERED = {name for name in dir(torch._C._distributed_c10d.Backend)
+                if not name.startswith("__") and not hasattr(dist.ProcessGroup, name)} - {
+    "supports_splitting", "supports_shrinking", "_supports_time_estimate", "Options", "options", "mem_allocator",
+    "supports_tensor_alloc", "eager_connect_single_device", "get_error", "_set_sequence_number_for_group",
+    "_set_group_uid", "allreduce_sparse", "supports_coalescing"}
+
+
+def _not_offered(name: str, *args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError(f"Backend chorus does not support {name}")
+
+
 class ProcessGroupChorus(dist.ProcessGroup):
     """A torch process group whose collectives are chorus's."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)
+        self._store = store
+        self._collectives = 0  # started through the group: torch's sequence number for it
         self._comm = _connect_through(store, rank, size, timeout)
         self._impl = self._comm._impl
         self._timeout = timeout
@@ -443,6 +522,65 @@ class ProcessGroupChorus(dist.ProcessGroup):
     # tensors. It does not coalesce as torch means it: its CUDA sends and
     # receives are queued and started together by the first wait.
     supports_coalescing = False
+    # torch's ProcessGroup answers these feature probes from its default
+    # backend, which for this group is itself: so the answers are here
+    # (else the property asks itself again, without end). Reconfiguring and
+    # torch's own windows are not offered (chorus.window is chorus's).
+    supports_window = False
+    supports_reconfigure = False
+    # torch also asks _get_backend(device) (this group) what a Backend
+    # answers: splitting, shrinking, time estimates, tensor allocation,
+    # options. The rest of Backend's calls are below (_not_offered).
+    supports_splitting = False
+    supports_shrinking = False
+    _supports_time_estimate = False
+    Options = torch._C._distributed_c10d.Backend.Options
+
+    @property
+    def options(self) -> Any:
+        made = self.Options("chorus", self._timeout)
+        made.group_name = self.group_name
+        return made
+
+    @property
+    def mem_allocator(self) -> Any:
+        raise RuntimeError("Backend chorus does not support getMemAllocator")
+
+    def supports_tensor_alloc(self, device: Any) -> bool:
+        return False
+
+    def eager_connect_single_device(self, device: Any = None) -> None:
+        """Nothing to do: chorus connects its ranks when the group is made."""
+
+    def get_error(self) -> Any:
+        return torch._C._distributed_c10d.ErrorType.SUCCESS
+
+    def _set_sequence_number_for_group(self) -> None:
+        """Nothing to do: the count starts at the group's first call on every rank."""
+
+    def _set_group_uid(self, uid: Any) -> None:
+        self._uid = uid
+
+    def allreduce_sparse(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
+        return self.allreduce(tensors, opts)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names not found the usual way: Backend's calls that this
+        # group does not offer raise as Gloo's unsupported ones do.
+        if name in _NOT_OFFERED:
+            return functools.partial(_not_offered, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def get_group_store(self) -> Any:
+        """The store the group was made with (torch's, prefixed for the group)."""
+        return self._store
+
+    def _get_sequence_number_for_group(self) -> int:
+        """The collectives started through the group so far: the same on every rank that made the same calls."""
+        return self._collectives
+
+    def _enable_collectives_timing(self) -> None:
+        """Nothing to switch on: chorus's flight recorder times every call (chorus.record)."""
 
     def _get_backend(self, device: Any) -> "ProcessGroupChorus":
         if torch.device(device).type not in ("cpu", "cuda"):
@@ -542,11 +680,14 @@ class ProcessGroupChorus(dist.ProcessGroup):
     # -- reductions --------------------------------------------------------
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         tensor = self._single(tensors, "allreduce")
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
+        op, factor = _reduction(opts, "allreduce")
         if tensor.is_sparse:
             return self._sparse_allreduce(tensor, op)
         if tensor.is_complex() and op not in ("sum", "avg"):
             raise InvalidArgument(f"chorus backend: allreduce of complex tensors with {op}")
+        if factor is not None:
+            op = "sum"
+            _premultiplied(tensor, factor, in_place=True)
         flat = _flat(tensor)
         route = self._route(tensors, "allreduce")
         return self._collective(opts, tensors, route,
@@ -583,9 +724,13 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         route = self._route(tensors, "allreduce_coalesced")
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce_coalesced")
+        op, factor = _reduction(opts, "allreduce_coalesced")
         if not tensors:
             return route.completed(tensors)
+        if factor is not None:
+            op = "sum"
+            for tensor in tensors:
+                _premultiplied(tensor, factor, in_place=True)
         flats = [_flat(t) for t in tensors]
 
         def start(done: Callable[[Optional[BaseException]], None]) -> Any:
@@ -604,9 +749,12 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         tensor = self._single(tensors, "reduce")
-        op = _op_name(opts.reduceOp, "reduce")
+        op, factor = _reduction(opts, "reduce")
         route = self._route(tensors, "reduce")
-        return self._now(route, tensors, lambda: route.impl.reduce(_flat(tensor), opts.rootRank, None, op))
+        # PREMUL_SUM: the products of a copy, reduced into the tensor at the root.
+        given = tensor if factor is None else _premultiplied(tensor, factor, in_place=False)
+        return self._now(route, tensors, lambda: route.impl.reduce(_flat(given), opts.rootRank, _flat(tensor),
+                                                                   "sum" if factor is not None else op))
 
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                        opts: Any) -> Any:
@@ -627,10 +775,12 @@ class ProcessGroupChorus(dist.ProcessGroup):
         return route.completed(outputs)
 
     def _reduce_scatter_into(self, output: torch.Tensor, input: torch.Tensor, opts: Any, call: str) -> Any:
-        op = _op_name(opts.reduceOp, call)
+        op, factor = _reduction(opts, call)
         if input.numel() != output.numel() * self.size():
             raise InvalidArgument(f"chorus backend: {call}: input has {input.numel()} elements, "
                                   f"{self.size()} x output's {output.numel()} expected")
+        if factor is not None:  # the products of a copy: the caller's input stays as it was
+            op, input = "sum", _premultiplied(input, factor, in_place=False)
         source, target = _flat(input), _flat(output)
         route = self._route([output, input], call)
         return self._collective(opts, [output], route,
@@ -834,13 +984,12 @@ class ProcessGroupChorus(dist.ProcessGroup):
         """Rank 0 waits up to `timeout` (default: the group's) for every rank and
         raises naming the first that did not come (every one with
         wait_all_ranks); the others raise naming rank 0, or hearing from it."""
-        limit = (timeout or self._timeout).total_seconds()
+        limit = (timeout if timeout is not None else self._timeout).total_seconds()
         self._drain()
         try:
             self._impl.monitored_barrier(limit, wait_all_ranks)
         except Error as failure:
-            failure.args = (f"[Rank {self.rank()}]: {failure.detail}",)  # torch's form: the ranks first
-            raise
+            raise torch_error(failure, _monitored_barrier_wording(self.rank(), limit, failure)) from failure
 
     # -- point to point ----------------------------------------------------
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> Any:
@@ -878,11 +1027,15 @@ _RECORDED_AS = {"_reduce_scatter_base": "reduce_scatter_tensor", "_allgather_bas
 def _as_backend_call(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     recorded_as = _RECORDED_AS.get(name, name)
 
+    counted = name not in ("send", "recv", "recv_anysource", "monitored_barrier")
+
     @functools.wraps(method)
     def call(self: ProcessGroupChorus, *args: Any, **kwargs: Any) -> Any:
         outer = _chorus.record_as(recorded_as)
         if outer:
             _chorus.record_as(outer)
+        elif counted:
+            self._collectives += 1
         try:
             if torch._C._autograd._profiler_enabled():
                 with torch.autograd.profiler.record_function(f"chorus:{name}"):

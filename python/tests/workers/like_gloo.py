@@ -11,9 +11,13 @@ line by line.
     like_gloo.py BACKEND absent_all     ranks 1 and 2 skip one waited with wait_all_ranks
     like_gloo.py BACKEND absent_root    rank 0 skips one
     like_gloo.py BACKEND barrier_alone  rank 0 alone calls barrier() on a group with a 2 s timeout
+    like_gloo.py BACKEND zero_timeout   rank 0 alone calls monitored_barrier with a timeout of 0
+    like_gloo.py BACKEND attributes     every attribute of the group and of its CPU backend, and the
+                                        queries that take no arguments: what kind of answer each gives
 
 A call's line is its result, or the kind of error it raised: whether it is a
-RuntimeError, says "Timed out", and which ranks it names. Lines starting
+RuntimeError, says "Timed out", which ranks it names, and which of the
+patterns torch's own tests match its message with it matches. Lines starting
 "chorus:" are checks only the chorus backend makes (torch's exception
 types, the call named in the error); the test requires them all "ok".
 """
@@ -44,11 +48,24 @@ def say(what: str, outcome: Any) -> None:
     print(f"rank {rank}: {what} = {json.dumps(outcome, sort_keys=True)}", flush=True)
 
 
+# What torch's distributed_test.py matches errors with, and user code with
+# it: its barrier-timeout tests' pattern, and its monitored_barrier tests'.
+BARRIER_TIMEOUT = r" (Timed out|closed|timeout) "
+TORCH_PATTERNS = {
+    "failed to pass": r"Ranks? \d+(, \d+)* failed to pass monitoredBarrier",
+    "reached": r"Rank \d+ successfully reached monitoredBarrier, but received errors while waiting for send/recv "
+               r"from rank 0",
+    "rank 0 timed out": r"Rank 0 timed out in monitoredBarrier",
+}
+
+
 def kind_of(failure: BaseException) -> dict:
     text = str(failure)
     named = sorted({int(n) for n in re.findall(r"[Rr]anks? (\d+(?:, \d+)*)", text) for n in n.split(", ")})
     return {"runtime_error": isinstance(failure, RuntimeError), "value_error": isinstance(failure, ValueError),
-            "timed_out": "timed out" in text.lower(), "names": named}
+            "timed_out": "timed out" in text.lower(), "names": named,
+            "barrier_timeout_words": re.search(BARRIER_TIMEOUT, text) is not None,
+            "torch_words": sorted(name for name, pattern in TORCH_PATTERNS.items() if re.search(pattern, text))}
 
 
 def outcome(what: str, call: Callable[[], Any], chorus_checks: Callable[[BaseException], str] = None) -> None:
@@ -151,6 +168,64 @@ def barrier_alone() -> None:
         time.sleep(5)
 
 
+def zero_timeout() -> None:
+    everyone = dist.new_group()
+    if rank == 0:
+        outcome("monitored_barrier with no time", lambda: everyone.monitored_barrier(timedelta(seconds=0)),
+                torch_typed("monitored_barrier"))
+    else:
+        time.sleep(3)
+
+
+# Queries that take no arguments (or only a device), asked of the group or
+# of its CPU backend; abort and shutdown, which end the group, are not.
+QUERIES = {"rank": (), "size": (), "name": (), "_get_backend_name": (), "_get_sequence_number_for_group": (),
+           "_has_hooks": (), "_id": (), "get_group_store": (), "_enable_collectives_timing": ()}
+BACKEND_QUERIES = {"supports_tensor_alloc": (torch.device("cpu"),), "get_error": (),
+                   "eager_connect_single_device": (torch.device("cpu"),), "_get_sequence_number_for_group": ()}
+
+
+def kind_of_value(value: Any) -> str:
+    """A value's kind, as both backends must agree on it (not the class:
+    Gloo's options are its own subclass of torch's)."""
+    for kind in (bool, int, float, str, list, tuple, dict, dist.Store, torch.device):
+        if isinstance(value, kind):
+            return kind.__name__
+    return "None" if value is None else "object"
+
+
+def answer(owner: Any, name: str) -> dict:
+    """What kind of answer `owner.name` gives: a value's kind, a callable, or an error's type."""
+    try:
+        value = getattr(owner, name)
+    except Exception as failure:  # noqa: BLE001 - the kind of error is the answer
+        return {"raises": type(failure).__name__}
+    return {"callable": True} if callable(value) else {"value": kind_of_value(value)}
+
+
+def called(owner: Any, name: str, arguments: tuple) -> dict:
+    try:
+        return {"returns": kind_of_value(getattr(owner, name)(*arguments))}
+    except Exception as failure:  # noqa: BLE001
+        return {"raises": type(failure).__name__}
+
+
+def attributes() -> None:
+    group = dist.group.WORLD
+    backend_of_cpu = group._get_backend(torch.device("cpu"))
+    for name in sorted(n for n in dir(dist.ProcessGroup) if not n.startswith("__") and not n[0].isupper()):
+        say(f"group.{name}", answer(group, name))
+    for name in sorted(n for n in dir(torch._C._distributed_c10d.Backend)
+                       if not n.startswith("__") and not n[0].isupper()):
+        say(f"backend.{name}", answer(backend_of_cpu, name))
+    for name, arguments in QUERIES.items():
+        say(f"group.{name}()", called(group, name, arguments))
+    for name, arguments in BACKEND_QUERIES.items():
+        say(f"backend.{name}()", called(backend_of_cpu, name, arguments))
+    say("hasattr(group, 'supports_window')", hasattr(group, "supports_window"))
+    say("dist._supports_window()", dist.distributed_c10d._supports_window())
+
+
 if case == "working":
     working()
 elif case == "absent_one":
@@ -161,4 +236,8 @@ elif case == "absent_root":
     absent({0}, wait_all=False)
 elif case == "barrier_alone":
     barrier_alone()
+elif case == "zero_timeout":
+    zero_timeout()
+elif case == "attributes":
+    attributes()
 print(f"rank {rank}: done", flush=True)

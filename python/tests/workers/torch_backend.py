@@ -227,6 +227,73 @@ def test_movement() -> None:
             check("send/recv", t, np.arange(4.), torch.float32)
 
 
+def test_in_place_chunks() -> None:
+    """NCCL's in-place forms, as FSDP2 calls them: the input of
+    all_gather_into_tensor is this rank's chunk of the output, the output of
+    reduce_scatter_tensor this rank's chunk of the input; blocking, async
+    and coalesced."""
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for block in (0, 1, 7, 1001):
+            name = f"{dtype} block {block}"
+            inputs = [data(r, dtype, block, 8) for r in range(size)]
+            whole = torch.full((block * size,), 3, dtype=dtype)
+            whole[rank * block:(rank + 1) * block] = inputs[rank]
+            dist.all_gather_into_tensor(whole, whole[rank * block:(rank + 1) * block])
+            check(f"all_gather_into_tensor in place {name}", whole, np.concatenate([numpy_of(t) for t in inputs]),
+                  dtype)
+            big = [data(r, dtype, block * size, 9) for r in range(size)]
+            mine = big[rank].clone()
+            work = dist.reduce_scatter_tensor(mine[rank * block:(rank + 1) * block], mine, async_op=True)
+            work.wait()
+            check(f"reduce_scatter_tensor in place {name}", mine[rank * block:(rank + 1) * block],
+                  reference("sum", big, dtype)[rank * block:(rank + 1) * block], dtype)
+    outputs = [torch.zeros(5 * size), torch.zeros(2 * size)]
+    for k, out in enumerate(outputs):
+        width = out.numel() // size
+        out[rank * width:(rank + 1) * width] = float(rank * 10 + k)
+    with dist._coalescing_manager(async_ops=True) as gathered:
+        for out in outputs:
+            width = out.numel() // size
+            dist.all_gather_into_tensor(out, out[rank * width:(rank + 1) * width], async_op=True)
+    gathered.wait()
+    for k, out in enumerate(outputs):
+        check(f"coalesced all_gather_into_tensor in place, tensor {k}", out,
+              np.repeat([float(r * 10 + k) for r in range(size)], out.numel() // size), torch.float32)
+
+
+def test_premul_sum() -> None:
+    """ReduceOp.PREMUL_SUM: each rank's tensor times the factor (a float, or
+    a one-element tensor as FSDP2 passes it), then summed; the caller's
+    input of an out-of-place call stays as it was."""
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        for factor in (0.25, torch.tensor([1.0 / 3.0]), torch.tensor(0.5, dtype=torch.float64)):
+            name = f"{dtype} factor {factor}"
+            premul = dist._make_nccl_premul_sum(factor)
+            f = float(factor)
+            inputs = [data(r, dtype, 1001, 10) for r in range(size)]
+            products = [(t.double() * f).to(dtype) for t in inputs]  # each rank's product, rounded to its dtype
+            mine = inputs[rank].clone()
+            dist.all_reduce(mine, op=premul)
+            check(f"all_reduce PREMUL_SUM {name}", mine, reference("sum", products, dtype), dtype)
+            mine = inputs[rank].clone()
+            dist.reduce(mine, dst=size - 1, op=premul)
+            check(f"reduce PREMUL_SUM {name}", mine,
+                  reference("sum", products, dtype) if rank == size - 1 else numpy_of(inputs[rank]), dtype)
+            big = [data(r, dtype, 7 * size, 11) for r in range(size)]
+            given = big[rank].clone()
+            out = torch.empty(7, dtype=dtype)
+            dist.reduce_scatter_tensor(out, given, op=premul)
+            check(f"reduce_scatter_tensor PREMUL_SUM {name}", out,
+                  reference("sum", [(t.double() * f).to(dtype) for t in big], dtype)[rank * 7:(rank + 1) * 7], dtype)
+            check(f"reduce_scatter_tensor PREMUL_SUM leaves its input {name}", given, numpy_of(big[rank]), dtype)
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0))
+    except (chorus.InvalidArgument, ValueError) as refused:
+        assert "floating-point" in str(refused), refused
+    else:
+        raise AssertionError("PREMUL_SUM of integers was taken")
+
+
 def test_refusals_and_bad_input() -> None:
     global checks
     strided = torch.arange(12.).reshape(3, 4).t()
@@ -286,6 +353,8 @@ def test_averaged_optimizer() -> None:
 
 test_all_reduce()
 test_movement()
+test_in_place_chunks()
+test_premul_sum()
 test_refusals_and_bad_input()
 test_averaged_optimizer()
 dist.barrier()

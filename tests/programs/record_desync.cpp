@@ -6,7 +6,11 @@
 //             4 MiB of float
 //   kill      rank 3 is SIGKILLed after two allreduces; the others go on
 //             into a third
-// Every rank that gets an error prints it and exits with 1.
+//   uncaught  rank 2 skips the third of five allreduces and stays alive,
+//             waiting for a message nobody sends; nobody catches anything,
+//             so each rank's error ends it through std::terminate
+// Every rank that gets an error prints it and exits with 1 (uncaught: the
+// runtime aborts it).
 #include <chorus/chorus.hpp>
 
 #include <csignal>
@@ -14,8 +18,24 @@
 #include <string_view>
 #include <vector>
 
+namespace {
+
+// As a trainer fails: no handler anywhere, so no destructor runs either.
+int without_a_handler() {
+  chorus::communicator comm = chorus::init();
+  std::vector<float> small(256, 1.0f);
+  for (int call = 0; call < 5; ++call)
+    if (!(comm.rank() == 2 && call == 2)) chorus::allreduce(comm, small);
+  if (comm.rank() == 2) comm.recv(std::span(small), 0, 7);  // never sent
+  comm.barrier();
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const std::string_view mode = argc > 1 ? argv[1] : "skip";
+  if (mode == "uncaught") return without_a_handler();
   try {
     chorus::communicator comm = chorus::init();
     std::vector<float> small(256, 1.0f);

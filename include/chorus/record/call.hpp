@@ -18,7 +18,10 @@
 //
 // An exception that leaves the outermost recorded call of a thread is an
 // error raised to the caller: the call is marked failed, the error's text
-// kept, and the journal dumped where CHORUS_RECORD_DIR is set (dump.hpp).
+// kept, the journal dumped where CHORUS_RECORD_DIR is set (dump.hpp) and
+// its timeline written where CHORUS_TRACE is (trace_file.hpp). An error
+// nobody catches never leaves the call this way (the runtime terminates
+// without unwinding): dump_uncaught.hpp writes both then.
 #pragma once
 
 #include <chorus/core/element_type.hpp>
@@ -30,6 +33,7 @@
 #include <chorus/record/journal.hpp>
 #include <chorus/record/ring.hpp>
 #include <chorus/record/trace.hpp>
+#include <chorus/record/trace_file.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -213,6 +217,7 @@ class recorded_call {
     if (where_.book == nullptr) return;
     try {
       where_.book->note_failure(chorus::detail::latest_error());
+      write_trace(*where_.book);
       if (where_.book->settings().directory.empty()) return;
       const auto written = dump(*where_.book, "error");
       if (!written.empty())

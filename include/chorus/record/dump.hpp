@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -24,6 +25,16 @@
 namespace chorus::record {
 
 namespace detail {
+
+// The file a write goes to before it is renamed into place: one per write,
+// so two threads writing one rank's record at once (an error's dump and a
+// signal's, the dump of an error nobody catches and SIGTERM's) never
+// interleave their bytes; the last rename wins, whole.
+inline std::filesystem::path aside(const std::filesystem::path& target) {
+  static std::atomic<unsigned> writes{0};
+  return target.string() + ".partial." + std::to_string(::getpid()) + "." +
+         std::to_string(writes.fetch_add(1, std::memory_order_relaxed));
+}
 
 inline void write_string(std::FILE* out, std::string_view text) {
   std::fputc('"', out);
@@ -114,7 +125,7 @@ inline std::filesystem::path dump(const journal& recorded, std::string_view reas
     const std::filesystem::path target = recorded.dump_path();
     std::error_code ignored;
     std::filesystem::create_directories(target.parent_path(), ignored);
-    const std::filesystem::path partial = target.string() + ".partial." + std::to_string(::getpid());
+    const std::filesystem::path partial = detail::aside(target);
     std::FILE* out = std::fopen(partial.c_str(), "w");
     if (out == nullptr) {
       std::fprintf(stderr, "chorus: rank %d could not write its flight record to %s\n", recorded.rank(),

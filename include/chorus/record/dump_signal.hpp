@@ -6,13 +6,17 @@
 // SIGUSR1 still has its default action (a program's own handler stays).
 //
 // Where CHORUS_RECORD_DIR is set, SIGTERM (how torchrun, srun and mpirun
-// end the rest of a job when one rank fails) dumps too, then ends the
+// end the rest of a job when one rank fails) dumps too, and where
+// CHORUS_TRACE is set it writes the timeline so far; then it ends the
 // process as SIGTERM would have, again only where SIGTERM had its default
-// action.
+// action. open_journal also installs the dump on an error nobody catches
+// (dump_uncaught.hpp).
 #pragma once
 
 #include <chorus/record/dump.hpp>
-#include <chorus/record/journal.hpp>
+#include <chorus/record/dump_uncaught.hpp>
+#include <chorus/record/live_journals.hpp>
+#include <chorus/record/trace_file.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -29,25 +33,6 @@
 namespace chorus::record {
 
 namespace detail {
-
-struct live_journals {
-  std::mutex mutex;
-  std::vector<std::weak_ptr<journal>> all;
-
-  std::vector<std::shared_ptr<journal>> alive() {
-    std::lock_guard lock(mutex);
-    std::vector<std::shared_ptr<journal>> found;
-    std::erase_if(all, [](const std::weak_ptr<journal>& held) { return held.expired(); });
-    for (const std::weak_ptr<journal>& held : all)
-      if (auto live = held.lock()) found.push_back(std::move(live));
-    return found;
-  }
-};
-
-inline live_journals& journals() {
-  static live_journals* const listed = new live_journals;  // never destroyed: the dump thread outlives main
-  return *listed;
-}
 
 inline int signal_pipe[2] = {-1, -1};
 
@@ -66,6 +51,7 @@ inline void dump_on_request() {
     if (got <= 0) return;
     const bool terminating = std::memchr(bytes, SIGTERM, static_cast<std::size_t>(got)) != nullptr;
     for (const auto& live : journals().alive()) {
+      if (terminating) write_trace(*live);  // CHORUS_TRACE: what it holds so far
       if (terminating && live->settings().directory.empty()) continue;
       const auto written = dump(*live, terminating ? "terminated" : "signal");
       if (!written.empty())
@@ -105,7 +91,10 @@ inline std::shared_ptr<journal> open_journal(std::uint64_t job, int rank, int si
   auto opened = std::make_shared<journal>(job, rank, size, std::move(settings));
   if (!opened->enabled()) return opened;
   static std::once_flag installed;
-  std::call_once(installed, [&] { detail::install_dump_signal(!opened->settings().directory.empty()); });
+  std::call_once(installed, [&] {
+    detail::install_dump_signal(!opened->settings().directory.empty() || !opened->settings().trace.empty());
+    detail::install_dump_uncaught();
+  });
   std::lock_guard lock(detail::journals().mutex);
   detail::journals().all.push_back(opened);
   return opened;

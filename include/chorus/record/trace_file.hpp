@@ -111,7 +111,7 @@ inline std::filesystem::path write_trace(const journal& recorded) noexcept {
     const std::filesystem::path target = recorded.trace_path();
     std::error_code ignored;
     if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), ignored);
-    const std::filesystem::path partial = target.string() + ".partial." + std::to_string(::getpid());
+    const std::filesystem::path partial = detail::aside(target);
     std::FILE* out = std::fopen(partial.c_str(), "w");
     bool written = out != nullptr;
     if (written) {

@@ -25,9 +25,11 @@
 
 #include <chorus/core/error.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -113,6 +115,70 @@ class desk {
 
   std::vector<std::byte> buffer_;
   typename Communicator::request receive_;
+};
+
+// A gossip group as its rank 0 describes it in a welcome (GoSGD): the
+// collectives' next sequence number, the members (transport ranks, the
+// joiner not among them: it comes last) and whether each is gone, and the
+// members of the collectives, as 64-bit words:
+//   sequence | n | (rank, gone) x n | m | rank x m
+// parse() takes the words a joiner received and checks them: whole, every
+// rank one of the job's [0, capacity) other than the joiner's own, none
+// twice; anything else is a mismatch naming rank 0, never a group built
+// on ranks that do not exist (tests/fuzz/scheme_fuzz.cpp).
+struct group_description {
+  std::uint32_t sequence = 1;
+  std::vector<int> members;
+  std::vector<int> gone;  // the members that are dead, departed or leaving
+  std::vector<int> collective;
+
+  std::vector<std::int64_t> words() const {
+    std::vector<std::int64_t> out{sequence, static_cast<std::int64_t>(members.size())};
+    for (int member : members) {
+      out.push_back(member);
+      out.push_back(std::find(gone.begin(), gone.end(), member) != gone.end() ? 1 : 0);
+    }
+    out.push_back(static_cast<std::int64_t>(collective.size()));
+    out.insert(out.end(), collective.begin(), collective.end());
+    return out;
+  }
+
+  static group_description parse(std::span<const std::int64_t> words, int capacity, int joiner,
+                                 const error_context& where) {
+    const auto bad = [&](const std::string& what) { return error(errc::mismatch, "rank 0's welcome " + what, where); };
+    std::size_t next = 0;
+    const auto word = [&] {
+      if (next >= words.size()) throw bad("is cut short");
+      return words[next++];
+    };
+    const auto rank = [&](std::vector<int>& into) {
+      const std::int64_t value = word();
+      if (value < 0 || value >= capacity || value == joiner || std::find(into.begin(), into.end(), value) != into.end())
+        throw bad("names rank " + std::to_string(value) + ", not a rank of the job's " + std::to_string(capacity) +
+                  " other than this joiner, once");
+      into.push_back(static_cast<int>(value));
+    };
+    const auto count = [&] {
+      const std::int64_t value = word();
+      if (value < 0 || value >= capacity) throw bad("counts " + std::to_string(value) + " members");
+      return static_cast<int>(value);
+    };
+    group_description described;
+    const std::int64_t sequence = word();
+    if (sequence < 0 || sequence > std::numeric_limits<std::uint32_t>::max())
+      throw bad("carries the sequence number " + std::to_string(sequence));
+    described.sequence = static_cast<std::uint32_t>(sequence);
+    for (int k = count(); k > 0; --k) {
+      rank(described.members);
+      const std::int64_t gone = word();
+      if (gone != 0 && gone != 1) throw bad("marks a member gone with " + std::to_string(gone));
+      if (gone == 1) described.gone.push_back(described.members.back());
+    }
+    if (described.members.empty()) throw bad("names no member");
+    for (int k = count(); k > 0; --k) rank(described.collective);
+    if (next != words.size()) throw bad("carries " + std::to_string(words.size() - next) + " words more");
+    return described;
+  }
 };
 
 // Step 4: the rank of `group` that `failure` names, if that peer is gone

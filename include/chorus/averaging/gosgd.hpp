@@ -280,15 +280,13 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // sequence number, then each member's transport rank and whether it is
   // gone (dead, departed or leaving), then the collectives' members.
   std::vector<std::int64_t> describe_group() const {
-    std::vector<std::int64_t> words{group_.sequence(), comm_.size()};
+    admission::group_description group{group_.sequence(), {}, {}, group_.world_ranks()};
     for (int peer = 0; peer < comm_.size(); ++peer) {
       const peer_state& state = peers_[static_cast<std::size_t>(peer)];
-      words.push_back(comm_.world_rank(peer));
-      words.push_back(peer != comm_.rank() && (!present(state) || state.leaving) ? 1 : 0);
+      group.members.push_back(comm_.world_rank(peer));
+      if (peer != comm_.rank() && (!present(state) || state.leaving)) group.gone.push_back(group.members.back());
     }
-    words.push_back(group_.size());
-    for (int member : group_.world_ranks()) words.push_back(member);
-    return words;
+    return group.words();
   }
 
   // Rank 0, between steps: every joiner whose introduction arrived. From
@@ -340,23 +338,12 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       comm_.wait_all(admission, "gosgd join, waiting for the welcome of the group's rank 0 (it admits joiners)");
       words.resize(admission[0].received_bytes() / sizeof(std::int64_t));
     });
-    const auto at_word = [&](std::size_t k) {
-      if (k >= words.size())
-        throw error(errc::mismatch, "gosgd join: rank 0's welcome is cut short",
-                    {comm_.transport().rank(), comm_.world_rank(0), "gosgd join"});
-      return static_cast<int>(words[k]);
-    };
-    const auto sequence = static_cast<std::uint32_t>(at_word(0));
-    std::vector<int> members, gone, collective;
-    const int count = at_word(1);
-    for (int k = 0; k < count; ++k) {
-      members.push_back(at_word(2 + 2 * static_cast<std::size_t>(k)));
-      if (at_word(3 + 2 * static_cast<std::size_t>(k)) != 0) gone.push_back(members.back());
-    }
-    const std::size_t after = 2 + 2 * static_cast<std::size_t>(count);
-    for (int k = 0; k < at_word(after); ++k) collective.push_back(at_word(after + 1 + static_cast<std::size_t>(k)));
-    comm_ = world.joined_group(comm_.id(), members);
-    group_ = world.joined_group(comm_.id(), collective, sequence);
+    const admission::group_description group =
+        admission::group_description::parse(words, comm_.transport().capacity(), comm_.transport().rank(),
+                                            {comm_.transport().rank(), comm_.world_rank(0), "gosgd join"});
+    const std::vector<int>& gone = group.gone;
+    comm_ = world.joined_group(comm_.id(), group.members);
+    group_ = world.joined_group(comm_.id(), group.collective, group.sequence);
     peers_.resize(static_cast<std::size_t>(comm_.size()));
     for (int peer = 0; peer + 1 < comm_.size(); ++peer)
       at(peer).absent = std::find(gone.begin(), gone.end(), comm_.world_rank(peer)) != gone.end();
@@ -518,12 +505,13 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     }
     if (head.what != wire::kind::push) return take_leave_note(peer, state, head, from);
     wire::expect_sequence(head, state.merged_from + 1, from);
-    merge(head.value, std::as_const(state.incoming).payload().first(payload_bytes_));
+    merge(wire::weight_of(head, from), std::as_const(state.incoming).payload().first(payload_bytes_));
     ++state.merged_from;
     post(peer);
   }
 
   void merge(double theirs, std::span<const std::byte> payload) {
+    if (theirs == 0.0) return;  // no weight: nothing of the sender's model to take (and 0/0 if ours is 0 too)
     flat_.resize(model_.size());
     options_.codec.decode(payload, flat_);
     const auto share = static_cast<float>(theirs / (weight_ + theirs));
@@ -539,7 +527,10 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void take_leave_note(int peer, peer_state& state, const wire::header& head, const wire::reader& from) {
     wire::expect_sequence(head, state.merged_from, from);  // behind every push it sent
     if (head.what == wire::kind::joined) {
-      const int joiner = static_cast<int>(head.value);
+      const int joiner = wire::rank_of(head, comm_.transport().capacity(), from);
+      for (int member = 0; member < comm_.size(); ++member)
+        if (comm_.world_rank(member) == joiner)
+          from.fail("gosgd: rank 0 announced rank " + std::to_string(joiner) + " as a joiner; it is a member");
       comm_.admit(joiner);
       post(peer);  // before learn(): peers_ may grow, and `state` with it
       learn(joiner);

@@ -265,7 +265,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
         const wire::reader reader{comm_.world_rank(comm_.rank()), comm_.world_rank(s), "parameter_server join"};
         const wire::header head = link(s).reply.read(admission[2 * static_cast<std::size_t>(s)].received_bytes(),
                                                      {wire::kind::reply}, shard_bytes(s), reader);
-        take_shard(s, link(s).reply.template payload_as<float>(), static_cast<std::uint64_t>(head.value));
+        take_shard(s, link(s).reply.template payload_as<float>(), wire::count_of(head, reader));
       }
     });
     model_.copy_from(flat_);
@@ -575,7 +575,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
       const wire::header head =
           from.reply.read(from.reply_receive.received_bytes(), {wire::kind::reply}, shard_bytes(s), reader);
       wire::expect_sequence(head, ++from.replies, reader);
-      take_shard(s, from.reply.template payload_as<float>(), static_cast<std::uint64_t>(head.value));
+      take_shard(s, from.reply.template payload_as<float>(), wire::count_of(head, reader));
     }
     model_.copy_from(flat_);
     fetching_ = false;

@@ -265,7 +265,7 @@ class parameter_shard {
 
   bool try_serve(std::size_t w) {
     worker_link& link = links_[w];
-    const auto claimed = static_cast<std::uint64_t>(link.head.value);
+    const std::uint64_t claimed = wire::count_of(link.head, reader_for(w));
     switch (link.head.what) {
       case wire::kind::push: return take_push(w, claimed);
       case wire::kind::pull: return answer_pull(w, claimed);

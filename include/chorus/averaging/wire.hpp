@@ -4,18 +4,23 @@
 //   kind | sequence | value (a weight, or a step) | payload bytes | payload
 //
 // The header makes each scheme's protocol invariants checked facts: a
-// message of an unexpected kind, a payload of the wrong size, or a sequence
+// message of an unexpected kind, a payload of the wrong size, a sequence
 // number out of order (a lost or reordered message, or a peer running
-// another scheme on the same communicator) is a chorus::error naming the
-// peer, instead of a silently wrong model.
+// another scheme on the same communicator), or a value that is not what
+// its kind carries (a weight that is not positive and finite, a count or a
+// rank that is not a whole number in range) is a chorus::error naming the
+// peer, instead of a silently wrong model. tests/fuzz/scheme_fuzz.cpp
+// feeds the readers arbitrary bytes.
 #pragma once
 
 #include <chorus/core/error.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -143,6 +148,35 @@ class message {
  private:
   std::vector<std::byte> bytes_;
 };
+
+// The value of a message that carries a push-sum or gossip weight: finite
+// and not negative (a NaN or a negative weight would spread into every
+// model it is merged with; a zero one, half of a weight halved past the
+// smallest double, carries nothing).
+inline double weight_of(const header& got, const reader& from) {
+  if (!(got.value >= 0.0 && got.value <= std::numeric_limits<double>::max()))
+    from.fail("wire: a " + std::string(to_string(got.what)) + " carries the weight " + std::to_string(got.value) +
+              ", not a finite number of 0 or more");
+  return got.value;
+}
+
+// The value of a message that carries a count (pushes, a version, steps):
+// a whole number from 0 to 2^53, which a double holds exactly.
+inline std::uint64_t count_of(const header& got, const reader& from) {
+  constexpr double largest = 9007199254740992.0;  // 2^53
+  if (!(got.value >= 0.0 && got.value <= largest) || got.value != std::floor(got.value))
+    from.fail("wire: a " + std::string(to_string(got.what)) + " carries the count " + std::to_string(got.value) +
+              ", not a whole number from 0 to 2^53");
+  return static_cast<std::uint64_t>(got.value);
+}
+
+// The value of a message that names a rank: one of [0, ranks).
+inline int rank_of(const header& got, int ranks, const reader& from) {
+  if (!(got.value >= 0.0 && got.value < static_cast<double>(ranks)) || got.value != std::floor(got.value))
+    from.fail("wire: a " + std::string(to_string(got.what)) + " names rank " + std::to_string(got.value) +
+              ", not one of the job's " + std::to_string(ranks));
+  return static_cast<int>(got.value);
+}
 
 // Messages between one sender and one receiver arrive in order (UCP tag
 // matching keeps a sender's order on one tag): `got` must be `expected`.

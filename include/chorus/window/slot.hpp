@@ -31,6 +31,7 @@
 #include <chorus/core/error.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -81,12 +82,18 @@ inline std::atomic_ref<std::uint64_t> counter_at(std::byte* slot, std::size_t of
 
 // The header of an entry copied out of a slot, checked after the copy was
 // found whole: a different number or size means writer and reader disagree
-// on the window (or memory was overwritten), never a race.
+// on the window (or memory was overwritten), never a race; a weight that is
+// not a finite number would spread into every tensor it is merged with.
 inline entry_header checked_header(const std::byte* entry, std::uint64_t number, std::size_t payload_bytes,
                                    const char* operation, int rank, int peer) {
   entry_header header;
   std::memcpy(&header, entry, sizeof header);
   const bool known = header.kind == entry_kind::put || header.kind == entry_kind::accumulate;
+  if (!std::isfinite(header.p))
+    throw error(errc::mismatch,
+                "window entry " + std::to_string(number) + " carries the weight " + std::to_string(header.p) +
+                    ", not a finite number",
+                {rank, peer, operation});
   if (!known || header.number != number || header.payload_bytes != payload_bytes)
     throw error(errc::mismatch,
                 "window entry " + std::to_string(number) + " holds entry " + std::to_string(header.number) + " of " +

@@ -138,7 +138,7 @@ inline std::vector<std::byte> inflated(std::span<const std::byte> packed, std::s
 
 // "{'descr': '<f4', 'fortran_order': False, 'shape': (600, 32, 32), }"
 inline std::string quoted_after(std::string_view header, std::string_view key, const std::string& name) {
-  const std::size_t at = header.find("'" + std::string(key) + "'");
+  const std::size_t at = header.find(std::string("'").append(key).append("'"));  // not "'" + ...: GCC bug 105329
   const std::size_t open = at == std::string_view::npos ? at : header.find('\'', at + key.size() + 2);
   const std::size_t close = open == std::string_view::npos ? open : header.find('\'', open + 1);
   if (close == std::string_view::npos) throw error("npz: " + name + ": no '" + std::string(key) + "' in its header");

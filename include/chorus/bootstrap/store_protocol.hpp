@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace chorus::store {
@@ -81,11 +82,16 @@ class frame_writer {
     return *this;
   }
 
-  // The finished frame, length prefix included.
-  std::vector<std::byte> finish() const {
+  // The finished frame, length prefix included: a copy of the writer's
+  // bytes, or (a writer about to go) the bytes themselves.
+  std::vector<std::byte> finish() const& {
     std::vector<std::byte> frame = bytes_;
     write_u32(frame.data(), static_cast<std::uint32_t>(frame.size() - 4));
     return frame;
+  }
+  std::vector<std::byte> finish() && {
+    write_u32(bytes_.data(), static_cast<std::uint32_t>(bytes_.size() - 4));
+    return std::move(bytes_);
   }
 
   static void write_u32(std::byte* out, std::uint32_t value) noexcept {

@@ -194,8 +194,15 @@ class shared_memory_call {
     Communicator& comm = ex_.comm();
     // One channel per group, and another for the background thread's
     // calls, which interleave with the caller's in no fixed order.
-    std::string key = "shared_memory/" + std::to_string(comm.id()) + (comm.is_background_copy() ? "/background" : "");
-    for (int member : group_) key += "/" + std::to_string(comm.world_rank(member));
+    // Appended piece by piece: GCC 12 at -O3 takes "literal" + std::string
+    // for an overlapping copy (-Wrestrict, GCC bug 105329).
+    std::string key = "shared_memory/";
+    key += std::to_string(comm.id());
+    if (comm.is_background_copy()) key += "/background";
+    for (int member : group_) {
+      key += '/';
+      key += std::to_string(comm.world_rank(member));
+    }
     return comm.template attachment<shared_memory_channel>(key, [&] { return set_up(setup); });
   }
 

@@ -90,6 +90,7 @@ class cuda_memory final : public perf::device_memory {
 };
 #endif
 
+#if CHORUS_PERF_CUDA
 // --backend: chorus over UCX, NCCL, or both in one run (UCX's table first,
 // then NCCL's, on the same GPU's buffers): the worst exit status.
 int run_backends(const perf::collective& chosen, chorus::communicator& comm, perf::options& config, int device) {
@@ -109,6 +110,7 @@ int run_backends(const perf::collective& chosen, chorus::communicator& comm, per
   throw chorus::error(chorus::errc::unavailable, "--backend nccl: this chorus-perf was built without NCCL");
 #endif
 }
+#endif
 
 // Runs `chosen` with the buffers where --device puts them.
 int run_on_device(const perf::collective& chosen, chorus::communicator& comm, perf::options& config) {

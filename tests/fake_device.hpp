@@ -176,6 +176,16 @@ class fake_device final : public chorus::cuda::device_operations {
     return const_cast<fake_device*>(this)->translate(device_pointer, 0);
   }
   void set_network_reaches(bool reaches) noexcept { network_reaches_ = reaches; }
+  // The transport registers the alias as host memory (the truth here); the
+  // fake stands in for a UCX that takes it for CUDA memory, unless told
+  // otherwise (set_registered_as_device(false): a UCX whose context moves
+  // CUDA memory but whose ucp_mem_query calls this buffer host memory).
+  bool network_registers_device(chorus::memory_kind registered) const noexcept override {
+    ++registration_questions_;
+    return registered_as_device_ || registered == chorus::memory_kind::cuda_device;
+  }
+  void set_registered_as_device(bool registered) noexcept { registered_as_device_ = registered; }
+  std::size_t registration_questions() const noexcept { return registration_questions_.load(); }
 
   // Work for the caller's stream, as a kernel would be (runs on its thread).
   void launch(chorus::cuda::stream_handle s, std::function<void()> work) { stream_of(s).enqueue(std::move(work)); }
@@ -213,6 +223,8 @@ class fake_device final : public chorus::cuda::device_operations {
   };
 
   bool network_reaches_ = true;
+  bool registered_as_device_ = true;
+  mutable std::atomic<std::size_t> registration_questions_{0};
 
   // A stream: a worker thread running its tasks in order.
   class stream {

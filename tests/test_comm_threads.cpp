@@ -272,6 +272,33 @@ TEST_CASE("the UCX transport moves host memory") {
       quick(30000ms));
 }
 
+TEST_CASE("the UCX transport says how it registers a buffer: host memory as host memory, remembered") {
+  chorus::run_threads(
+      1,
+      [](communicator& comm) {
+        auto& network = comm.transport();
+        std::vector<float> values(1000, 1.0f);
+        // Asked of UCX (ucp_mem_map, ucp_mem_query): plain host memory is host
+        // memory to every UCX, with or without CUDA support.
+        CHECK(network.registered_kind(values.data(), values.size() * sizeof(float)) == chorus::memory_kind::host);
+        CHECK(network.registered_kind(values.data(), values.size() * sizeof(float)) == chorus::memory_kind::host);
+        CHECK(network.registered_kind(values.data() + 1, 4) == chorus::memory_kind::host);
+        CHECK(network.registered_kind(nullptr, 0) == chorus::memory_kind::host);  // nothing to map
+        // More buffers than it remembers: the oldest answers are asked again.
+        std::vector<std::vector<std::byte>> many(chorus::ucx::registered_kinds::remembered + 3,
+                                                 std::vector<std::byte>(64));
+        for (const auto& buffer : many)
+          CHECK(network.registered_kind(buffer.data(), buffer.size()) == chorus::memory_kind::host);
+        CHECK(network.registered_kind(many.front().data(), 64) == chorus::memory_kind::host);
+      },
+      quick(30000ms));
+  // UCX's memory types as chorus reads them.
+  CHECK(chorus::ucx::kind_of_ucs_type(UCS_MEMORY_TYPE_CUDA) == chorus::memory_kind::cuda_device);
+  CHECK(chorus::ucx::kind_of_ucs_type(UCS_MEMORY_TYPE_CUDA_MANAGED) == chorus::memory_kind::cuda_device);
+  CHECK(chorus::ucx::kind_of_ucs_type(UCS_MEMORY_TYPE_HOST) == chorus::memory_kind::host);
+  CHECK(chorus::ucx::kind_of_ucs_type(UCS_MEMORY_TYPE_UNKNOWN) == chorus::memory_kind::host);
+}
+
 TEST_CASE("init() rejects a bad CHORUS_* variable before the first collective") {
   ::setenv("CHORUS_ALLREDUCE_ALGO", "Ring!", 1);
   chorus_test::expect_error([] { chorus::run_threads(2, [](chorus::communicator&) {}, chorus_test::quick()); },

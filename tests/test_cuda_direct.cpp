@@ -221,6 +221,58 @@ TEST_CASE("direct path: forced where the transport cannot reach device memory is
       chorus_test::quick());
 }
 
+TEST_CASE("direct path: staged where UCX moves no CUDA memory or registers the buffer as host memory, and says why") {
+  // The two questions the direct path asks of UCX (ucp_context_query, then
+  // ucp_mem_query of the buffer itself): each refusal alone stages the call.
+  struct refusal {
+    bool context_moves_cuda;
+    const char* reason;
+  };
+  for (const refusal refused : {refusal{false, "UCX reports no CUDA memory support"},
+                                refusal{true, "UCX registers this buffer as host memory (ucp_mem_query)"}}) {
+    CAPTURE(refused.reason);
+    fake_gpu setup(path_setting::automatic);
+    auto& [fake, gpu, kernels, router] = setup;
+    fake.set_network_reaches(refused.context_moves_cuda);
+    fake.set_registered_as_device(false);
+    chorus::cuda::router forced(gpu, {4096, 3}, &kernels, path_setting::direct);
+    // Staged: copies through pinned memory, the host's bits, at 1, 2 and 3 ranks.
+    for (const int ranks : {1, 2, 3}) {
+      CHECK(differing<float>(fake, router, ranks, 5003, chorus::op::sum{}, chorus::algorithm::ring) == 0);
+      CHECK(differing<std::int32_t>(fake, router, ranks, 7, chorus::op::max{}, chorus::algorithm::tree) == 0);
+    }
+    CHECK(fake.copies() > 0);
+    CHECK(fake.pinned_allocations() > 0);
+    CHECK(kernels.launches.load() == 0);  // the host reduced
+    // The second question is asked only where the first said yes.
+    CHECK((fake.registration_questions() > 0) == refused.context_moves_cuda);
+    chorus::run_threads(
+        2,
+        [&](chorus::communicator& comm) {
+          auto* device = static_cast<float*>(fake.allocate_device(64 * sizeof(float)));
+          const chorus::routed_buffer view{device, 64 * sizeof(float), chorus::buffer_use::read_write};
+          const chorus::path_report path =
+              router.direct_path(view, chorus::dtype::float32, "sum", chorus::network_of(comm));
+          CHECK_FALSE(path.direct);
+          CHECK(path.reason.find(refused.reason) != std::string::npos);
+          // Forced direct: a clear error naming the refusal, on every rank, not a fallback.
+          chorus_test::expect_error(
+              [&] {
+                chorus::collective::allreduce_through(forced, comm, std::span(device, 64), chorus::op::sum{},
+                                                      chorus::algorithm::ring);
+              },
+              chorus::errc::unavailable, refused.reason);
+          fake.free_device(device);
+        },
+        chorus_test::quick());
+  }
+  // Both answers yes (the default fake): direct, and the buffer was asked about.
+  fake_gpu setup(path_setting::automatic);
+  CHECK(differing<float>(setup.fake, setup.router, 3, 5003, chorus::op::sum{}, chorus::algorithm::ring) == 0);
+  CHECK(setup.fake.copies() == 0);
+  CHECK(setup.fake.registration_questions() > 0);
+}
+
 namespace {
 
 // reduce_scatter, allgather out of place and in place on the fake device

@@ -47,9 +47,9 @@ std::unique_ptr<pending_request> started(py_communicator& self, const char* oper
 bool staged_here(chorus::communicator& comm, const buffer& data) {
   if (!data.device || data.count == 0) return false;
   memory_router* router = routed(std::span<const std::byte>(data.data, data.bytes()));
-  const memory_kinds moved = comm.transport().memory_kinds();
-  if (router == nullptr || moved.contains(memory_kind::cuda_device)) return false;
-  return !router->direct_path({data.data, data.bytes(), buffer_use::read}, dtype::uint8, "", moved).direct;
+  const network_memory network = network_of(comm);
+  if (router == nullptr || network.moved.contains(memory_kind::cuda_device)) return false;
+  return !router->direct_path({data.data, data.bytes(), buffer_use::read}, dtype::uint8, "", network).direct;
 }
 
 host_copy staged_copy(std::size_t bytes) { return std::make_shared<std::vector<std::byte>>(bytes); }

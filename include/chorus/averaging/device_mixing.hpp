@@ -47,7 +47,7 @@ class device_mixing {
       memory_router* router = routed(*first);
       if (router == nullptr) return nullptr;
       const path_report path = router->direct_path(view_of(*first), dtype::float32, op::sum::name,
-                                                   memory_kinds{memory_kind::host, memory_kind::cuda_device});
+                                                   network_memory{{memory_kind::host, memory_kind::cuda_device}});
       return path.direct ? router : nullptr;
     }
   }

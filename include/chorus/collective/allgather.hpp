@@ -48,9 +48,9 @@ std::size_t allgather_block(const Communicator& comm, std::span<T> all) {
 template <class Communicator, element T>
 bool allgather_goes_direct(memory_router& router, Communicator& comm, std::span<const T> mine, std::span<T> all) {
   if (mine.empty()) return false;
-  const memory_kinds moved = comm.transport().memory_kinds();
-  return router.direct_path({mine.data(), mine.size_bytes(), buffer_use::read}, dtype_of<T>, "", moved).direct &&
-         router.direct_path({all.data(), all.size_bytes(), buffer_use::read_write}, dtype_of<T>, "", moved).direct;
+  const network_memory network = network_of(comm);
+  return router.direct_path({mine.data(), mine.size_bytes(), buffer_use::read}, dtype_of<T>, "", network).direct &&
+         router.direct_path({all.data(), all.size_bytes(), buffer_use::read_write}, dtype_of<T>, "", network).direct;
 }
 
 }  // namespace collective

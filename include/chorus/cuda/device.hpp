@@ -70,6 +70,11 @@ class device_operations {
     return moved.contains(memory_kind::cuda_device);
   }
   virtual void* network_address(void* device_pointer) const noexcept { return device_pointer; }
+  // Whether the kind the transport registers a device buffer's network
+  // address as (`registered`: ucp_mem_query's answer) lets it go direct.
+  virtual bool network_registers_device(memory_kind registered) const noexcept {
+    return registered == memory_kind::cuda_device;
+  }
 };
 
 // How device buffers are staged through pinned host memory.

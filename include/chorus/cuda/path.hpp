@@ -4,11 +4,13 @@
 //   trainer (the host reduces).
 // - direct: device pointers go to UCX as they are and the reductions run on
 //   the device; needs a UCX that moves CUDA memory (ucp_context_query
-//   reports it; Debian's UCX 1.13 does not) and the device kernels
-//   (cuda/device_compute.hpp, from an nvcc-compiled file).
+//   reports it; Debian's UCX 1.13 does not, PyPI's libucx-cu13 does), that
+//   takes the call's buffer for CUDA memory (ucp_mem_query after
+//   ucp_mem_map: transport/ucx/registered_kind.hpp), and the device
+//   kernels (cuda/device_compute.hpp, from an nvcc-compiled file).
 //
 // CHORUS_CUDA_PATH (or router_options::path) chooses: `auto` takes direct
-// where both hold; `direct` is an error (unavailable) where either does not;
+// where all three hold; `direct` is an error (unavailable) where one does not;
 // `staged` always stages. Calls the direct path does not cover (element
 // types reduced in a wider accumulator, user-defined ops, algorithms other
 // than the ring) are staged under any choice, and say so when reported.
@@ -35,9 +37,10 @@ inline path_setting path_from_environment() {
 
 // What the choice depends on, for one call.
 struct path_facts {
-  bool network_reaches_device = false;  // the transport moves CUDA memory
-  bool have_kernels = false;            // a device_compute was given
-  bool kernels_take_call = false;       // ... and it takes this element type and op, or this codec
+  bool network_reaches_device = false;      // the transport moves CUDA memory
+  bool have_kernels = false;                // a device_compute was given
+  bool kernels_take_call = false;           // ... and it takes this element type and op, or this codec
+  bool buffer_registered_as_device = true;  // the transport takes this buffer for CUDA memory (ucp_mem_query)
 };
 
 // Whether a call goes direct, and why; throws `unavailable` when direct is
@@ -47,6 +50,8 @@ inline path_report choose_path(path_setting setting, const path_facts& facts) {
   const bool forced = setting == path_setting::direct;
   const char* missing =
       !facts.network_reaches_device ? "the transport moves host memory only (UCX reports no CUDA memory support)"
+      : !facts.buffer_registered_as_device
+          ? "UCX registers this buffer as host memory (ucp_mem_query), not as CUDA memory"
       : !facts.have_kernels ? "no device kernels were given (chorus::cuda::kernels::compute, from a file nvcc compiles)"
                             : nullptr;
   if (missing != nullptr) {

@@ -177,20 +177,20 @@ class router final : public memory_router {
   }
 
   path_report direct_path(const routed_buffer& buffer, dtype type, std::string_view op,
-                          const memory_kinds& moved) const override {
+                          const network_memory& network) const override {
     if (buffer.bytes == 0 || on_.kind_of(buffer.data) != memory_kind::cuda_device)
       return {false, "staged: not device memory"};
     const bool reduces = !op.empty();  // a collective that only moves bytes needs no kernels
-    return choose_path(path_, {on_.operations().network_reaches_device(moved), !reduces || compute_ != nullptr,
-                               !reduces || (compute_ != nullptr && compute_->reduces(type, op))});
+    return choose_path(path_, network_facts(buffer, network, !reduces || compute_ != nullptr,
+                                            !reduces || (compute_ != nullptr && compute_->reduces(type, op))));
   }
 
   path_report direct_path(const routed_buffer& buffer, const codec_spec& codec,
-                          const memory_kinds& moved) const override {
+                          const network_memory& network) const override {
     if (buffer.bytes == 0 || on_.kind_of(buffer.data) != memory_kind::cuda_device)
       return {false, "staged: not device memory"};
-    return choose_path(path_, {on_.operations().network_reaches_device(moved), compute_ != nullptr,
-                               compute_ != nullptr && compute_->encodes(codec)});
+    return choose_path(
+        path_, network_facts(buffer, network, compute_ != nullptr, compute_ != nullptr && compute_->encodes(codec)));
   }
 
   // The caller's pending work on its stream is done before the transport
@@ -218,6 +218,20 @@ class router final : public memory_router {
 
  private:
   static std::size_t aligned(std::size_t bytes) noexcept { return (bytes + 255) / 256 * 256; }
+
+  // What the network says of `buffer`: the transport is asked how it
+  // registers the buffer only where the choice can still be direct (a
+  // registration per new buffer: not for calls that stage anyway).
+  path_facts network_facts(const routed_buffer& buffer, const network_memory& network, bool have_kernels,
+                           bool kernels_take_call) const {
+    device_operations& ops = on_.operations();
+    path_facts facts{ops.network_reaches_device(network.moved), have_kernels, kernels_take_call};
+    if (path_ != path_setting::staged && facts.network_reaches_device && network.registered_as) {
+      void* address = ops.network_address(const_cast<void*>(buffer.data));
+      facts.buffer_registered_as_device = ops.network_registers_device(network.registered_as(address, buffer.bytes));
+    }
+    return facts;
+  }
 
   device& on_;
   staging_options options_;

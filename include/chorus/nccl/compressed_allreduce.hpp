@@ -91,7 +91,7 @@ algorithm allreduce(communicator& comm, std::span<float> data, Op, Codec&& coder
     const routed_buffer view{data.data(), data.size_bytes(), buffer_use::read_write};
     // NCCL moves device memory: the router is asked only whether it has the kernels.
     const path_report path = router->direct_path(view, codec::spec_of(codec::codec_of<coder_type>::get(coder)),
-                                                 memory_kinds{memory_kind::host, memory_kind::cuda_device});
+                                                 network_memory{{memory_kind::host, memory_kind::cuda_device}});
     if (!path.direct)
       throw error(errc::unavailable, "device memory needs device kernels for the codec here: " + path.reason,
                   {comm.host().transport().rank(), -1, "compressed_allreduce"});

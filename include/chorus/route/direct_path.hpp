@@ -52,6 +52,14 @@ inline std::string staged_because(std::string_view what) {
   return "staged (the direct path does not run " + std::string(what) + ")";
 }
 
+// What `comm`'s transport says of the memory it would be handed.
+template <class Communicator>
+network_memory network_of(Communicator& comm) {
+  auto& transport = comm.transport();
+  return {transport.memory_kinds(),
+          [&transport](const void* data, std::size_t bytes) { return transport.registered_kind(data, bytes); }};
+}
+
 namespace detail {
 
 // run_direct's loop: ask(view) says whether the router takes each buffer.
@@ -83,10 +91,10 @@ bool run_direct_if(memory_router& router, Communicator& comm, std::string_view c
 template <class Communicator, class Body>
 bool run_direct(memory_router& router, Communicator& comm, std::string_view collective,
                 std::initializer_list<routed_buffer> views, dtype type, std::string_view op, Body&& body) {
-  const memory_kinds moved = comm.transport().memory_kinds();
+  const network_memory network = network_of(comm);
   return detail::run_direct_if(
       router, comm, collective, views,
-      [&](const routed_buffer& view) { return router.direct_path(view, type, op, moved); }, body);
+      [&](const routed_buffer& view) { return router.direct_path(view, type, op, network); }, body);
 }
 
 // The same for a compressed collective, whose float buffers are encoded
@@ -94,10 +102,10 @@ bool run_direct(memory_router& router, Communicator& comm, std::string_view coll
 template <class Communicator, class Body>
 bool run_direct(memory_router& router, Communicator& comm, std::string_view collective,
                 std::initializer_list<routed_buffer> views, const codec_spec& codec, Body&& body) {
-  const memory_kinds moved = comm.transport().memory_kinds();
+  const network_memory network = network_of(comm);
   return detail::run_direct_if(
       router, comm, collective, views,
-      [&](const routed_buffer& view) { return router.direct_path(view, codec, moved); }, body);
+      [&](const routed_buffer& view) { return router.direct_path(view, codec, network); }, body);
 }
 
 }  // namespace chorus

@@ -30,6 +30,7 @@
 #include <atomic>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -64,6 +65,17 @@ class staging_hooks {
   ~staging_hooks() = default;
 };
 
+// What a transport says of the memory it would be handed on the direct
+// path: the kinds it moves (UCX: ucp_context_query) and, asked per buffer,
+// the kind it registers that buffer as (UCX: ucp_mem_map, then
+// ucp_mem_query; transport/ucx/registered_kind.hpp). A transport that moves
+// device memory without registering it with UCX (NCCL) leaves the second
+// question unset.
+struct network_memory {
+  memory_kinds moved;
+  std::function<memory_kind(const void* data, std::size_t bytes)> registered_as{};
+};
+
 // Whether a buffer takes the direct path, and why (for the debug report).
 struct path_report {
   bool direct = false;
@@ -94,19 +106,19 @@ class memory_router {
   virtual void copy(void* to, const void* from, std::size_t bytes, waiter wait) = 0;
 
   // The direct path, for one buffer of `type` reduced by `op` (empty: a
-  // collective that only moves bytes) over a transport that moves `moved`:
-  // whether this router takes it (by default never: everything is staged),
-  // and then the call itself, which runs body(arithmetic) with the buffers
-  // where they are.
+  // collective that only moves bytes) over a transport that says `network`
+  // of it: whether this router takes it (by default never: everything is
+  // staged), and then the call itself, which runs body(arithmetic) with the
+  // buffers where they are.
   virtual path_report direct_path(const routed_buffer& buffer, dtype type, std::string_view op,
-                                  const memory_kinds& moved) const {
-    (void)buffer, (void)type, (void)op, (void)moved;
+                                  const network_memory& network) const {
+    (void)buffer, (void)type, (void)op, (void)network;
     return {false, "staged: this router has no direct path"};
   }
   // The same for a compressed collective over float with `codec`.
   virtual path_report direct_path(const routed_buffer& buffer, const codec_spec& codec,
-                                  const memory_kinds& moved) const {
-    (void)buffer, (void)codec, (void)moved;
+                                  const network_memory& network) const {
+    (void)buffer, (void)codec, (void)network;
     return {false, "staged: this router has no direct path"};
   }
   virtual void through_direct(const routed_buffer& buffer, function_ref<void(local_arithmetic&)> body, waiter wait) {

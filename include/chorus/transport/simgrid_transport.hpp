@@ -104,6 +104,7 @@ class simgrid_transport {
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return static_cast<int>(inboxes_->size()); }
   chorus::memory_kinds memory_kinds() const noexcept { return chorus::memory_kinds{memory_kind::host}; }
+  chorus::memory_kind registered_kind(const void*, std::size_t) const noexcept { return memory_kind::host; }
   std::optional<int> peer_failure(int) const noexcept { return std::nullopt; }
   bool failed() const noexcept { return failed_; }
   void abandon() noexcept { failed_ = true; }

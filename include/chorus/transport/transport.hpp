@@ -67,35 +67,39 @@ concept Request = std::movable<R> && requires(const R& request) {
 };
 
 template <class T>
-concept Transport = Request<typename T::request> &&
-                    requires(T& transport, const T& view, int peer, tag_t tag, std::span<const std::byte> input,
-                             std::span<std::byte> output, typename T::request& request,
-                             std::span<typename T::request> requests, clock::time_point deadline,
-                             std::string_view operation, bool (&predicate)(), progress_mode mode, receive_kind kind) {
-                      { view.rank() } -> std::same_as<int>;
-                      { view.size() } -> std::same_as<int>;
-                      { view.memory_kinds() } -> std::same_as<chorus::memory_kinds>;
-                      { transport.isend(peer, tag, input, kind) } -> std::same_as<typename T::request>;
-                      { transport.irecv(peer, tag, output, kind) } -> std::same_as<typename T::request>;
-                      { transport.progress() } -> std::same_as<bool>;
-                      { transport.test(request) } -> std::same_as<bool>;
-                      // Waits until every request completed; throws chorus::error (timeout,
-                      // peer_failure, mismatch on truncation, transport) naming `operation`.
-                      { transport.wait_all(requests, deadline, operation) } -> std::same_as<void>;
-                      // True once an operation failed or timed out (the job is going down).
-                      { view.failed() } -> std::same_as<bool>;
-                      // Declares the job failed from above (teardown then abandons, bounded).
-                      { transport.abandon() } -> std::same_as<void>;
-                      // The waiting policy, the one loop every wait above goes through:
-                      // progresses until predicate() is true or the deadline passes, in the
-                      // calling thread's progress mode; returns predicate().
-                      { transport.progress_until(predicate, deadline) } -> std::same_as<bool>;
-                      // The same for a condition the network does not signal (a flag in
-                      // shared memory): never sleeps on the network's events.
-                      { transport.poll_until(predicate, deadline) } -> std::same_as<bool>;
-                      // Sets the calling thread's progress mode (a background thread should
-                      // not spin; the progress thread blocks).
-                      { T::set_thread_progress_mode(mode) } -> std::same_as<void>;
-                    };
+concept Transport =
+    Request<typename T::request> &&
+    requires(T& transport, const T& view, int peer, tag_t tag, std::span<const std::byte> input,
+             std::span<std::byte> output, typename T::request& request, std::span<typename T::request> requests,
+             clock::time_point deadline, std::string_view operation, bool (&predicate)(), progress_mode mode,
+             receive_kind kind, const void* buffer, std::size_t bytes) {
+      { view.rank() } -> std::same_as<int>;
+      { view.size() } -> std::same_as<int>;
+      // The kinds of memory it moves, and the kind it takes one buffer for
+      // (the direct path asks both before it hands over device memory).
+      { view.memory_kinds() } -> std::same_as<chorus::memory_kinds>;
+      { transport.registered_kind(buffer, bytes) } -> std::same_as<chorus::memory_kind>;
+      { transport.isend(peer, tag, input, kind) } -> std::same_as<typename T::request>;
+      { transport.irecv(peer, tag, output, kind) } -> std::same_as<typename T::request>;
+      { transport.progress() } -> std::same_as<bool>;
+      { transport.test(request) } -> std::same_as<bool>;
+      // Waits until every request completed; throws chorus::error (timeout,
+      // peer_failure, mismatch on truncation, transport) naming `operation`.
+      { transport.wait_all(requests, deadline, operation) } -> std::same_as<void>;
+      // True once an operation failed or timed out (the job is going down).
+      { view.failed() } -> std::same_as<bool>;
+      // Declares the job failed from above (teardown then abandons, bounded).
+      { transport.abandon() } -> std::same_as<void>;
+      // The waiting policy, the one loop every wait above goes through:
+      // progresses until predicate() is true or the deadline passes, in the
+      // calling thread's progress mode; returns predicate().
+      { transport.progress_until(predicate, deadline) } -> std::same_as<bool>;
+      // The same for a condition the network does not signal (a flag in
+      // shared memory): never sleeps on the network's events.
+      { transport.poll_until(predicate, deadline) } -> std::same_as<bool>;
+      // Sets the calling thread's progress mode (a background thread should
+      // not spin; the progress thread blocks).
+      { T::set_thread_progress_mode(mode) } -> std::same_as<void>;
+    };
 
 }  // namespace chorus::transport

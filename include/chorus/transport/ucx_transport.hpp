@@ -39,6 +39,7 @@
 #include <chorus/transport/ucx/defaults.hpp>
 #include <chorus/transport/ucx/errors.hpp>
 #include <chorus/transport/ucx/peers.hpp>
+#include <chorus/transport/ucx/registered_kind.hpp>
 #include <chorus/transport/ucx/remote_memory.hpp>
 #include <chorus/transport/ucx/request.hpp>
 #include <chorus/transport/ucx/waiting.hpp>
@@ -98,6 +99,12 @@ class ucx_transport {
   int capacity() const noexcept { return capacity_; }
   progress_mode mode() const noexcept { return mode_; }
   chorus::memory_kinds memory_kinds() const noexcept { return context_.memory_kinds(); }
+  // The kind UCX registers `data` as (ucx/registered_kind.hpp): a device
+  // buffer it does not take for CUDA memory comes back as host memory.
+  chorus::memory_kind registered_kind(const void* data, std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    return registered_.of(context_.handle(), data, bytes, rank_);
+  }
 
   // This worker's address, to be published for the peers.
   std::span<const std::byte> address() const noexcept { return context_.address(); }
@@ -640,6 +647,7 @@ class ucx_transport {
   peer_table peers_;
   std::atomic<int> any_source_in_flight_{0};  // receives from any source not yet over (the same reason)
   context context_;
+  registered_kinds registered_;  // under mutex_
   std::byte empty_{};
   std::atomic<int> gentle_waits_{0};       // threads in a wait that does not spin (wait_in)
   std::atomic<bool> failed_{false};        // an operation failed or timed out: teardown force-closes

@@ -2,7 +2,14 @@
 # (CUDA, NCCL, PMIx, SimGrid), honouring CHORUS_WITH_CUDA, _NCCL, _PMIX and
 # _SIMGRID = AUTO|ON|OFF.
 find_package(Threads REQUIRED)
+# UCX: Debian's libucx-dev (1.13, host memory only) or PyPI's libucx-cu13
+# (1.22, built with CUDA: -Ducx_DIR=<wheel>/libucx/lib/cmake/ucx or
+# CMAKE_PREFIX_PATH=<wheel>/libucx; scripts/ucx-wheel installs it). The
+# wheel's libucp names its build machine in its RPATH, so chorus links
+# libuct too, and its programs find the libraries by CMake's build RPATH.
 find_package(ucx REQUIRED CONFIG)
+message(STATUS "chorus: UCX ${ucx_VERSION} from ${ucx_DIR}")
+set(CHORUS_UCX_VERSION ${ucx_VERSION} CACHE INTERNAL "the UCX chorus builds against")
 find_package(Boost 1.70 REQUIRED CONFIG COMPONENTS headers)
 
 function(chorus_check_switch name)

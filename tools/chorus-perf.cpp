@@ -12,6 +12,9 @@
 //       [--backend ucx|nccl|both]  (with --device cuda: chorus over UCX, over an NCCL
 //                               communicator, or both tables in one run, UCX's first)
 //
+// Collectives: allreduce, broadcast, reduce, allgather, reduce_scatter,
+// alltoall, gather, scatter, and sendrecv (point-to-point: each rank sends to
+// the next, as nccl-tests' sendrecv_perf).
 // Sizes are nccl-tests' "size": the bytes of the largest buffer a rank
 // touches (allgather/gather: the gathered output; reduce_scatter/scatter: the
 // full input; alltoall: either buffer). The columns, the timing and #wrong
@@ -131,9 +134,10 @@ int run_on_device(const perf::collective& chosen, chorus::communicator& comm, pe
 #endif
 }
 
-const std::array<const perf::collective*, 8> collectives{
-    &perf::allreduce_entry,      &perf::broadcast_entry, &perf::reduce_entry, &perf::allgather_entry,
-    &perf::reduce_scatter_entry, &perf::alltoall_entry,  &perf::gather_entry, &perf::scatter_entry};
+const std::array<const perf::collective*, 9> collectives{
+    &perf::allreduce_entry, &perf::broadcast_entry,      &perf::reduce_entry,
+    &perf::allgather_entry, &perf::reduce_scatter_entry, &perf::alltoall_entry,
+    &perf::gather_entry,    &perf::scatter_entry,        &perf::sendrecv_entry};
 
 // An empty problem is --help: the usage on stdout, exit status 0.
 [[noreturn]] void usage(const std::string& problem) {

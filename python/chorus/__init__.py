@@ -13,6 +13,13 @@ are ``chorus.Window``.
 
 from __future__ import annotations
 
+from . import _ucx
+
+if _ucx.FROM_WHEEL:  # PyPI's UCX: its libraries are found by name once loaded (their RPATH is the build machine's)
+    import libucx
+
+    libucx.load_library()
+
 from . import averaging, cuda, errors, heterogeneity, nccl, record
 from ._chorus import Codec, ErrorFeedback, PowerSGD, Topology, allreduce_error_bound
 from .communicator import Communicator, Op, Request, connect, init, join

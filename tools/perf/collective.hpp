@@ -353,7 +353,7 @@ constexpr collective describe() {
 
 // The table of collectives, one entry per file in perf/.
 extern const collective allreduce_entry, broadcast_entry, reduce_entry, allgather_entry, reduce_scatter_entry,
-    alltoall_entry, gather_entry, scatter_entry;
+    alltoall_entry, gather_entry, scatter_entry, sendrecv_entry;
 // allreduce with --codec (perf/compressed_allreduce.cpp)
 extern const collective compressed_allreduce_entry;
 

@@ -739,6 +739,8 @@ class window {
       links_.emplace(neighbours[k], std::make_unique<region>(network, peer, std::move(memories[k]), ways[k], tags));
       if (ways[k] == windows::reach::messages) relayed.push_back(peer);
     }
+    for (std::size_t k = 0; k < neighbours.size(); ++k)
+      if (ways[k] == windows::reach::rma) try_remote_atomics(neighbours[k]);
     // Over the network a neighbour's ops are messages this rank's progress
     // thread applies (or UCX's emulated RMA its worker answers): keep the
     // network moving while the trainer computes.
@@ -770,6 +772,24 @@ class window {
     for (std::size_t k = 0; k < neighbours.size(); ++k)
       ways.push_back(mine[k] != 0 && theirs[k] != 0 ? windows::reach::mapped : remote);
     return ways;
+  }
+
+  // UCX RMA to a neighbour (CHORUS_WINDOW_NETWORK=rma) is tried once at
+  // creation: a UCX without remote atomics over the transport it chose (UCX
+  // 1.22 over TCP: its endpoint then times out, which reads as the peer's
+  // death) is an `unavailable` error here, not a peer failure at the first
+  // write. A peer this host sees dead is its failure.
+  void try_remote_atomics(int rank) {
+    try {
+      (void)link(rank).load(windows::completed_at, comm_.deadline());
+    } catch (const error& failed) {
+      if (comm_.transport().peer_gone_now(comm_.world_rank(rank))) throw;
+      throw failure(errc::unavailable,
+                    std::string("UCX RMA to this neighbour failed (") + failed.what() +
+                        "): this UCX has no remote atomics over the transport it chose (UCX 1.22 over TCP has none); "
+                        "without CHORUS_WINDOW_NETWORK=rma the window relays its operations as messages",
+                    rank, "window create");
+    }
   }
 
   // Posts the receives for each target's notice that it entered the next

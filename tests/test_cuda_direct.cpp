@@ -10,6 +10,7 @@
 #include "fake_device.hpp"
 #include "support.hpp"
 
+#include <chorus/averaging/dpsgd.hpp>
 #include <chorus/collective/allreduce.hpp>
 #include <chorus/collective/reduce.hpp>
 #include <chorus/compressed/allgather.hpp>
@@ -735,4 +736,78 @@ TEST_CASE("direct path: compressed allgather and broadcast on device buffers equ
     }
   CHECK(fake.pinned_allocations() == 0);
   CHECK(kernels.codec_launches.load() > 0);
+}
+
+TEST_CASE("D-PSGD with a device model on a chorus communicator whose UCX moves it: mixes on the device, host bits") {
+  constexpr std::size_t sizes[] = {5, 0, 1003};  // three tensors, one empty
+  constexpr std::size_t total = 1008;
+  const auto start_value = [](int rank, std::size_t k) {
+    return static_cast<float>((rank * 31 + static_cast<int>(k) * 7) % 23) * 0.37f - 3.0f;
+  };
+  const auto gradient = [](int rank, int step, std::size_t k) {
+    return static_cast<float>((rank * 5 + step * 11 + static_cast<int>(k) * 3) % 19) * 0.013f - 0.1f;
+  };
+  const chorus::codec::any_codec wires[] = {chorus::codec::any_codec(), chorus::codec::by_name("fp16"),
+                                            chorus::codec::any_codec(chorus::codec::int8{64})};
+  // Both of UCX's answers yes: the round mixes on the device (no pinned
+  // memory); the buffer registered as host memory: the round is staged.
+  for (const bool registered_as_device : {true, false})
+    for (const chorus::codec::any_codec& wire : wires)
+      for (const int n : {2, 3, 5}) {
+        CAPTURE(registered_as_device);
+        CAPTURE(wire.name());
+        CAPTURE(n);
+        fake_gpu setup(path_setting::automatic);
+        auto& [fake, gpu, kernels, router] = setup;
+        fake.set_registered_as_device(registered_as_device);
+        const chorus::cuda::route_front_doors routing(router);
+        std::atomic<std::size_t> wrong{0};
+        chorus::run_threads(
+            n,
+            [&](chorus::communicator& comm) {
+              const chorus::averaging::dpsgd_options options{chorus::averaging::topology::ring(n), wire};
+              std::vector<float> host(total);
+              for (std::size_t k = 0; k < total; ++k) host[k] = start_value(comm.rank(), k);
+              auto* device = static_cast<float*>(fake.allocate_device(total * sizeof(float)));
+              fake.write(device, std::span<const float>(host));
+              const auto tensors = [&](float* base) {
+                std::vector<std::span<float>> parts;
+                std::size_t offset = 0;
+                for (std::size_t size : sizes) {
+                  parts.emplace_back(base + offset, size);
+                  offset += size;
+                }
+                return chorus::averaging::parameters(parts);
+              };
+              {
+                chorus::averaging::dpsgd on_host(comm, tensors(host.data()), options);
+                chorus::averaging::dpsgd on_device(comm, tensors(device), options);
+                for (int step = 0; step < 4; ++step) {
+                  std::vector<float> grads(total);
+                  for (std::size_t k = 0; k < total; ++k) grads[k] = gradient(comm.rank(), step, k);
+                  on_host.step([] {},
+                               [&] {
+                                 for (std::size_t k = 0; k < total; ++k) host[k] -= grads[k];
+                               });
+                  on_device.step([] {},
+                                 [&] {
+                                   std::vector<float> now = fake.read(device, total);
+                                   for (std::size_t k = 0; k < total; ++k) now[k] -= grads[k];
+                                   fake.write(device, std::span<const float>(now));
+                                 });
+                }
+                const std::vector<float> mixed = fake.read(device, total);
+                for (std::size_t k = 0; k < total; ++k) wrong += std::memcmp(&mixed[k], &host[k], sizeof(float)) != 0;
+              }
+              fake.free_device(device);
+            },
+            chorus_test::quick());
+        CHECK(wrong.load() == 0);
+        if (registered_as_device) {
+          CHECK(kernels.launches.load() > 0);     // the mixing ran on the device
+          CHECK(fake.pinned_allocations() == 0);  // and nothing was staged
+        } else {
+          CHECK(kernels.launches.load() == 0);  // the host mixed
+        }
+      }
 }

@@ -1,10 +1,12 @@
 // D-PSGD's round with everything on the device: for a model in device
 // memory on a communicator that moves device memory itself (an NCCL
-// communicator, which names what it moves through `through()`), the
-// snapshot, the encoded messages, the decoding and the mixing stay in device
-// memory, through the router's local arithmetic (a cuda::router given the
-// device kernels), and each round's sends and receives are one NCCL group.
-// No host copies. The bits are the host round's: the codec's kernels have
+// communicator, which names what it moves through `through()`, or a chorus
+// communicator whose UCX moves CUDA memory: the direct path's two questions,
+// route/direct_path.hpp), the snapshot, the encoded messages, the decoding
+// and the mixing stay in device memory, through the router's local
+// arithmetic (a cuda::router given the device kernels), and each round's
+// sends and receives carry device buffers (one NCCL group, or UCX's direct
+// point-to-point). No host copies. The bits are the host round's: the codec's kernels have
 // the CPU codec's bits, and the mixing x += w (theirs - mine) is the same
 // three rounded steps (a negation, which is exact, two additions and a
 // product).
@@ -18,6 +20,7 @@
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/spec.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
 
 #include <algorithm>
@@ -36,20 +39,22 @@ class device_mixing {
   using request = typename Communicator::request;
 
   // The router to mix through, or null where the round stays on the host:
-  // host tensors, a communicator that does not move device memory itself,
-  // or a router without the device kernels.
+  // host tensors, a communicator that moves no device memory (neither NCCL
+  // nor a UCX that takes the model's memory for CUDA memory), or a router
+  // without the device kernels.
   static memory_router* router_for(Communicator& comm, const parameters& model) {
-    if constexpr (!requires { comm.through().moves(nullptr); }) {
-      return nullptr;
+    const std::span<float>* first = first_tensor(model);
+    if (first == nullptr || model.on_host()) return nullptr;
+    memory_router* router = routed(*first);
+    if (router == nullptr) return nullptr;
+    network_memory network;
+    if constexpr (requires { comm.through().moves(nullptr); }) {
+      if (!comm.through().moves(first->data())) return nullptr;
+      network.moved = {memory_kind::host, memory_kind::cuda_device};  // NCCL registers nothing with UCX
     } else {
-      const std::span<float>* first = first_tensor(model);
-      if (first == nullptr || model.on_host() || !comm.through().moves(first->data())) return nullptr;
-      memory_router* router = routed(*first);
-      if (router == nullptr) return nullptr;
-      const path_report path = router->direct_path(view_of(*first), dtype::float32, op::sum::name,
-                                                   network_memory{{memory_kind::host, memory_kind::cuda_device}});
-      return path.direct ? router : nullptr;
+      network = network_of(comm);
     }
+    return router->direct_path(view_of(*first), dtype::float32, op::sum::name, network).direct ? router : nullptr;
   }
 
   device_mixing(Communicator& comm, parameters model, codec::any_codec wire, memory_router& router)

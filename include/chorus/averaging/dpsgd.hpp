@@ -13,11 +13,13 @@
 // synchronisation, so a slow rank delays only its neighbours. Chosen for
 // many ranks or slow links; finish() averages exactly once for evaluation.
 //
-// A model in device memory on an NCCL communicator (with a cuda::router
-// given the device kernels) mixes on the device and its rounds go by NCCL
-// (device_mixing.hpp); elsewhere the round is neighbour_exchange's, on host
-// snapshots, or with one_sided window_exchange's: puts into the neighbours'
-// window slots, the same arithmetic bit for bit.
+// A model in device memory on an NCCL communicator, or on a chorus
+// communicator whose UCX moves CUDA memory (the direct path), with a
+// cuda::router given the device kernels, mixes on the device and its
+// rounds carry device buffers (device_mixing.hpp); elsewhere the round is
+// neighbour_exchange's, on host snapshots, or with one_sided
+// window_exchange's (always: a window's slots are host memory): puts into
+// the neighbours' window slots, the same arithmetic bit for bit.
 #pragma once
 
 #include <chorus/averaging/consensus.hpp>
@@ -58,7 +60,8 @@ class dpsgd : public scheme_base<dpsgd<Communicator>> {
                                               std::to_string(topology_.size()) + " ranks, the communicator " +
                                               std::to_string(comm.size()));
     topology_.require(stochastic::doubly);
-    if (memory_router* router = device_mixing<Communicator>::router_for(comm_, model_))
+    const bool one_sided = std::holds_alternative<window_exchange<Communicator>>(*exchange_);
+    if (memory_router* router = one_sided ? nullptr : device_mixing<Communicator>::router_for(comm_, model_))
       on_device_.emplace(comm_, model_, wire(), *router);
   }
 

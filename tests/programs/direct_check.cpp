@@ -1,9 +1,10 @@
-// Run under chorus-run -n N: every collective, point-to-point and the
-// compressed allreduce on device buffers through the direct path (device
-// pointers handed to UCX as they are, CHORUS_CUDA_PATH=direct: any refusal
-// is an error), each against the same call on host memory with the same
-// algorithm, bit for bit, and every rank's results against every other's.
-// Counts 0, 1, 7 and two that divide by nothing, so blocks are uneven.
+// Run under chorus-run -n N: every collective, point-to-point, the
+// compressed allreduce and D-PSGD's device mixing on device buffers through
+// the direct path (device pointers handed to UCX as they are,
+// CHORUS_CUDA_PATH=direct: any refusal is an error), each against the same
+// call on host memory with the same algorithm, bit for bit, and every
+// rank's results against every other's. Counts 0, 1, 7 and two that divide
+// by nothing, so blocks are uneven.
 //
 // Built twice: `direct_check` on the tests' fake device (its memory faults
 // on any host access; UCX is handed a host alias of it), run by ctest as
@@ -14,6 +15,7 @@
 // there is no GPU (gpu_direct_check).
 #include "../collective_cases.hpp"
 
+#include <chorus/averaging/dpsgd.hpp>
 #include <chorus/compressed/allreduce.hpp>
 #include <chorus/cuda/router.hpp>
 
@@ -64,18 +66,17 @@ class device_buffers {
     if (count != 0) copy(host.data(), device, count * sizeof(T));
     return host;
   }
+  void copy(void* to, const void* from, std::size_t bytes) {
+    ops_.copy_async(to, from, bytes, nullptr);
+    ops_.record(done_, nullptr);
+    while (!ops_.completed(done_)) {}
+  }
   void release_all() {
     for (void* p : owned_) ops_.free_device(p);
     owned_.clear();
   }
 
  private:
-  void copy(void* to, const void* from, std::size_t bytes) {
-    ops_.copy_async(to, from, bytes, nullptr);
-    ops_.record(done_, nullptr);
-    while (!ops_.completed(done_)) {}
-  }
-
   chorus::cuda::device_operations& ops_;
   chorus::cuda::event_handle done_;
   std::vector<void*> owned_;
@@ -203,6 +204,38 @@ void compressed_cases(chorus::communicator& comm, device_buffers& gpu, tally& t,
     }
 }
 
+// D-PSGD on a ring: the model on the device mixes there (device_mixing.hpp)
+// and its rounds carry device buffers; four steps end with the host run's bits.
+void scheme_cases(chorus::communicator& comm, device_buffers& gpu, tally& t) {
+  const int n = comm.size();
+  if (n < 2) return;
+  for (const char* wire : {"", "fp16", "int8"}) {
+    const chorus::averaging::dpsgd_options options{chorus::averaging::topology::ring(n),
+                                                   *wire ? chorus::codec::by_name(wire) : chorus::codec::any_codec()};
+    std::vector<float> host = inputs<float>(comm.rank(), 40009, 17, flavour::general);
+    float* device = gpu.copy_of(host);
+    chorus::averaging::dpsgd on_host(comm, chorus::averaging::parameters({std::span(host)}), options);
+    chorus::averaging::dpsgd on_device(comm, chorus::averaging::parameters({std::span(device, host.size())}), options);
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<float> gradient = inputs<float>(comm.rank(), host.size(), 18 + step, flavour::general);
+      on_host.step([] {},
+                   [&] {
+                     for (std::size_t k = 0; k < host.size(); ++k) host[k] -= 0.01f * gradient[k];
+                   });
+      on_device.step([] {},
+                     [&] {
+                       std::vector<float> now = gpu.read(device, host.size());
+                       for (std::size_t k = 0; k < now.size(); ++k) now[k] -= 0.01f * gradient[k];
+                       float* updated = gpu.copy_of(now);
+                       gpu.copy(device, updated, now.size() * sizeof(float));
+                     });
+    }
+    t.compare((std::string("D-PSGD ") + (*wire ? wire : "float")).c_str(), host.size(), gpu.read(device, host.size()),
+              host);
+    gpu.release_all();
+  }
+}
+
 int check(chorus::cuda::device& device, chorus::cuda::device_compute& kernels) {
   chorus::communicator comm = chorus::init();
   // Forced: a call the direct path refuses (UCX moves no CUDA memory, or
@@ -216,6 +249,7 @@ int check(chorus::cuda::device& device, chorus::cuda::device_compute& kernels) {
   allreduce_cases<std::int32_t>(comm, gpu, t, chorus::op::max{}, "int32 max");
   allreduce_cases<std::int64_t>(comm, gpu, t, chorus::op::prod{}, "int64 prod", flavour::product);
   moving_cases(comm, gpu, t);
+  scheme_cases(comm, gpu, t);
   compressed_cases(comm, gpu, t, chorus::codec::fp16{}, "fp16");
   compressed_cases(comm, gpu, t, chorus::codec::bf16{}, "bf16");
   compressed_cases(comm, gpu, t, chorus::codec::int8{64}, "int8");

@@ -59,6 +59,25 @@ class fake_compute final : public chorus::cuda::device_compute {
     float* v = floats(values);
     fake_.launch(stream, [=] { std::fill_n(v, n, 0.0f); });
   }
+  void weigh(double* sum, const float* in, std::size_t n, double weight, bool first,
+             chorus::cuda::stream_handle stream) override {
+    ++launches;
+    double* to = fake_.alias_of(sum);
+    const float* from = floats(in);
+    fake_.launch(stream, [=] {
+      for (std::size_t i = 0; i < n; ++i) {
+        const double term = weight * static_cast<double>(from[i]);
+        to[i] = first ? term : to[i] + term;
+      }
+    });
+  }
+  void narrow(const double* sum, float* out, std::size_t n, chorus::cuda::stream_handle stream) override {
+    const double* from = fake_.alias_of(const_cast<double*>(sum));
+    float* to = floats(out);
+    fake_.launch(stream, [=] {
+      for (std::size_t i = 0; i < n; ++i) to[i] = static_cast<float>(from[i]);
+    });
+  }
   void encode(const chorus::codec_spec& spec, const float* in, void* out, std::size_t n,
               chorus::cuda::stream_handle stream) override {
     ++codec_launches;

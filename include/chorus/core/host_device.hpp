@@ -72,6 +72,22 @@ CHORUS_HD inline float subtract(float a, float b) noexcept {
   return a - b;
 #endif
 }
+// The same in double (the window's weighted sums, which the host adds in
+// double: window/window.hpp).
+CHORUS_HD inline double multiply(double a, double b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+CHORUS_HD inline double add(double a, double b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
 // Correctly rounded even when a user compiles with -use_fast_math.
 CHORUS_HD inline float divide(float a, float b) noexcept {
 #if defined(__CUDA_ARCH__)

@@ -59,6 +59,9 @@ class device_compute {
   virtual void multiply(const float* in, float* out, std::size_t n, float factor, stream_handle stream) = 0;
   virtual void divide(float* values, std::size_t n, float divisor, stream_handle stream) = 0;
   virtual void zero(float* values, std::size_t n, stream_handle stream) = 0;
+  // The window's weighted sums in double (route/local_arithmetic.hpp: weigh, narrow).
+  virtual void weigh(double* sum, const float* in, std::size_t n, double weight, bool first, stream_handle stream) = 0;
+  virtual void narrow(const double* sum, float* out, std::size_t n, stream_handle stream) = 0;
   virtual void encode(const codec_spec& codec, const float* in, void* out, std::size_t n, stream_handle stream) = 0;
   virtual void decode(const codec_spec& codec, const void* in, float* out, std::size_t n, bool accumulate,
                       stream_handle stream) = 0;

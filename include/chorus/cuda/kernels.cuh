@@ -188,6 +188,19 @@ struct zero_step {
   CHORUS_HD void operator()(std::size_t i) const { values[i] = 0.0f; }
 };
 
+// --- the window's weighted sums, in double ---------------------------------------
+
+struct weigh_step {
+  double* sum;
+  const float* in;
+  double weight;
+  bool first;
+  CHORUS_HD void operator()(std::size_t i) const {
+    const double term = hd::multiply(weight, static_cast<double>(in[i]));
+    sum[i] = first ? term : hd::add(sum[i], term);
+  }
+};
+
 // --- fp16 and bf16 -------------------------------------------------------------
 
 template <class Codec>
@@ -438,6 +451,17 @@ void zero(float* values, std::size_t n, const Where& where = nullptr) {
   detail::launcher_for(where).elements(n, detail::zero_step{values}, "chorus zero kernel");
 }
 
+// sum[i] = (first ? 0 : sum[i]) + weight * in[i], in double, never fused;
+// then out[i] = float(sum[i]) (the window's combine: window/window.hpp).
+template <class Where = cudaStream_t>
+void weigh(double* sum, const float* in, std::size_t n, double weight, bool first, const Where& where = nullptr) {
+  detail::launcher_for(where).elements(n, detail::weigh_step{sum, in, weight, first}, "chorus weigh kernel");
+}
+template <class Where = cudaStream_t>
+void narrow_sum(const double* sum, float* out, std::size_t n, const Where& where = nullptr) {
+  detail::launcher_for(where).elements(n, detail::convert_step<float, double>{out, sum}, "chorus narrow kernel");
+}
+
 // --- codecs: the device twins of encode, decode and decode_add ------------------
 
 // `out` holds c.encoded_bytes(n) bytes, laid out as the CPU codec lays them.
@@ -511,6 +535,12 @@ class compute final : public device_compute {
   }
   void zero(float* values, std::size_t n, stream_handle stream) override {
     kernels::zero(values, n, static_cast<cudaStream_t>(stream));
+  }
+  void weigh(double* sum, const float* in, std::size_t n, double weight, bool first, stream_handle stream) override {
+    kernels::weigh(sum, in, n, weight, first, static_cast<cudaStream_t>(stream));
+  }
+  void narrow(const double* sum, float* out, std::size_t n, stream_handle stream) override {
+    kernels::narrow_sum(sum, out, n, static_cast<cudaStream_t>(stream));
   }
   void encode(const codec_spec& spec, const float* in, void* out, std::size_t n, stream_handle stream) override {
     with_codec(spec, [&](const auto& c) {

@@ -77,6 +77,10 @@ class device_steps final : public local_arithmetic {
   }
   void divide(float* values, std::size_t n, float divisor) override { kernels().divide(values, n, divisor, stream_); }
   void zero(float* values, std::size_t n) override { kernels().zero(values, n, stream_); }
+  void weigh(double* sum, const float* in, std::size_t n, double weight, bool first) override {
+    kernels().weigh(sum, in, n, weight, first, stream_);
+  }
+  void narrow(const double* sum, float* out, std::size_t n) override { kernels().narrow(sum, out, n, stream_); }
   void encode(const codec_spec& codec, const float* in, void* out, std::size_t n) override {
     kernels().encode(codec, in, out, n, stream_);
   }

@@ -35,6 +35,11 @@ class local_arithmetic {
   virtual void multiply(const float* in, float* out, std::size_t n, float factor) = 0;
   virtual void divide(float* values, std::size_t n, float divisor) = 0;
   virtual void zero(float* values, std::size_t n) = 0;
+  // A weighted sum kept in double, as the window's host combine keeps it
+  // (window/window.hpp): sum[i] = (first ? 0 : sum[i]) + weight * in[i];
+  // then out[i] = float(sum[i]), rounded once.
+  virtual void weigh(double* sum, const float* in, std::size_t n, double weight, bool first) = 0;
+  virtual void narrow(const double* sum, float* out, std::size_t n) = 0;
   // The codec's encode, and its decode (accumulate: decode_add), with the
   // CPU codec's bits (codec/elements.hpp).
   virtual void encode(const codec_spec& codec, const float* in, void* out, std::size_t n) = 0;

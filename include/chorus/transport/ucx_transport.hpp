@@ -49,6 +49,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -276,6 +277,11 @@ class ucx_transport {
   exposed_memory expose(std::size_t bytes) {
     std::lock_guard lock(mutex_);
     return exposed_memory::allocate(context_.handle(), bytes, rank_);
+  }
+  // Memory allocated elsewhere (device memory), kept alive by `owner`.
+  exposed_memory expose(std::span<std::byte> memory, std::shared_ptr<void> owner) {
+    std::lock_guard lock(mutex_);
+    return exposed_memory::register_memory(context_.handle(), memory, std::move(owner), rank_);
   }
   remote_memory reach(int peer, std::span<const std::byte> card) {
     check_peer(peer, "window");

@@ -51,10 +51,26 @@
 // Failure: an operation on a dead peer raises peer_failure; drop(rank)
 // forgets it (the schemes' continue policy). Every wait is bounded by the
 // communicator's timeout.
+//
+// Device slots: a window made over device memory keeps its slots' and its
+// published tensor's payloads in device memory (device_region.hpp) where
+// the router's direct path takes the tensor on every rank (a UCX that moves
+// device memory and registers it as such, device kernels for the codec;
+// route/direct_path.hpp). A writer encodes on the device and puts the
+// payload by UCX RMA, flushed before the counter that makes it visible; a
+// reader decodes and combines on the device, with the host slots' bits
+// (update's weighted sum in double included). Counters and headers stay in
+// host memory, and the slot protocol with them. The window's tensors (put,
+// accumulate, update, publish) are then device memory, collect() hands
+// device spans, and a write returns once its payload has landed. Where any
+// rank's memory or UCX says no, device tensors are staged through host
+// slots; the debug report says which, and why. The router installed at
+// creation must outlive the window.
 #pragma once
 
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/any_error_feedback.hpp>
+#include <chorus/codec/spec.hpp>
 #include <chorus/collective/allgather.hpp>
 #include <chorus/comm/background.hpp>
 #include <chorus/comm/progress_thread.hpp>
@@ -63,7 +79,9 @@
 #include <chorus/core/error.hpp>
 #include <chorus/core/variables.hpp>
 #include <chorus/record/call.hpp>
+#include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
+#include <chorus/window/device_region.hpp>
 #include <chorus/window/peer_region.hpp>
 #include <chorus/window/relay.hpp>
 #include <chorus/window/request.hpp>
@@ -127,7 +145,7 @@ class window {
         published_{elements_ * sizeof(float)},
         drop_dead_(options.drop_dead_peers),
         ordered_(options.ordered) {
-    agree_on_graph(options.sources, options.error_feedback);
+    agree_on_graph(options.sources, options.error_feedback, device_slots_path(initial));
     expose(initial);
     listen_for_quiesce();
   }
@@ -193,6 +211,7 @@ class window {
   // read with get()), with p.
   void publish(std::span<const float> given) {  // no in_order(): see "Threads"
     require_size(given.size(), "publish");
+    if (device_) return publish_device(given);
     on_host(given, buffer_use::read, [&](std::span<const float> values) { publish_host(values); });
   }
 
@@ -256,14 +275,8 @@ class window {
   template <class OnSlot>
   void collect_from(std::span<const int> from, OnSlot&& on_slot, bool reset = false) {
     in_order();
-    write_pending();
-    for (int rank : from) {
-      source_state& source = named(sources_, rank, "a source", "collect_from");
-      if (!source.lost) guarded([&] { read_new(source); });
-      if (source.lost) continue;
-      on_slot(source.rank, std::span<const float>(source.value), source.p);
-      settle(source, reset);
-    }
+    if (device_) return on_device([&] { collect_from_now(from, on_slot, reset); });
+    collect_from_now(from, on_slot, reset);
   }
 
   // Entries landed in `source`'s slot since the last update() or collect()
@@ -329,7 +342,10 @@ class window {
   void flush() {
     const record::recorded_call recorded(record::recorder_of(comm_), record::window_call("flush", 0));
     in_order();
-    each_live(targets_, [&](target_state& target) { link(target.rank).flush(comm_.deadline()); });
+    each_live(targets_, [&](target_state& target) {
+      link(target.rank).flush(comm_.deadline());
+      if (device_) device_->link(target.rank).flush(comm_.deadline());
+    });
   }
 
   // Collective over the window's ranks: returns once every put and
@@ -411,6 +427,9 @@ class window {
     return writable;
   }
 
+  // Whether the slots' payloads live in device memory (see "Device slots").
+  bool on_device() const noexcept { return device_.has_value(); }
+
   // Forgets a dead neighbour: operations skip it from here on.
   void drop(int rank) {
     in_order();
@@ -428,6 +447,7 @@ class window {
         target.quiescing = {};
       }
     if (const auto found = links_.find(rank); found != links_.end()) found->second->abandon();
+    if (device_) device_->abandon(rank);
   }
   bool lost(int rank) const {
     in_order();
@@ -468,6 +488,7 @@ class window {
     relay_thread_ = nullptr;
     relay_.reset();
     links_.clear();
+    device_.reset();
     region_.release();
   }
 
@@ -477,6 +498,14 @@ class window {
     std::size_t offset = 0;  // its slot in this rank's region
     std::vector<float> value;
     std::vector<float> spare;  // a put is copied here, then swapped in (try_read_put_in_place)
+    // Device slots: its payloads in the device region, and in device
+    // memory (`memory` holds them): value and spare, as above, and room for
+    // copies of two entries.
+    std::size_t device_offset = 0;
+    std::shared_ptr<void> memory;
+    float* device_value = nullptr;
+    float* device_spare = nullptr;
+    std::byte* device_copies = nullptr;
     double p = 0.0;
     std::uint64_t consumed = 0;                // entries applied to value
     std::uint64_t seen = 0;                    // consumed at the last update or collect
@@ -488,7 +517,9 @@ class window {
   struct pending_entry {
     windows::entry_kind kind{};
     std::vector<float> values;
+    std::shared_ptr<void> on_device;  // device slots: the values, in device memory
     double p = 0.0;
+    float* device_values() const noexcept { return static_cast<float*>(on_device.get()); }
   };
   struct target_state {
     int rank = -1;
@@ -498,6 +529,13 @@ class window {
     std::deque<pending_entry> pending;  // one at most, unless ordered
     std::vector<std::byte> staging;     // an entry on its way over the network
     std::unique_ptr<codec::any_error_feedback> feedback;
+    // Device slots: this rank's slot in the target's device region, and in
+    // device memory (`memory`) the encoded entry on its way and error
+    // feedback's residual.
+    std::size_t device_offset = 0;
+    std::shared_ptr<void> memory;
+    std::byte* device_staging = nullptr;
+    float* device_residual = nullptr;
     typename Communicator::request drained;    // quiesce(): this rank's "drained" mark
     typename Communicator::request quiescing;  // its notice that it is in quiesce() (posted receive)
     bool lost = false;
@@ -586,6 +624,7 @@ class window {
   }
 
   void get_now(const std::vector<neighbour_weight>& from) {
+    if (device_ && where_ == nullptr) return on_device([&] { get_now(from); });
     write_pending();
     for_each_weighted(sources_, from, "get", [&](source_state& source, double weight) {
       read_new(source);  // entries before the get are superseded by it
@@ -601,18 +640,40 @@ class window {
       for (const source_state& source : sources_)
         if (!source.lost) from.push_back({source.rank, *self_weight});
     }
+    if (device_) {
+      require_device(given, "update");
+      return on_device([&] { update_on_device(given, *self_weight, from, reset); });
+    }
     on_host(given, buffer_use::read_write, [&](std::span<float> out) { update_host(out, *self_weight, from, reset); });
   }
 
   template <class OnSlot>
   void collect_now(OnSlot&& on_slot, bool reset) {
+    if (device_ && where_ == nullptr) return on_device([&] { collect_now(on_slot, reset); });
     write_pending();
     each_live(sources_, [&](source_state& source) { read_new(source); });
+    settle_device();
     for (source_state& source : sources_) {
       if (source.lost) continue;
-      on_slot(source.rank, std::span<const float>(source.value), source.p);
+      on_slot(source.rank, value_of(source), source.p);
       settle(source, reset);
     }
+  }
+  template <class OnSlot>
+  void collect_from_now(std::span<const int> from, OnSlot&& on_slot, bool reset) {
+    write_pending();
+    for (int rank : from) {
+      source_state& source = named(sources_, rank, "a source", "collect_from");
+      if (!source.lost) guarded([&] { read_new(source); });
+      if (source.lost) continue;
+      settle_device();
+      on_slot(source.rank, value_of(source), source.p);
+      settle(source, reset);
+    }
+  }
+  // A source's value, where it lives (device memory on device slots).
+  std::span<const float> value_of(const source_state& source) const {
+    return device_ ? std::span<const float>(source.device_value, elements_) : std::span<const float>(source.value);
   }
 
   static std::vector<int> ranks_of(const auto& states) {
@@ -639,8 +700,9 @@ class window {
 
   // Every rank's sources, allgathered, so each rank knows its targets and
   // where its slot is in each (sources in ascending order), and every rank
-  // raises the same error when the ranks disagree.
-  void agree_on_graph(const std::optional<std::vector<int>>& given, bool feedback) {
+  // raises the same error when the ranks disagree. The slots are in device
+  // memory where every rank's `device` path is direct.
+  void agree_on_graph(const std::optional<std::vector<int>>& given, bool feedback, const path_report& device) {
     const int n = comm_.size(), me = comm_.rank();
     std::vector<int> mine;
     bool valid = true;
@@ -654,18 +716,19 @@ class window {
         if (r != me) mine.push_back(r);
     }
     // One record per rank: elements, slot payload bytes, whether its sources
-    // are valid, then a source flag per rank.
-    const std::size_t record = 17 + static_cast<std::size_t>(n);
+    // are valid, whether it takes device slots, then a source flag per rank.
+    const std::size_t record = 18 + static_cast<std::size_t>(n);
     std::vector<std::uint8_t> all(record * static_cast<std::size_t>(n));
     std::uint8_t* own = all.data() + record * static_cast<std::size_t>(me);
     const std::uint64_t sizes[2] = {elements_, slot_.payload_bytes};
     std::memcpy(own, sizes, sizeof sizes);
     own[16] = valid ? 1 : 0;
+    own[17] = device.direct ? 1 : 0;
     if (valid)
-      for (int source : mine) own[17 + source] = 1;
+      for (int source : mine) own[18 + source] = 1;
     allgather(comm_, std::span<std::uint8_t>(all));
     const auto at = [&](int of) { return all.data() + record * static_cast<std::size_t>(of); };
-    const auto is_source = [&](int of, int rank) { return at(of)[17 + static_cast<std::size_t>(rank)] != 0; };
+    const auto is_source = [&](int of, int rank) { return at(of)[18 + static_cast<std::size_t>(rank)] != 0; };
     // Every rank raises the same error, naming the same rank.
     for (int r = 0; r < n; ++r)
       if (at(r)[16] == 0)
@@ -685,12 +748,14 @@ class window {
                           std::to_string(first[1]) + ")",
                       r, "window");
     }
+    choose_slot_memory(device, [&](int r) { return at(r)[17] != 0; });
     std::size_t offset = published_.bytes();
     for (int source : mine) {
       source_state state;
       state.rank = source;
       state.offset = offset;
-      state.value.assign(elements_, 0.0f);
+      state.device_offset = device_layout_.slot_at(sources_.size());
+      if (!device_slots_) state.value.assign(elements_, 0.0f);
       sources_.push_back(std::move(state));
       offset += slot_.bytes();
     }
@@ -701,34 +766,33 @@ class window {
       target_state state;
       state.rank = target;
       state.offset = published_.bytes() + position * slot_.bytes();
+      state.device_offset = device_layout_.slot_at(position);
       if (codec_ && feedback) state.feedback = std::make_unique<codec::any_error_feedback>(codec_);
       targets_.push_back(std::move(state));
     }
   }
 
-  // Registers this rank's region, publishes `initial` and trades cards with
-  // every neighbour (so a neighbour that has the card finds a tensor).
+  // Registers this rank's region (and its device region), publishes
+  // `initial` and trades cards with every neighbour (so a neighbour that has
+  // the card finds a tensor).
   void expose(std::span<const float> initial) {
     transport_type& network = comm_.transport();
     region_ = network.expose(published_.bytes() + sources_.size() * slot_.bytes());
+    if (device_slots_) make_device_memory();
     publish(initial);
     std::vector<int> neighbours = ranks_of(sources_);
     for (const target_state& target : targets_) neighbours.push_back(target.rank);
     std::sort(neighbours.begin(), neighbours.end());
     neighbours.erase(std::unique(neighbours.begin(), neighbours.end()), neighbours.end());
-    const std::vector<std::byte> card = region_.card();
     const std::uint32_t sequence = comm_.next_sequence();
-    std::vector<std::vector<std::byte>> cards(neighbours.size(), std::vector<std::byte>(max_card_bytes));
-    std::vector<typename Communicator::request> requests;
-    for (std::size_t k = 0; k < neighbours.size(); ++k) {
-      requests.push_back(comm_.irecv_bytes(cards[k], neighbours[k], comm_.wire_tag(sequence, 0)));
-      requests.push_back(comm_.isend_bytes(card, neighbours[k], comm_.wire_tag(sequence, 0)));
-    }
-    comm_.wait_all(requests, "window create");
+    std::vector<std::vector<std::byte>> cards = trade_cards(neighbours, region_.card(), comm_.wire_tag(sequence, 0));
     std::vector<ucx::remote_memory> memories;
-    for (std::size_t k = 0; k < neighbours.size(); ++k) {
-      cards[k].resize(requests[2 * k].received_bytes());
+    for (std::size_t k = 0; k < neighbours.size(); ++k)
       memories.push_back(network.reach(comm_.world_rank(neighbours[k]), cards[k]));
+    if (device_) {
+      cards = trade_cards(neighbours, device_->card(), comm_.wire_tag(sequence, 2));
+      for (std::size_t k = 0; k < neighbours.size(); ++k)
+        device_->reach(neighbours[k], comm_.world_rank(neighbours[k]), cards[k]);
     }
     const std::vector<windows::reach> ways = agree_on_reach(neighbours, memories, comm_.wire_tag(sequence, 1));
     const windows::relay_tags tags{comm_.wire_tag(tag::point_to_point, 1), comm_.wire_tag(tag::point_to_point, 2),
@@ -751,6 +815,20 @@ class window {
     } else if (std::find(ways.begin(), ways.end(), windows::reach::rma) != ways.end()) {
       progress_ = comm_.progress_thread().add([] { return false; });
     }
+  }
+
+  // Sends `card` to every neighbour and returns theirs, in the same order.
+  std::vector<std::vector<std::byte>> trade_cards(const std::vector<int>& neighbours, const std::vector<std::byte>& card,
+                                                  transport::tag_t tag) {
+    std::vector<std::vector<std::byte>> cards(neighbours.size(), std::vector<std::byte>(max_card_bytes));
+    std::vector<typename Communicator::request> requests;
+    for (std::size_t k = 0; k < neighbours.size(); ++k) {
+      requests.push_back(comm_.irecv_bytes(cards[k], neighbours[k], tag));
+      requests.push_back(comm_.isend_bytes(card, neighbours[k], tag));
+    }
+    comm_.wait_all(requests, "window create");
+    for (std::size_t k = 0; k < neighbours.size(); ++k) cards[k].resize(requests[2 * k].received_bytes());
+    return cards;
   }
 
   // How each neighbour is reached: mapped when each of the pair maps the
@@ -813,6 +891,7 @@ class window {
     progress_.release();
     for (auto& [rank, reached] : links_) reached->abandon();
     links_.clear();
+    if (device_) device_->retire();
     try {
       comm_.transport().retire(std::move(region_));
     } catch (...) {  // out of memory for the list: leak the region rather than free it under a writer
@@ -904,19 +983,23 @@ class window {
 
   void write_to_targets(windows::entry_kind kind, std::span<const float> given, const std::vector<neighbour_weight>& to,
                         link_busy busy) {
-    require_size(given.size(), kind == windows::entry_kind::put ? "put" : "accumulate");
-    write_pending();
-    on_host(given, buffer_use::read, [&](std::span<const float> values) {
-      for_each_weighted(targets_, to, kind == windows::entry_kind::put ? "put" : "accumulate",
-                        [&](target_state& target, double weight) {
-                          // Straight from the caller's values when nothing waits
-                          // (one pass: no scaled copy), else through the queue.
-                          if (target.pending.empty() && weight == 1.0 && write_entry(target, kind, values, p_, busy))
-                            return;
-                          add_pending(target, kind, values, weight);
-                          write_entry_if_room(target, busy);
-                        });
-    });
+    const char* operation = kind == windows::entry_kind::put ? "put" : "accumulate";
+    require_size(given.size(), operation);
+    const auto write_all = [&](std::span<const float> values) {
+      write_pending();
+      for_each_weighted(targets_, to, operation, [&](target_state& target, double weight) {
+        // Straight from the caller's values when nothing waits (one pass:
+        // no scaled copy), else through the queue.
+        if (target.pending.empty() && weight == 1.0 && write_entry(target, kind, values, p_, busy)) return;
+        add_pending(target, kind, values, weight);
+        write_entry_if_room(target, busy);
+      });
+    };
+    if (device_) {
+      require_device(given, operation);
+      return on_device([&] { write_all(given); });
+    }
+    on_host(given, buffer_use::read, write_all);
   }
 
   void update_host(std::span<float> out, double self_weight, const std::vector<neighbour_weight>& from, bool reset) {
@@ -962,10 +1045,11 @@ class window {
   // accumulate adds to it (to a pending put too: put then accumulate is a
   // put of the sum). Ordered, every entry waits its turn.
   void add_pending(target_state& target, windows::entry_kind kind, std::span<const float> values, double weight) {
+    if (device_) return add_pending_on_device(target, kind, values, weight);
     const auto scale = static_cast<float>(weight);
     if (ordered_ || kind == windows::entry_kind::put || target.pending.empty()) {
       if (!ordered_) target.pending.clear();
-      pending_entry& entry = target.pending.emplace_back(pending_entry{kind, {}, weight * p_});
+      pending_entry& entry = target.pending.emplace_back(pending_entry{kind, {}, {}, weight * p_});
       entry.values.resize(elements_);
       for (std::size_t k = 0; k < elements_; ++k) entry.values[k] = scale * values[k];
       return;
@@ -977,6 +1061,7 @@ class window {
 
   void write_pending() {
     progress_.rethrow_if_failed();  // a neighbour's malformed request, found by the relay
+    if (device_ && where_ == nullptr && any_pending()) return on_device([&] { write_pending(); });
     each_live(targets_, [&](target_state& target) {
       while (target.has_pending() && write_entry_if_room(target, link_busy::keep_pending)) {}
     });
@@ -985,7 +1070,9 @@ class window {
   // Writes the oldest pending entry if the target has room for it.
   bool write_entry_if_room(target_state& target, link_busy busy) {
     const pending_entry& next = target.pending.front();
-    if (!write_entry(target, next.kind, next.values, next.p, busy)) return false;
+    const std::span<const float> values =
+        device_ ? std::span<const float>(next.device_values(), elements_) : std::span<const float>(next.values);
+    if (!write_entry(target, next.kind, values, next.p, busy)) return false;
     target.pending.pop_front();
     return true;
   }
@@ -997,6 +1084,7 @@ class window {
   // pushes at the link's pace instead of waiting for it. True if it wrote.
   bool write_entry(target_state& target, windows::entry_kind kind, std::span<const float> values, double p,
                    link_busy busy) {
+    if (device_) return write_entry_on_device(target, kind, values, p, busy);
     if (!room_for(target, kind, busy)) return false;
     region& to = link(target.rank);
     const std::uint64_t number = target.written + 1;
@@ -1073,6 +1161,7 @@ class window {
   // copying again while the writer rewrites what it copies (bounded: a
   // writer that died mid-entry is a peer failure, a live one finishes).
   void read_new(source_state& source) {
+    if (device_ && where_ == nullptr) return on_device([&] { read_new(source); });
     if (try_read_new(source)) return;
     comm_.poll_until(
         [&] {
@@ -1092,6 +1181,7 @@ class window {
   // True once the slot's new entries are applied (or there are none);
   // false when the copy was not whole.
   bool try_read_new(source_state& source) {
+    if (device_) return try_read_new_on_device(source);
     std::byte* slot = region_.data() + source.offset;
     const std::size_t entry_bytes = sizeof(windows::entry_header) + slot_.payload_bytes;
     copies_.resize(2 * entry_bytes);
@@ -1142,22 +1232,34 @@ class window {
   // Applies whole copies of entries oldest..newest (newest first in `copies`).
   void apply(source_state& source, const std::byte* copies, std::size_t entry_bytes, std::uint64_t newest,
              std::uint64_t oldest) {
-    const int me = comm_.world_rank(comm_.rank()), peer = comm_.world_rank(source.rank);
-    const windows::entry_header last =
-        windows::checked_header(copies, newest, slot_.payload_bytes, "window read", me, peer);
-    if (last.kind == windows::entry_kind::accumulate && oldest == newest && newest - 1 > source.consumed)
-      throw failure(errc::mismatch, "window slot: an accumulate overwrote an entry not yet read", source.rank,
-                    "window read");
-    if (oldest != newest) {
-      const std::byte* before = copies + entry_bytes;
-      const windows::entry_header first =
-          windows::checked_header(before, oldest, slot_.payload_bytes, "window read", me, peer);
-      if (first.kind == windows::entry_kind::accumulate && oldest - 1 > source.consumed)
-        throw failure(errc::mismatch, "window slot: an accumulate overwrote an entry not yet read", source.rank,
-                      "window read");
-      apply_one(source, first, before + sizeof first);
-    }
+    const auto [last, first] =
+        checked_entries(source, copies, copies + entry_bytes, newest, oldest, slot_.payload_bytes);
+    if (oldest != newest) apply_one(source, first, copies + entry_bytes + sizeof first);
     apply_one(source, last, copies + sizeof last);
+  }
+
+  // The headers of whole copies of entries newest and (when it differs)
+  // oldest, checked: an accumulate must not have overwritten an entry not
+  // yet read.
+  std::pair<windows::entry_header, windows::entry_header> checked_entries(const source_state& source,
+                                                                          const std::byte* newest_copy,
+                                                                          const std::byte* oldest_copy,
+                                                                          std::uint64_t newest, std::uint64_t oldest,
+                                                                          std::size_t payload_bytes) const {
+    const int me = comm_.world_rank(comm_.rank()), peer = comm_.world_rank(source.rank);
+    const auto overwritten = [&] {
+      return failure(errc::mismatch, "window slot: an accumulate overwrote an entry not yet read", source.rank,
+                     "window read");
+    };
+    const windows::entry_header last = windows::checked_header(newest_copy, newest, payload_bytes, "window read", me, peer);
+    if (last.kind == windows::entry_kind::accumulate && oldest == newest && newest - 1 > source.consumed)
+      throw overwritten();
+    windows::entry_header first{};
+    if (oldest != newest) {
+      first = windows::checked_header(oldest_copy, oldest, payload_bytes, "window read", me, peer);
+      if (first.kind == windows::entry_kind::accumulate && oldest - 1 > source.consumed) throw overwritten();
+    }
+    return {last, first};
   }
 
   void apply_one(source_state& source, const windows::entry_header& header, const std::byte* payload) {
@@ -1175,7 +1277,10 @@ class window {
     source.seen = source.consumed;
     source.gets = 0;
     if (!reset) return;
-    std::fill(source.value.begin(), source.value.end(), 0.0f);
+    if (device_)
+      on_device([&] { arithmetic().zero(source.device_value, elements_); });
+    else
+      std::fill(source.value.begin(), source.value.end(), 0.0f);
     source.p = 0.0;
   }
 
@@ -1189,6 +1294,7 @@ class window {
   // The tensor is copied once, into the spare value that then becomes the
   // value; a copy that was not whole is copied again.
   bool try_read_published(source_state& source, double weight) {
+    if (device_) return try_read_published_on_device(source, weight);
     region& from = link(source.rank);
     if (neighbour_gone(source.rank)) gone(source.rank, "window get");
     const std::uint64_t newest = from.load(windows::completed_at, comm_.deadline());
@@ -1208,6 +1314,292 @@ class window {
     return true;
   }
 
+  // Device slots ---------------------------------------------------------
+
+  // Whether this rank can keep its slots in device memory: its tensor is
+  // device memory the router's direct path takes with the window's codec
+  // (an empty reason: host memory, nothing to report).
+  path_report device_slots_path(std::span<const float> initial) {
+    memory_router* router = routed(initial);
+    if (router == nullptr) return {};
+    router_ = router;
+    device_view_ = {initial.data(), initial.size_bytes(), buffer_use::read_write};
+    const network_memory network = network_of(comm_);
+    if (!codec_) return router->direct_path(device_view_, dtype::float32, "sum", network);
+    std::optional<codec_spec> spec;
+    codec::visit(codec_, [&](const auto& c) {
+      if constexpr (codec::describable<std::remove_cvref_t<decltype(c)>>) spec = codec::spec_of(c);
+    });
+    if (!spec) return {false, staged_because("window slots in device memory with " + std::string(codec_.name()))};
+    spec_ = *spec;
+    return router->direct_path(device_view_, spec_, network);
+  }
+
+  // Device slots where every rank takes them (`wants(rank)`), else host
+  // slots for all: the layouts differ. The debug report says which.
+  template <class Wants>
+  void choose_slot_memory(const path_report& mine, Wants&& wants) {
+    int refusing = -1;
+    for (int r = 0; r < comm_.size() && refusing < 0; ++r)
+      if (!wants(r)) refusing = r;
+    device_slots_ = refusing < 0;
+    if (device_slots_) {
+      device_layout_ = {elements_ * sizeof(float), slot_.payload_bytes};
+      slot_ = windows::slot_layout{0};  // counters and headers
+      published_ = windows::slot_layout{0};
+    }
+    if (mine.reason.empty()) return;
+    const std::size_t bytes = elements_ * sizeof(float);
+    if (device_slots_)
+      report_path(comm_, "window", bytes, "direct: its slots in device memory", record::path::direct);
+    else if (mine.direct)
+      report_path(comm_, "window", bytes,
+                  "staged: rank " + std::to_string(refusing) +
+                      " cannot keep its window slots in device memory (its tensor, its UCX or its kernels)");
+    else
+      report_path(comm_, "window", bytes, mine.reason);
+  }
+
+  // The device region, and each neighbour's payloads in device memory.
+  void make_device_memory() {
+    on_device([&] {
+      local_arithmetic& where = arithmetic();
+      device_.emplace(where, comm_.transport(), device_layout_.bytes(sources_.size()));
+      device_view_ = {device_->data(), device_->size(), buffer_use::read_write};
+      const std::size_t tensor = device_layout_.published_entry(), payload = device_layout_.slot_entry();
+      for (source_state& source : sources_) {
+        source.memory = where.kept(2 * tensor + 2 * payload);
+        auto* base = static_cast<std::byte*>(source.memory.get());
+        source.device_value = reinterpret_cast<float*>(base);
+        source.device_spare = reinterpret_cast<float*>(base + tensor);
+        source.device_copies = base + 2 * tensor;
+      }
+      for (target_state& target : targets_) {
+        const bool residual = target.feedback != nullptr;
+        target.memory = where.kept(payload + (residual ? tensor : 0));
+        auto* base = static_cast<std::byte*>(target.memory.get());
+        target.device_staging = base;
+        if (residual) target.device_residual = reinterpret_cast<float*>(base + payload);
+      }
+      where.settle();
+    });
+  }
+
+  // Runs body() with the device's arithmetic at hand (arithmetic()): one
+  // pass through the router's direct path per window call, however deep
+  // the calls nest (in_order() keeps one call at a time).
+  template <class Body>
+  void on_device(Body&& body) {
+    if (where_ != nullptr) return body();
+    router_->through_direct(
+        device_view_,
+        [&](local_arithmetic& where) {
+          const detail::scoped_value<local_arithmetic*> held(where_, &where);
+          body();
+        },
+        detail::waiting_on(comm_));
+  }
+  local_arithmetic& arithmetic() const noexcept { return *where_; }
+  // The device's work so far is done (before a caller reads a value).
+  void settle_device() {
+    if (device_) arithmetic().settle();
+  }
+  bool any_pending() const {
+    return std::any_of(targets_.begin(), targets_.end(), [](const target_state& t) { return t.has_pending(); });
+  }
+  void require_device(std::span<const float> values, const char* operation) const {
+    if (router_->kind_of(values.data()) != memory_kind::cuda_device)
+      throw failure(errc::invalid_argument, "a window whose slots are in device memory takes device tensors", -1,
+                    std::string("window ") + operation);
+  }
+  std::byte* on_network(void* device_pointer) const {
+    return static_cast<std::byte*>(arithmetic().network_address(device_pointer));
+  }
+
+  // The published tensor, by the slot protocol: header here, payload
+  // copied on the device. Its own pass through the router: publish() may
+  // come from a second thread.
+  void publish_device(std::span<const float> values) {
+    require_device(values, "publish");
+    const auto publish_with = [&](local_arithmetic& where) {
+      std::byte* slot = region_.data();
+      const std::uint64_t number = ++published_count_;
+      windows::counter_at(slot, windows::begun_at).fetch_add(1, std::memory_order_acq_rel);
+      const windows::entry_header header{windows::entry_kind::put, 0, number, p_, device_layout_.tensor_bytes};
+      windows::copy_racing(slot + published_.entry_at(number), &header, sizeof header);
+      where.copy(device_->data() + device_layout_.published_at(number), values.data(), device_layout_.tensor_bytes);
+      where.settle();
+      windows::counter_at(slot, windows::completed_at).fetch_add(1, std::memory_order_acq_rel);
+    };
+    router_->through_direct(device_view_, publish_with, detail::waiting_on(comm_));
+  }
+
+  // As write_entry: the entry is encoded on the device, `begun` lands, the
+  // header is written, the payload is put into the target's device region
+  // and flushed (the counter travels another transport: a fence would not
+  // order them), and only then does `completed` say so.
+  bool write_entry_on_device(target_state& target, windows::entry_kind kind, std::span<const float> values, double p,
+                             link_busy busy) {
+    if (!room_for(target, kind, busy)) return false;
+    local_arithmetic& where = arithmetic();
+    region& to = link(target.rank);
+    const std::uint64_t number = target.written + 1;
+    const std::size_t payload = device_layout_.payload_bytes;
+    to.wait(comm_.deadline());
+    encode_on_device(target, values);
+    where.settle();  // whole before the transport reads it
+    to.increment(target.offset + windows::begun_at);
+    to.flush(comm_.deadline());  // landed before the payload may rewrite entry number - 2's buffer
+    const windows::entry_header header{kind, 0, number, p, payload};
+    const std::size_t at = target.offset + slot_.entry_at(number);
+    if (std::byte* entry = to.mapped_at(at); entry != nullptr) {
+      windows::copy_racing(entry, &header, sizeof header);
+    } else {
+      target.staging.resize(sizeof header);
+      std::memcpy(target.staging.data(), &header, sizeof header);
+      to.write(at, target.staging);
+    }
+    auto& payload_link = device_->link(target.rank);
+    payload_link.write(device_layout_.payload_at(target.device_offset, number),
+                       std::span<const std::byte>(on_network(target.device_staging), payload));
+    payload_link.flush(comm_.deadline());
+    to.increment(target.offset + windows::completed_at);
+    target.written = number;
+    traffic& counters = this_thread_traffic();
+    counters.bytes_sent += sizeof header + payload;
+    ++counters.messages_sent;
+    return true;
+  }
+
+  void encode_on_device(target_state& target, std::span<const float> values) {
+    local_arithmetic& where = arithmetic();
+    if (!codec_) {
+      where.copy(target.device_staging, values.data(), values.size_bytes());
+    } else if (target.device_residual != nullptr) {
+      auto* work = static_cast<float*>(where.scratch(values.size_bytes(), 0));
+      where.feedback_encode(spec_, values.data(), target.device_residual, work, target.device_staging, elements_);
+    } else {
+      where.encode(spec_, values.data(), target.device_staging, elements_);
+    }
+  }
+
+  // As add_pending, on the device (products and sums rounded as there).
+  void add_pending_on_device(target_state& target, windows::entry_kind kind, std::span<const float> values,
+                             double weight) {
+    local_arithmetic& where = arithmetic();
+    const auto scale = static_cast<float>(weight);
+    if (ordered_ || kind == windows::entry_kind::put || target.pending.empty()) {
+      if (!ordered_ && !target.pending.empty()) {
+        where.settle();  // no step may still use the memory about to go
+        target.pending.clear();
+      }
+      pending_entry& entry =
+          target.pending.emplace_back(pending_entry{kind, {}, where.kept(values.size_bytes()), weight * p_});
+      where.multiply(values.data(), entry.device_values(), elements_, scale);
+      return;
+    }
+    pending_entry& entry = target.pending.back();
+    auto* scaled = static_cast<float*>(where.scratch(values.size_bytes(), 1));
+    where.multiply(values.data(), scaled, elements_, scale);
+    where.reduce_into(entry.device_values(), scaled, elements_, dtype::float32, "sum", false);
+    entry.p += weight * p_;
+  }
+
+  // As try_read_new: headers copied here, payloads copied on the device
+  // (settled before `begun` is read), then applied there.
+  bool try_read_new_on_device(source_state& source) {
+    local_arithmetic& where = arithmetic();
+    std::byte* slot = region_.data() + source.offset;
+    const std::uint64_t newest = windows::counter_at(slot, windows::completed_at).load(std::memory_order_acquire);
+    if (newest == source.consumed) return true;
+    const std::size_t payload = device_layout_.payload_bytes, entry = device_layout_.slot_entry();
+    constexpr std::size_t header_bytes = sizeof(windows::entry_header);
+    std::byte heads[2 * header_bytes];
+    windows::copy_racing(heads, slot + slot_.entry_at(newest), header_bytes);
+    where.copy(source.device_copies, device_->data() + device_layout_.payload_at(source.device_offset, newest), payload);
+    windows::entry_header head;
+    std::memcpy(&head, heads, sizeof head);
+    std::uint64_t oldest = newest;
+    if (head.kind == windows::entry_kind::accumulate && newest - 1 > source.consumed) {
+      oldest = newest - 1;
+      windows::copy_racing(heads + header_bytes, slot + slot_.entry_at(oldest), header_bytes);
+      where.copy(source.device_copies + entry,
+                 device_->data() + device_layout_.payload_at(source.device_offset, oldest), payload);
+    }
+    where.settle();
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (windows::counter_at(slot, windows::begun_at).load(std::memory_order_acquire) >= oldest + 2) {
+      if (neighbour_gone(source.rank)) gone(source.rank, "window read (its writer died mid-entry)");
+      return false;
+    }
+    const auto [last, first] = checked_entries(source, heads, heads + header_bytes, newest, oldest, payload);
+    if (oldest != newest) apply_on_device(source, first, source.device_copies + entry);
+    apply_on_device(source, last, source.device_copies);
+    source.consumed = newest;
+    windows::counter_at(slot, windows::consumed_at).store(newest, std::memory_order_release);
+    return true;
+  }
+
+  void apply_on_device(source_state& source, const windows::entry_header& header, const std::byte* payload) {
+    local_arithmetic& where = arithmetic();
+    const bool put = header.kind == windows::entry_kind::put;
+    if (codec_)
+      where.decode(spec_, payload, source.device_value, elements_, !put);
+    else if (put)
+      where.copy(source.device_value, payload, elements_ * sizeof(float));
+    else
+      where.reduce_into(source.device_value, payload, elements_, dtype::float32, "sum", false);
+    source.p = put ? header.p : source.p + header.p;
+  }
+
+  // As update_host: the weighted sum in double, on the device.
+  void update_on_device(std::span<float> out, double self_weight, const std::vector<neighbour_weight>& from,
+                        bool reset) {
+    for (const neighbour_weight& entry : from) (void)named(sources_, entry.rank, "a source", "update");
+    local_arithmetic& where = arithmetic();
+    auto* sum = static_cast<double*>(where.scratch(elements_ * sizeof(double), 2));
+    where.weigh(sum, out.data(), elements_, self_weight, true);
+    double p = self_weight * p_;
+    collect_now(
+        [&](int source, std::span<const float> value, double source_p) {
+          const double weight = weight_of(from, source);
+          if (weight == 0.0) return;
+          where.weigh(sum, value.data(), elements_, weight, false);
+          p += weight * source_p;
+        },
+        reset);
+    where.narrow(sum, out.data(), elements_);
+    p_ = p;
+  }
+
+  // As try_read_published: the source's published payload comes by RMA
+  // into the spare device value.
+  bool try_read_published_on_device(source_state& source, double weight) {
+    local_arithmetic& where = arithmetic();
+    region& from = link(source.rank);
+    if (neighbour_gone(source.rank)) gone(source.rank, "window get");
+    const std::uint64_t newest = from.load(windows::completed_at, comm_.deadline());
+    std::byte head[sizeof(windows::entry_header)];
+    from.read(published_.entry_at(newest), head, comm_.deadline());
+    const std::size_t bytes = device_layout_.tensor_bytes;
+    where.settle();  // no step still uses the spare value
+    device_->link(source.rank)
+        .read(device_layout_.published_at(newest), std::span<std::byte>(on_network(source.device_spare), bytes),
+              comm_.deadline());
+    if (from.load(windows::begun_at, comm_.deadline()) >= newest + 2) return false;
+    const windows::entry_header header = windows::checked_header(head, newest, bytes, "window get",
+                                                                 comm_.world_rank(comm_.rank()), from.world_rank());
+    if (weight != 1.0) {
+      auto* sum = static_cast<double*>(where.scratch(elements_ * sizeof(double), 2));
+      where.weigh(sum, source.device_spare, elements_, weight, true);
+      where.narrow(sum, source.device_spare, elements_);
+    }
+    std::swap(source.device_value, source.device_spare);
+    source.p = weight * header.p;
+    ++source.gets;
+    return true;
+  }
+
   static constexpr std::size_t max_card_bytes = 4096;
   static constexpr auto watch_interval = std::chrono::milliseconds(50);
 
@@ -1217,6 +1609,15 @@ class window {
   windows::slot_layout slot_;       // source slots: encoded tensors
   windows::slot_layout published_;  // the published tensor: floats
   ucx::exposed_memory region_;      // [published][slot of each source, ascending]
+  // Device slots: the router, the codec as its kernels know it, the device
+  // payloads' layout and region, and the arithmetic of the call under way.
+  memory_router* router_ = nullptr;
+  codec_spec spec_{};
+  bool device_slots_ = false;
+  windows::device_layout device_layout_{};
+  std::optional<windows::device_region<transport_type>> device_;
+  routed_buffer device_view_{};
+  local_arithmetic* where_ = nullptr;
   std::vector<source_state> sources_;
   std::vector<target_state> targets_;
   std::map<int, std::unique_ptr<region>> links_;                // neighbours' regions, by rank

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -42,6 +43,7 @@ class exposed_memory {
     std::swap(base_, other.base_);
     std::swap(bytes_, other.bytes_);
     std::swap(key_, other.key_);
+    std::swap(owner_, other.owner_);
     return *this;
   }
   ~exposed_memory() { release(); }
@@ -63,11 +65,27 @@ class exposed_memory {
     region.base_ = static_cast<std::byte*>(attributes.address);
     region.bytes_ = bytes;
     std::memset(region.base_, 0, params.length);
-    void* packed = nullptr;
-    std::size_t packed_bytes = 0;
-    check(ucp_rkey_pack(context, region.handle_, &packed, &packed_bytes), "ucp_rkey_pack", rank);
-    region.key_.assign(static_cast<const std::byte*>(packed), static_cast<const std::byte*>(packed) + packed_bytes);
-    ucp_rkey_buffer_release(packed);
+    region.pack_key(rank);
+    return region;
+  }
+
+  // Memory the caller allocated (device memory, on the window's device
+  // slots), registered as it is: UCX finds its kind itself. `owner` keeps
+  // it alive until release(), so a retired region (a peer may still write)
+  // is freed only with the worker.
+  static exposed_memory register_memory(ucp_context_h context, std::span<std::byte> memory,
+                                        std::shared_ptr<void> owner, int rank) {
+    exposed_memory region;
+    region.context_ = context;
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = memory.data();
+    params.length = memory.size();
+    check(ucp_mem_map(context, &params, &region.handle_), "ucp_mem_map", rank);
+    region.base_ = memory.data();
+    region.bytes_ = memory.size();
+    region.owner_ = std::move(owner);
+    region.pack_key(rank);
     return region;
   }
 
@@ -88,9 +106,18 @@ class exposed_memory {
     if (handle_ != nullptr) ucp_mem_unmap(context_, handle_);
     handle_ = nullptr;
     base_ = nullptr;
+    owner_.reset();
   }
 
  private:
+  void pack_key(int rank) {
+    void* packed = nullptr;
+    std::size_t packed_bytes = 0;
+    check(ucp_rkey_pack(context_, handle_, &packed, &packed_bytes), "ucp_rkey_pack", rank);
+    key_.assign(static_cast<const std::byte*>(packed), static_cast<const std::byte*>(packed) + packed_bytes);
+    ucp_rkey_buffer_release(packed);
+  }
+
   static void check(ucs_status_t status, const char* call, int rank) {
     if (status != UCS_OK)
       throw error(errc::transport, std::string(call) + ": " + ucs_status_string(status), {rank, -1, "window"});
@@ -101,6 +128,7 @@ class exposed_memory {
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
   std::vector<std::byte> key_;
+  std::shared_ptr<void> owner_;  // register_memory's
 };
 
 // A peer's exposed region, reached through the endpoint to that peer.

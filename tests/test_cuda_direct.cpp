@@ -9,6 +9,7 @@
 #include "fake_compute.hpp"
 #include "fake_device.hpp"
 #include "support.hpp"
+#include "window_rounds.hpp"
 
 #include <chorus/averaging/dpsgd.hpp>
 #include <chorus/collective/allreduce.hpp>
@@ -17,7 +18,6 @@
 #include <chorus/compressed/allreduce.hpp>
 #include <chorus/cuda/path.hpp>
 #include <chorus/cuda/router.hpp>
-#include <chorus/window/window.hpp>
 
 #include <doctest/doctest.h>
 
@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <vector>
 
 namespace {
@@ -815,9 +814,6 @@ TEST_CASE("D-PSGD with a device model on a chorus communicator whose UCX moves i
 }
 
 TEST_CASE("window slots in device memory: put, accumulate, update, publish and get give the host slots' bits") {
-  const auto value_at = [](int rank, int round, std::size_t k) {
-    return static_cast<float>((rank * 17 + round * 5 + static_cast<int>(k) * 3) % 29) * 0.173f - 2.0f;
-  };
   const chorus::codec::any_codec wires[] = {chorus::codec::any_codec(), chorus::codec::by_name("fp16"),
                                             chorus::codec::any_codec(chorus::codec::int8{64})};
   struct shape {
@@ -843,85 +839,18 @@ TEST_CASE("window slots in device memory: put, accumulate, update, publish and g
         chorus::run_threads(
             at.ranks,
             [&](chorus::communicator& comm) {
-              const int me = comm.rank();
-              const auto values = [&](int round) {
-                std::vector<float> v(n);
-                for (std::size_t k = 0; k < n; ++k) v[k] = value_at(me, round, k);
-                return v;
-              };
               auto* device = static_cast<float*>(fake.allocate_device(std::max<std::size_t>(n, 1) * sizeof(float)));
-              const auto on_device_now = [&](const std::vector<float>& v) {
-                fake.write(device, std::span<const float>(v));
+              const auto write = [&](const std::vector<float>& values) {
+                fake.write(device, std::span<const float>(values));
                 return std::span<float>(device, n);
               };
-              const auto compare = [&](std::span<const float> from_device, const std::vector<float>& from_host) {
-                // Device slots hand device spans; host slots host ones.
-                const std::vector<float> got =
-                    fake.kind_of(from_device.data()) == chorus::memory_kind::cuda_device
-                        ? fake.read(from_device.data(), from_device.size())
-                        : std::vector<float>(from_device.begin(), from_device.end());
-                const bool bad = got.size() != from_host.size() ||
-                         (n > 0 && std::memcmp(got.data(), from_host.data(), n * sizeof(float)) != 0);
-                wrong += bad;
+              // Device slots hand device spans; host slots host ones.
+              const auto read = [&](std::span<const float> values) {
+                if (fake.kind_of(values.data()) == chorus::memory_kind::cuda_device)
+                  return fake.read(values.data(), values.size());
+                return std::vector<float>(values.begin(), values.end());
               };
-              std::vector<float> host = values(0);
-              chorus::window on_host(comm, std::span<const float>(host), {.codec = wire});
-              chorus::window in_device(comm, std::span<const float>(on_device_now(host)), {.codec = wire});
-              on_device += in_device.on_device() ? 1 : 0;
-              // Round 1: a put to every target, then a weighted update
-              // (non-blocking on the device: the background thread).
-              const std::vector<float> first = values(1);
-              on_host.put(first);
-              in_device.put(on_device_now(first));
-              on_host.quiesce();
-              in_device.quiesce();
-              std::vector<chorus::neighbour_weight> from;
-              for (int source : on_host.sources()) from.push_back({source, 0.25 + 0.1 * source});
-              on_host.update(host, 0.4, from);
-              (void)on_device_now(values(0));
-              in_device.update_nonblocking(std::span<float>(device, n), 0.4, from).wait();
-              compare(std::span<const float>(device, n), host);
-              wrong += in_device.p() != on_host.p();
-              comm.barrier();  // no round-2 entry lands before every rank's update
-              // Round 2: accumulates with weights (error feedback carries
-              // round 1's residual), read by collect with reset.
-              const std::vector<float> delta = values(2);
-              std::vector<chorus::neighbour_weight> to;
-              for (int target : on_host.targets()) to.push_back({target, 0.5 + 0.125 * target});
-              on_host.accumulate(delta, to);
-              in_device.accumulate(on_device_now(delta), to);
-              on_host.quiesce();
-              in_device.quiesce();
-              std::map<int, std::pair<std::vector<float>, double>> slots;
-              on_host.collect([&](int source, std::span<const float> value, double p) {
-                slots[source] = {std::vector<float>(value.begin(), value.end()), p};
-              });
-              in_device.collect(
-                  [&](int source, std::span<const float> value, double p) {
-                    compare(value, slots[source].first);
-                    wrong += p != slots[source].second;
-                  },
-                  true);
-              comm.barrier();
-              // Round 3: publish, then get with a weight.
-              const std::vector<float> published = values(3);
-              on_host.publish(published);
-              in_device.publish(on_device_now(published));
-              comm.barrier();
-              std::vector<chorus::neighbour_weight> weighted;
-              for (int source : on_host.sources()) weighted.push_back({source, 0.7});
-              on_host.get(weighted);
-              in_device.get(weighted);
-              slots.clear();
-              on_host.collect([&](int source, std::span<const float> value, double p) {
-                slots[source] = {std::vector<float>(value.begin(), value.end()), p};
-              });
-              in_device.collect([&](int source, std::span<const float> value, double p) {
-                compare(value, slots[source].first);
-                wrong += p != slots[source].second;
-              });
-              on_host.free();
-              in_device.free();
+              on_device += chorus_test::window_rounds(comm, n, wire, write, read, [&](const char*) { ++wrong; });
               fake.free_device(device);
             },
             chorus_test::quick());

@@ -1,5 +1,6 @@
 // Run under chorus-run -n N: every collective, point-to-point, the
-// compressed allreduce and D-PSGD's device mixing on device buffers through
+// compressed allreduce, D-PSGD's device mixing and window slots in device
+// memory (put, update, accumulate, publish, get) on device buffers through
 // the direct path (device pointers handed to UCX as they are,
 // CHORUS_CUDA_PATH=direct: any refusal is an error), each against the same
 // call on host memory with the same algorithm, bit for bit, and every
@@ -14,6 +15,7 @@
 // scripts/gpu-bundle's run does. Exit 0 only if everything matched; 77 where
 // there is no GPU (gpu_direct_check).
 #include "../collective_cases.hpp"
+#include "../window_rounds.hpp"
 
 #include <chorus/averaging/dpsgd.hpp>
 #include <chorus/compressed/allreduce.hpp>
@@ -236,6 +238,34 @@ void scheme_cases(chorus::communicator& comm, device_buffers& gpu, tally& t) {
   }
 }
 
+// A window over device memory keeps its slots there (forced direct: any
+// refusal is a failure) and gives the host window's bits: put, update,
+// accumulate with error feedback, publish and get (window_rounds.hpp).
+void window_cases(chorus::communicator& comm, device_buffers& gpu, tally& t) {
+  if (comm.size() < 2) return;
+  for (const char* wire : {"", "fp16", "int8"})
+    for (const std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{40009}}) {
+      float* device = gpu.copy_of(std::vector<float>(count));
+      const auto write = [&](const std::vector<float>& values) {
+        gpu.copy(device, values.data(), count * sizeof(float));
+        return std::span<float>(device, count);
+      };
+      const auto read = [&](std::span<const float> values) { return gpu.read(values.data(), values.size()); };
+      std::size_t wrong = 0;
+      const bool on_device = chorus_test::window_rounds(
+          comm, count, *wire ? chorus::codec::by_name(wire) : chorus::codec::any_codec(), write, read,
+          [&](const char* what) {
+            std::printf("direct_check: %s %s, count %zu: the device window's result differs from the host's\n", what,
+                        *wire ? wire : "float", count);
+            ++wrong;
+          });
+      if (!on_device) std::printf("direct_check: a window over device memory kept its slots in host memory\n");
+      t.cases += 1;
+      t.wrong += wrong > 0 || !on_device ? 1 : 0;
+      gpu.release_all();
+    }
+}
+
 int check(chorus::cuda::device& device, chorus::cuda::device_compute& kernels) {
   chorus::communicator comm = chorus::init();
   // Forced: a call the direct path refuses (UCX moves no CUDA memory, or
@@ -250,6 +280,7 @@ int check(chorus::cuda::device& device, chorus::cuda::device_compute& kernels) {
   allreduce_cases<std::int64_t>(comm, gpu, t, chorus::op::prod{}, "int64 prod", flavour::product);
   moving_cases(comm, gpu, t);
   scheme_cases(comm, gpu, t);
+  window_cases(comm, gpu, t);
   compressed_cases(comm, gpu, t, chorus::codec::fp16{}, "fp16");
   compressed_cases(comm, gpu, t, chorus::codec::bf16{}, "bf16");
   compressed_cases(comm, gpu, t, chorus::codec::int8{64}, "int8");

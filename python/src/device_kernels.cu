@@ -37,6 +37,13 @@ class kernels_on_device final : public cuda::device_compute {
     current().divide(values, n, divisor, stream);
   }
   void zero(float* values, std::size_t n, cuda::stream_handle stream) override { current().zero(values, n, stream); }
+  void weigh(double* sum, const float* in, std::size_t n, double weight, bool first,
+             cuda::stream_handle stream) override {
+    current().weigh(sum, in, n, weight, first, stream);
+  }
+  void narrow(const double* sum, float* out, std::size_t n, cuda::stream_handle stream) override {
+    current().narrow(sum, out, n, stream);
+  }
   void encode(const codec_spec& codec, const float* in, void* out, std::size_t n, cuda::stream_handle stream) override {
     current().encode(codec, in, out, n, stream);
   }

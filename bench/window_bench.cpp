@@ -3,6 +3,10 @@
 // ucp_put_bw / ucp_get_bw beside it).
 //
 //   chorus-run -n 2 window_bench [--min 8] [--max 64M] [--factor 4]
+//   chorus-run -n 2 gpu_window_bench ...     the tensors in device memory:
+//       slots in device memory (the direct path; UCX's cuda_ipc between
+//       processes on one GPU), what bench/gpu_vs_ucx_perftest sets beside
+//       ucx_perftest -m cuda's put and get. Exit 77 without a GPU.
 //
 // put: rank 0 puts a tensor of SIZE bytes into rank 1's slot N times, then
 // flushes (every entry landed): latency = time / N, bandwidth = SIZE N /
@@ -12,6 +16,17 @@
 // header). Each size is checked once: the slot must hold what was put.
 #include <chorus/chorus.hpp>
 #include <chorus/window.hpp>
+
+#ifndef CHORUS_WINDOW_BENCH_GPU
+#define CHORUS_WINDOW_BENCH_GPU 0
+#endif
+#if CHORUS_WINDOW_BENCH_GPU
+#include <chorus/cuda/router.hpp>
+#include <chorus/cuda/runtime.hpp>
+namespace perf {
+chorus::cuda::device_compute& device_kernels();  // tools/perf/device_kernels.cu
+}  // namespace perf
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +43,59 @@ double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
+// The benchmark's tensor: host memory, or in gpu_window_bench device
+// memory with the CUDA router installed (the window then keeps its slots
+// there, or says why not under CHORUS_DEBUG).
+class tensor {
+ public:
+  explicit tensor(const std::vector<float>& values) : host_(values) {
+#if CHORUS_WINDOW_BENCH_GPU
+    auto& ops = chorus::cuda::runtime().operations();
+    device_ = static_cast<float*>(ops.allocate_device(values.size() * sizeof(float)));
+    copy(device_, values.data(), values.size() * sizeof(float));
+#endif
+  }
+  ~tensor() {
+#if CHORUS_WINDOW_BENCH_GPU
+    chorus::cuda::runtime().operations().free_device(device_);
+#endif
+  }
+  tensor(const tensor&) = delete;
+  tensor& operator=(const tensor&) = delete;
+
+  std::span<const float> values() const {
+#if CHORUS_WINDOW_BENCH_GPU
+    return {device_, host_.size()};
+#else
+    return host_;
+#endif
+  }
+  // A span the window handed out, in host memory.
+  static std::vector<float> read(std::span<const float> from) {
+#if CHORUS_WINDOW_BENCH_GPU
+    std::vector<float> out(from.size());
+    copy(out.data(), from.data(), from.size_bytes());
+    return out;
+#else
+    return {from.begin(), from.end()};
+#endif
+  }
+
+ private:
+#if CHORUS_WINDOW_BENCH_GPU
+  static void copy(void* to, const void* from, std::size_t bytes) {
+    auto& ops = chorus::cuda::runtime().operations();
+    ops.copy_async(to, from, bytes, nullptr);
+    const chorus::cuda::event_handle done = ops.create_event();
+    ops.record(done, nullptr);
+    while (!ops.completed(done)) {}
+    ops.destroy_event(done);
+  }
+  float* device_ = nullptr;
+#endif
+  std::vector<float> host_;
+};
+
 struct result {
   double put = 0, get = 0, stream = 0;  // seconds per operation
   std::size_t wrong = 0;
@@ -37,25 +105,27 @@ result measure(chorus::communicator& comm, std::size_t bytes, int iterations) {
   const std::size_t elements = std::max<std::size_t>(1, bytes / sizeof(float));
   std::vector<float> values(elements);
   for (std::size_t k = 0; k < elements; ++k) values[k] = static_cast<float>(k % 1000) + 0.5f;
+  const tensor model(values);
   const bool writer = comm.rank() == 0;
-  chorus::window win(comm, values, {.sources = writer ? std::vector<int>{} : std::vector<int>{0}});
+  chorus::window win(comm, model.values(), {.sources = writer ? std::vector<int>{} : std::vector<int>{0}});
   result timed;
   // Check once: what rank 1's slot holds is what rank 0 put.
   if (writer) {
-    win.put(values);
+    win.put(model.values());
     win.flush();  // landed: a barrier does not order it
   }
   comm.barrier();
   if (!writer)
-    win.collect([&](int, std::span<const float> got, double) {
+    win.collect([&](int, std::span<const float> slot, double) {
+      const std::vector<float> got = tensor::read(slot);
       for (std::size_t k = 0; k < elements; ++k) timed.wrong += got[k] != values[k];
     });
   comm.barrier();
   if (writer) {
-    win.put(values);  // warm-up
+    win.put(model.values());  // warm-up
     win.flush();
     const auto start = clock_type::now();
-    for (int i = 0; i < iterations; ++i) win.put(values);
+    for (int i = 0; i < iterations; ++i) win.put(model.values());
     win.flush();
     timed.put = seconds_since(start) / iterations;
   }
@@ -117,6 +187,14 @@ int main(int argc, char** argv) {
     (flag == "--min" ? min_bytes : flag == "--max" ? max_bytes : factor) = *value;
   }
   try {
+#if CHORUS_WINDOW_BENCH_GPU
+    if (!chorus::cuda::available()) {
+      std::printf("gpu_window_bench: no CUDA device here\n");
+      return 77;
+    }
+    chorus::cuda::router router(chorus::cuda::runtime(), {}, &perf::device_kernels());
+    const chorus::cuda::route_front_doors routing(router);
+#endif
     chorus::communicator comm = chorus::init();
     if (comm.size() != 2) {
       std::fprintf(stderr, "window_bench runs on 2 ranks (chorus-run -n 2 window_bench)\n");
@@ -124,9 +202,9 @@ int main(int argc, char** argv) {
     }
     if (comm.rank() == 0)
       std::printf(
-          "# chorus window: rank 0 puts into rank 1, rank 1 gets from rank 0\n%12s %8s %10s %10s %10s %10s "
+          "# chorus window (%s): rank 0 puts into rank 1, rank 1 gets from rank 0\n%12s %8s %10s %10s %10s %10s "
           "%12s %7s\n",
-          "size(B)", "iters", "put(us)", "put(GB/s)", "get(us)", "get(GB/s)", "stream(GB/s)", "#wrong");
+          CHORUS_WINDOW_BENCH_GPU ? "device tensors" : "host tensors", "size(B)", "iters", "put(us)", "put(GB/s)", "get(us)", "get(GB/s)", "stream(GB/s)", "#wrong");
     std::size_t wrong = 0;
     for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
       const int iterations = static_cast<int>(std::clamp<std::size_t>((512u << 20) / bytes, 8, 20000));

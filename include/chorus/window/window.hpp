@@ -275,8 +275,7 @@ class window {
   template <class OnSlot>
   void collect_from(std::span<const int> from, OnSlot&& on_slot, bool reset = false) {
     in_order();
-    if (device_) return on_device([&] { collect_from_now(from, on_slot, reset); });
-    collect_from_now(from, on_slot, reset);
+    in_device_pass([&] { collect_from_now(from, on_slot, reset); });
   }
 
   // Entries landed in `source`'s slot since the last update() or collect()
@@ -624,11 +623,12 @@ class window {
   }
 
   void get_now(const std::vector<neighbour_weight>& from) {
-    if (device_ && where_ == nullptr) return on_device([&] { get_now(from); });
-    write_pending();
-    for_each_weighted(sources_, from, "get", [&](source_state& source, double weight) {
-      read_new(source);  // entries before the get are superseded by it
-      read_published(source, weight);
+    in_device_pass([&] {
+      write_pending();
+      for_each_weighted(sources_, from, "get", [&](source_state& source, double weight) {
+        read_new(source);  // entries before the get are superseded by it
+        read_published(source, weight);
+      });
     });
   }
 
@@ -649,15 +649,16 @@ class window {
 
   template <class OnSlot>
   void collect_now(OnSlot&& on_slot, bool reset) {
-    if (device_ && where_ == nullptr) return on_device([&] { collect_now(on_slot, reset); });
-    write_pending();
-    each_live(sources_, [&](source_state& source) { read_new(source); });
-    settle_device();
-    for (source_state& source : sources_) {
-      if (source.lost) continue;
-      on_slot(source.rank, value_of(source), source.p);
-      settle(source, reset);
-    }
+    in_device_pass([&] {
+      write_pending();
+      each_live(sources_, [&](source_state& source) { read_new(source); });
+      settle_device();
+      for (source_state& source : sources_) {
+        if (source.lost) continue;
+        on_slot(source.rank, value_of(source), source.p);
+        settle(source, reset);
+      }
+    });
   }
   template <class OnSlot>
   void collect_from_now(std::span<const int> from, OnSlot&& on_slot, bool reset) {
@@ -818,8 +819,8 @@ class window {
   }
 
   // Sends `card` to every neighbour and returns theirs, in the same order.
-  std::vector<std::vector<std::byte>> trade_cards(const std::vector<int>& neighbours, const std::vector<std::byte>& card,
-                                                  transport::tag_t tag) {
+  std::vector<std::vector<std::byte>> trade_cards(const std::vector<int>& neighbours,
+                                                  const std::vector<std::byte>& card, transport::tag_t tag) {
     std::vector<std::vector<std::byte>> cards(neighbours.size(), std::vector<std::byte>(max_card_bytes));
     std::vector<typename Communicator::request> requests;
     for (std::size_t k = 0; k < neighbours.size(); ++k) {
@@ -1021,15 +1022,22 @@ class window {
 
   // This rank's published tensor: written in place (the slot protocol with
   // this rank as the writer; the readers are remote).
-  void publish_host(std::span<const float> values) {
+  // write_payload(number, where the header ends) writes the payload.
+  template <class WritePayload>
+  void publish_entry(std::size_t payload_bytes, WritePayload&& write_payload) {
     std::byte* slot = region_.data();
     const std::uint64_t number = ++published_count_;
     windows::counter_at(slot, windows::begun_at).fetch_add(1, std::memory_order_acq_rel);
     std::byte* entry = slot + published_.entry_at(number);
-    const windows::entry_header header{windows::entry_kind::put, 0, number, p_, published_.payload_bytes};
+    const windows::entry_header header{windows::entry_kind::put, 0, number, p_, payload_bytes};
     windows::copy_racing(entry, &header, sizeof header);
-    windows::copy_racing(entry + sizeof header, values.data(), values.size_bytes());
+    write_payload(number, entry + sizeof header);
     windows::counter_at(slot, windows::completed_at).fetch_add(1, std::memory_order_acq_rel);
+  }
+  void publish_host(std::span<const float> values) {
+    publish_entry(published_.payload_bytes, [&](std::uint64_t, std::byte* payload) {
+      windows::copy_racing(payload, values.data(), values.size_bytes());
+    });
   }
 
   // Device memory (a router installed: route/memory_router.hpp) is staged:
@@ -1037,7 +1045,8 @@ class window {
   template <class T, class Body>
   void on_host(std::span<T> values, buffer_use use, Body&& body) {
     if (memory_router* router = routed(values))
-      return through_host(*router, comm_, [&](std::span<T> host) { body(host); }, staged(values, use));
+      return through_host(
+          *router, comm_, [&](std::span<T> host) { body(host); }, staged(values, use));
     body(values);
   }
 
@@ -1061,9 +1070,11 @@ class window {
 
   void write_pending() {
     progress_.rethrow_if_failed();  // a neighbour's malformed request, found by the relay
-    if (device_ && where_ == nullptr && any_pending()) return on_device([&] { write_pending(); });
-    each_live(targets_, [&](target_state& target) {
-      while (target.has_pending() && write_entry_if_room(target, link_busy::keep_pending)) {}
+    if (!any_pending()) return;
+    in_device_pass([&] {
+      each_live(targets_, [&](target_state& target) {
+        while (target.has_pending() && write_entry_if_room(target, link_busy::keep_pending)) {}
+      });
     });
   }
 
@@ -1084,28 +1095,45 @@ class window {
   // pushes at the link's pace instead of waiting for it. True if it wrote.
   bool write_entry(target_state& target, windows::entry_kind kind, std::span<const float> values, double p,
                    link_busy busy) {
-    if (device_) return write_entry_on_device(target, kind, values, p, busy);
     if (!room_for(target, kind, busy)) return false;
     region& to = link(target.rank);
     const std::uint64_t number = target.written + 1;
     to.wait(comm_.deadline());  // the staging buffer is free again
     const std::size_t at = target.offset + slot_.entry_at(number);
-    std::byte* entry = to.mapped_at(at);
-    if (entry == nullptr) {
-      target.staging.resize(slot_.entry_bytes());
-      entry = target.staging.data();
-    }
+    const windows::entry_header header{kind, 0, number, p, entry_payload_bytes()};
     to.increment(target.offset + windows::begun_at);
-    const windows::entry_header header{kind, 0, number, p, slot_.payload_bytes};
-    windows::copy_racing(entry, &header, sizeof header);
-    encode(target, values, std::span<std::byte>(entry + sizeof header, slot_.payload_bytes));
-    if (!to.mapped()) to.write(at, std::span<const std::byte>(entry, sizeof header + slot_.payload_bytes));
+    if (device_)
+      write_entry_on_device(target, to, at, header, values);
+    else
+      write_entry_on_host(target, to, at, header, values);
     to.increment(target.offset + windows::completed_at);
     target.written = number;
     traffic& counters = this_thread_traffic();
-    counters.bytes_sent += sizeof header + slot_.payload_bytes;
+    counters.bytes_sent += sizeof header + header.payload_bytes;
     ++counters.messages_sent;
     return true;
+  }
+
+  // Header and payload written in place where the target's slot is mapped
+  // here, else into the staging buffer and sent whole.
+  void write_entry_on_host(target_state& target, region& to, std::size_t at, const windows::entry_header& header,
+                           std::span<const float> values) {
+    std::byte* entry = entry_buffer(target, to, at);
+    windows::copy_racing(entry, &header, sizeof header);
+    encode(target, values, std::span<std::byte>(entry + sizeof header, slot_.payload_bytes));
+    if (!to.mapped()) to.write(at, std::span<const std::byte>(entry, sizeof header + slot_.payload_bytes));
+  }
+
+  // Where entry `at` of the target's slot is written: in place where it is
+  // mapped here, else the staging buffer (free: the link was waited on).
+  std::byte* entry_buffer(target_state& target, region& to, std::size_t at) {
+    if (std::byte* entry = to.mapped_at(at)) return entry;
+    target.staging.resize(slot_.entry_bytes());
+    return target.staging.data();
+  }
+
+  std::size_t entry_payload_bytes() const noexcept {
+    return device_ ? device_layout_.payload_bytes : slot_.payload_bytes;
   }
 
   // Whether this rank's next entry of `kind` can be written to the target
@@ -1161,14 +1189,15 @@ class window {
   // copying again while the writer rewrites what it copies (bounded: a
   // writer that died mid-entry is a peer failure, a live one finishes).
   void read_new(source_state& source) {
-    if (device_ && where_ == nullptr) return on_device([&] { read_new(source); });
-    if (try_read_new(source)) return;
-    comm_.poll_until(
-        [&] {
-          serve_relay_if_here();
-          return try_read_new(source);
-        },
-        "window read", source.rank);
+    in_device_pass([&] {
+      if (try_read_new(source)) return;
+      comm_.poll_until(
+          [&] {
+            serve_relay_if_here();
+            return try_read_new(source);
+          },
+          "window read", source.rank);
+    });
   }
 
   // A read that waits on the thread this window's relay runs on (a server
@@ -1180,32 +1209,50 @@ class window {
 
   // True once the slot's new entries are applied (or there are none);
   // false when the copy was not whole.
+  // Copies of entries are checked before use: the newest entry, and the one
+  // before when the newest is an accumulate the reader has not seen the
+  // entry before of (copy index 0 newest, 1 the one before).
   bool try_read_new(source_state& source) {
-    if (device_) return try_read_new_on_device(source);
     std::byte* slot = region_.data() + source.offset;
-    const std::size_t entry_bytes = sizeof(windows::entry_header) + slot_.payload_bytes;
+    const std::size_t entry_bytes =
+        sizeof(windows::entry_header) + slot_.payload_bytes;  // the header alone on device slots
     copies_.resize(2 * entry_bytes);
     const std::uint64_t newest = windows::counter_at(slot, windows::completed_at).load(std::memory_order_acquire);
     if (newest == source.consumed) return true;
-    if (!codec_ && try_read_put_in_place(source, slot, newest)) return true;
-    std::byte* first = copies_.data();
-    windows::copy_racing(first, slot + slot_.entry_at(newest), entry_bytes);
+    if (!device_ && !codec_ && try_read_put_in_place(source, slot, newest)) return true;
+    const auto copy_entry = [&](std::size_t index, std::uint64_t number) {
+      windows::copy_racing(copies_.data() + index * entry_bytes, slot + slot_.entry_at(number), entry_bytes);
+      if (device_)
+        arithmetic().copy(payload_copy(source, index, entry_bytes),
+                          device_->data() + device_layout_.payload_at(source.device_offset, number),
+                          device_layout_.payload_bytes);
+    };
+    copy_entry(0, newest);
     std::uint64_t oldest = newest;
     windows::entry_header head;
-    std::memcpy(&head, first, sizeof head);
-    if (head.kind == windows::entry_kind::accumulate && newest - 1 > source.consumed) {
-      oldest = newest - 1;
-      windows::copy_racing(first + entry_bytes, slot + slot_.entry_at(oldest), entry_bytes);
-    }
+    std::memcpy(&head, copies_.data(), sizeof head);
+    if (head.kind == windows::entry_kind::accumulate && newest - 1 > source.consumed)
+      copy_entry(1, oldest = newest - 1);
+    settle_device();  // the payloads' copies are whole before `begun` says whether they were rewritten meanwhile
     std::atomic_thread_fence(std::memory_order_acquire);
     if (windows::counter_at(slot, windows::begun_at).load(std::memory_order_acquire) >= oldest + 2) {
       if (neighbour_gone(source.rank)) gone(source.rank, "window read (its writer died mid-entry)");
       return false;
     }
-    apply(source, first, entry_bytes, newest, oldest);
+    const auto [last, first] =
+        checked_entries(source, copies_.data(), copies_.data() + entry_bytes, newest, oldest, entry_payload_bytes());
+    if (oldest != newest) apply_one(source, first, payload_copy(source, 1, entry_bytes));
+    apply_one(source, last, payload_copy(source, 0, entry_bytes));
     source.consumed = newest;
     windows::counter_at(slot, windows::consumed_at).store(newest, std::memory_order_release);
     return true;
+  }
+
+  // Where copy `index`'s payload is: after its header here, or in the
+  // source's device copies.
+  std::byte* payload_copy(source_state& source, std::size_t index, std::size_t entry_bytes) {
+    if (device_) return source.device_copies + index * device_layout_.slot_entry();
+    return copies_.data() + index * entry_bytes + sizeof(windows::entry_header);
   }
 
   // Without a codec, a put entry is copied once, into the spare value that
@@ -1229,15 +1276,6 @@ class window {
     return true;
   }
 
-  // Applies whole copies of entries oldest..newest (newest first in `copies`).
-  void apply(source_state& source, const std::byte* copies, std::size_t entry_bytes, std::uint64_t newest,
-             std::uint64_t oldest) {
-    const auto [last, first] =
-        checked_entries(source, copies, copies + entry_bytes, newest, oldest, slot_.payload_bytes);
-    if (oldest != newest) apply_one(source, first, copies + entry_bytes + sizeof first);
-    apply_one(source, last, copies + sizeof last);
-  }
-
   // The headers of whole copies of entries newest and (when it differs)
   // oldest, checked: an accumulate must not have overwritten an entry not
   // yet read.
@@ -1251,7 +1289,8 @@ class window {
       return failure(errc::mismatch, "window slot: an accumulate overwrote an entry not yet read", source.rank,
                      "window read");
     };
-    const windows::entry_header last = windows::checked_header(newest_copy, newest, payload_bytes, "window read", me, peer);
+    const windows::entry_header last =
+        windows::checked_header(newest_copy, newest, payload_bytes, "window read", me, peer);
     if (last.kind == windows::entry_kind::accumulate && oldest == newest && newest - 1 > source.consumed)
       throw overwritten();
     windows::entry_header first{};
@@ -1263,6 +1302,7 @@ class window {
   }
 
   void apply_one(source_state& source, const windows::entry_header& header, const std::byte* payload) {
+    if (device_) return apply_on_device(source, header, payload);
     const std::span<const std::byte> bytes(payload, slot_.payload_bytes);
     if (header.kind == windows::entry_kind::put) {
       codec_.decode(bytes, source.value);
@@ -1294,24 +1334,48 @@ class window {
   // The tensor is copied once, into the spare value that then becomes the
   // value; a copy that was not whole is copied again.
   bool try_read_published(source_state& source, double weight) {
-    if (device_) return try_read_published_on_device(source, weight);
     region& from = link(source.rank);
     if (neighbour_gone(source.rank)) gone(source.rank, "window get");
     const std::uint64_t newest = from.load(windows::completed_at, comm_.deadline());
     std::byte head[sizeof(windows::entry_header)];
-    source.spare.resize(elements_);
     from.read(published_.entry_at(newest), head, comm_.deadline());
-    from.read(published_.entry_at(newest) + sizeof head, std::as_writable_bytes(std::span(source.spare)),
-              comm_.deadline());
+    const std::size_t bytes = elements_ * sizeof(float);
+    if (device_)
+      read_published_on_device(source, newest);
+    else
+      from.read(published_.entry_at(newest) + sizeof head, std::as_writable_bytes(spare_of(source)), comm_.deadline());
     if (from.load(windows::begun_at, comm_.deadline()) >= newest + 2) return false;
-    const windows::entry_header header = windows::checked_header(head, newest, published_.payload_bytes, "window get",
-                                                                 comm_.world_rank(comm_.rank()), from.world_rank());
-    if (weight != 1.0)
-      for (float& value : source.spare) value = static_cast<float>(weight * value);
-    source.value.swap(source.spare);
+    const windows::entry_header header =
+        windows::checked_header(head, newest, bytes, "window get", comm_.world_rank(comm_.rank()), from.world_rank());
+    if (weight != 1.0) scale_spare(source, weight);
+    swap_spare(source);
     source.p = weight * header.p;
     ++source.gets;
     return true;
+  }
+
+  // The spare value a get copies into (the value once whole), where it lives.
+  std::span<float> spare_of(source_state& source) {
+    if (device_) return {source.device_spare, elements_};
+    source.spare.resize(elements_);
+    return source.spare;
+  }
+  void swap_spare(source_state& source) {
+    if (device_)
+      std::swap(source.device_value, source.device_spare);
+    else
+      source.value.swap(source.spare);
+  }
+  // spare *= weight, in double, rounded once.
+  void scale_spare(source_state& source, double weight) {
+    if (!device_) {
+      for (float& value : source.spare) value = static_cast<float>(weight * value);
+      return;
+    }
+    local_arithmetic& where = arithmetic();
+    auto* sum = static_cast<double*>(where.scratch(elements_ * sizeof(double), 2));
+    where.weigh(sum, source.device_spare, elements_, weight, true);
+    where.narrow(sum, source.device_spare, elements_);
   }
 
   // Device slots ---------------------------------------------------------
@@ -1399,6 +1463,15 @@ class window {
         },
         detail::waiting_on(comm_));
   }
+  // body() in a pass through the device's arithmetic where the slots are in
+  // device memory (joining the pass under way), plainly where they are not.
+  template <class Body>
+  void in_device_pass(Body&& body) {
+    if (device_)
+      on_device(body);
+    else
+      body();
+  }
   local_arithmetic& arithmetic() const noexcept { return *where_; }
   // The device's work so far is done (before a caller reads a value).
   void settle_device() {
@@ -1422,53 +1495,30 @@ class window {
   void publish_device(std::span<const float> values) {
     require_device(values, "publish");
     const auto publish_with = [&](local_arithmetic& where) {
-      std::byte* slot = region_.data();
-      const std::uint64_t number = ++published_count_;
-      windows::counter_at(slot, windows::begun_at).fetch_add(1, std::memory_order_acq_rel);
-      const windows::entry_header header{windows::entry_kind::put, 0, number, p_, device_layout_.tensor_bytes};
-      windows::copy_racing(slot + published_.entry_at(number), &header, sizeof header);
-      where.copy(device_->data() + device_layout_.published_at(number), values.data(), device_layout_.tensor_bytes);
-      where.settle();
-      windows::counter_at(slot, windows::completed_at).fetch_add(1, std::memory_order_acq_rel);
+      publish_entry(device_layout_.tensor_bytes, [&](std::uint64_t number, std::byte*) {
+        where.copy(device_->data() + device_layout_.published_at(number), values.data(), device_layout_.tensor_bytes);
+        where.settle();
+      });
     };
     router_->through_direct(device_view_, publish_with, detail::waiting_on(comm_));
   }
 
-  // As write_entry: the entry is encoded on the device, `begun` lands, the
-  // header is written, the payload is put into the target's device region
-  // and flushed (the counter travels another transport: a fence would not
-  // order them), and only then does `completed` say so.
-  bool write_entry_on_device(target_state& target, windows::entry_kind kind, std::span<const float> values, double p,
-                             link_busy busy) {
-    if (!room_for(target, kind, busy)) return false;
-    local_arithmetic& where = arithmetic();
-    region& to = link(target.rank);
-    const std::uint64_t number = target.written + 1;
-    const std::size_t payload = device_layout_.payload_bytes;
-    to.wait(comm_.deadline());
+  // As write_entry_on_host, with the payload encoded on the device and put
+  // into the target's device region once `begun` landed (it may rewrite
+  // entry number - 2's buffer), then flushed: the `completed` that follows
+  // travels another transport, which a fence would not order.
+  void write_entry_on_device(target_state& target, region& to, std::size_t at, const windows::entry_header& header,
+                             std::span<const float> values) {
     encode_on_device(target, values);
-    where.settle();  // whole before the transport reads it
-    to.increment(target.offset + windows::begun_at);
-    to.flush(comm_.deadline());  // landed before the payload may rewrite entry number - 2's buffer
-    const windows::entry_header header{kind, 0, number, p, payload};
-    const std::size_t at = target.offset + slot_.entry_at(number);
-    if (std::byte* entry = to.mapped_at(at); entry != nullptr) {
-      windows::copy_racing(entry, &header, sizeof header);
-    } else {
-      target.staging.resize(sizeof header);
-      std::memcpy(target.staging.data(), &header, sizeof header);
-      to.write(at, target.staging);
-    }
+    arithmetic().settle();  // whole before the transport reads it
+    to.flush(comm_.deadline());
+    std::byte* entry = entry_buffer(target, to, at);  // the header alone: slot_ has no payload
+    windows::copy_racing(entry, &header, sizeof header);
+    if (!to.mapped()) to.write(at, std::span<const std::byte>(entry, sizeof header));
     auto& payload_link = device_->link(target.rank);
-    payload_link.write(device_layout_.payload_at(target.device_offset, number),
-                       std::span<const std::byte>(on_network(target.device_staging), payload));
+    payload_link.write(device_layout_.payload_at(target.device_offset, header.number),
+                       std::span<const std::byte>(on_network(target.device_staging), header.payload_bytes));
     payload_link.flush(comm_.deadline());
-    to.increment(target.offset + windows::completed_at);
-    target.written = number;
-    traffic& counters = this_thread_traffic();
-    counters.bytes_sent += sizeof header + payload;
-    ++counters.messages_sent;
-    return true;
   }
 
   void encode_on_device(target_state& target, std::span<const float> values) {
@@ -1505,41 +1555,6 @@ class window {
     entry.p += weight * p_;
   }
 
-  // As try_read_new: headers copied here, payloads copied on the device
-  // (settled before `begun` is read), then applied there.
-  bool try_read_new_on_device(source_state& source) {
-    local_arithmetic& where = arithmetic();
-    std::byte* slot = region_.data() + source.offset;
-    const std::uint64_t newest = windows::counter_at(slot, windows::completed_at).load(std::memory_order_acquire);
-    if (newest == source.consumed) return true;
-    const std::size_t payload = device_layout_.payload_bytes, entry = device_layout_.slot_entry();
-    constexpr std::size_t header_bytes = sizeof(windows::entry_header);
-    std::byte heads[2 * header_bytes];
-    windows::copy_racing(heads, slot + slot_.entry_at(newest), header_bytes);
-    where.copy(source.device_copies, device_->data() + device_layout_.payload_at(source.device_offset, newest), payload);
-    windows::entry_header head;
-    std::memcpy(&head, heads, sizeof head);
-    std::uint64_t oldest = newest;
-    if (head.kind == windows::entry_kind::accumulate && newest - 1 > source.consumed) {
-      oldest = newest - 1;
-      windows::copy_racing(heads + header_bytes, slot + slot_.entry_at(oldest), header_bytes);
-      where.copy(source.device_copies + entry,
-                 device_->data() + device_layout_.payload_at(source.device_offset, oldest), payload);
-    }
-    where.settle();
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (windows::counter_at(slot, windows::begun_at).load(std::memory_order_acquire) >= oldest + 2) {
-      if (neighbour_gone(source.rank)) gone(source.rank, "window read (its writer died mid-entry)");
-      return false;
-    }
-    const auto [last, first] = checked_entries(source, heads, heads + header_bytes, newest, oldest, payload);
-    if (oldest != newest) apply_on_device(source, first, source.device_copies + entry);
-    apply_on_device(source, last, source.device_copies);
-    source.consumed = newest;
-    windows::counter_at(slot, windows::consumed_at).store(newest, std::memory_order_release);
-    return true;
-  }
-
   void apply_on_device(source_state& source, const windows::entry_header& header, const std::byte* payload) {
     local_arithmetic& where = arithmetic();
     const bool put = header.kind == windows::entry_kind::put;
@@ -1572,32 +1587,12 @@ class window {
     p_ = p;
   }
 
-  // As try_read_published: the source's published payload comes by RMA
-  // into the spare device value.
-  bool try_read_published_on_device(source_state& source, double weight) {
-    local_arithmetic& where = arithmetic();
-    region& from = link(source.rank);
-    if (neighbour_gone(source.rank)) gone(source.rank, "window get");
-    const std::uint64_t newest = from.load(windows::completed_at, comm_.deadline());
-    std::byte head[sizeof(windows::entry_header)];
-    from.read(published_.entry_at(newest), head, comm_.deadline());
-    const std::size_t bytes = device_layout_.tensor_bytes;
-    where.settle();  // no step still uses the spare value
+  // The source's published payload, by RMA into the spare device value.
+  void read_published_on_device(source_state& source, std::uint64_t newest) {
+    arithmetic().settle();  // no step still uses the spare value
     device_->link(source.rank)
-        .read(device_layout_.published_at(newest), std::span<std::byte>(on_network(source.device_spare), bytes),
-              comm_.deadline());
-    if (from.load(windows::begun_at, comm_.deadline()) >= newest + 2) return false;
-    const windows::entry_header header = windows::checked_header(head, newest, bytes, "window get",
-                                                                 comm_.world_rank(comm_.rank()), from.world_rank());
-    if (weight != 1.0) {
-      auto* sum = static_cast<double*>(where.scratch(elements_ * sizeof(double), 2));
-      where.weigh(sum, source.device_spare, elements_, weight, true);
-      where.narrow(sum, source.device_spare, elements_);
-    }
-    std::swap(source.device_value, source.device_spare);
-    source.p = weight * header.p;
-    ++source.gets;
-    return true;
+        .read(device_layout_.published_at(newest),
+              std::span<std::byte>(on_network(source.device_spare), device_layout_.tensor_bytes), comm_.deadline());
   }
 
   static constexpr std::size_t max_card_bytes = 4096;

@@ -23,6 +23,14 @@
 // Cost: each kernel reads and writes its bytes once (onebit and int8 encode
 // read a block once per warp); memory bound, so the target is the
 // device-to-device copy bandwidth (bench/gpu_kernels.cu measures both).
+// Reaching it takes bytes in flight: about bandwidth x latency, 3.4 TB/s x
+// ~1 us on an H200, over the ~270k threads resident at once. One 4-byte
+// load per thread is a third of that (the one-element-per-thread codecs ran
+// at 45-48% of the copy, the reductions' two loads at 88%), so every thread
+// reads all its `per_thread` elements before it writes any (an element
+// step's value() only reads, its write() only writes: the compiler may not
+// move a load above a store it cannot prove apart), and the block codecs'
+// lanes read `per_thread` elements at a time the same way.
 // Every call returns once the work is enqueued; it is visible to later work
 // on `stream`. Launch errors throw chorus::error.
 #pragma once
@@ -55,6 +63,7 @@ namespace detail {
 
 inline constexpr int threads_per_block = 256;
 inline constexpr int warp = 32;
+inline constexpr std::size_t per_thread = 4;  // elements a thread reads before it writes (see Cost)
 inline constexpr std::size_t most_blocks = 65535;  // grid-stride loops cover the rest
 
 inline unsigned grid_for(std::size_t items, std::size_t per_block) {
@@ -63,11 +72,27 @@ inline unsigned grid_for(std::size_t items, std::size_t per_block) {
 
 inline void launched(const char* what) { chorus::cuda::detail::check(cudaGetLastError(), what); }
 
-// f(i) for every i in [0, n), by a grid-stride loop.
+// Elements first, first + step, ... (per_thread of them, those below n):
+// every value read, then every one written. An element step is
+//   CHORUS_HD V value(std::size_t i) const;     // reads only: what element i becomes
+//   CHORUS_HD void write(std::size_t i, V) const;  // writes only
+template <class F>
+CHORUS_HD void each_of_tile(const F& f, std::size_t first, std::size_t step, std::size_t n) {
+  decltype(f.value(0)) values[per_thread];
+  for (std::size_t k = 0; k < per_thread; ++k)
+    if (const std::size_t i = first + k * step; i < n) values[k] = f.value(i);
+  for (std::size_t k = 0; k < per_thread; ++k)
+    if (const std::size_t i = first + k * step; i < n) f.write(i, values[k]);
+}
+
+// Every element of [0, n), a tile of per_thread x blockDim elements per
+// block and turn (coalesced: thread t takes t, t + blockDim, ...), by a
+// grid-stride loop over tiles.
 template <class F>
 __global__ void each_element(std::size_t n, F f) {
-  const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+  const std::size_t tile = static_cast<std::size_t>(blockDim.x) * per_thread;
+  for (std::size_t first = blockIdx.x * tile; first < n; first += tile * gridDim.x)
+    each_of_tile(f, first + threadIdx.x, blockDim.x, n);
 }
 
 // f(block, lane) for every codec block, one warp per block.
@@ -91,8 +116,8 @@ struct on_stream {
   template <class F>
   void elements(std::size_t n, const F& f, const char* what) const {
     if (n == 0) return;
-    detail::each_element<<<detail::grid_for(n, detail::threads_per_block), detail::threads_per_block, 0, stream>>>(n,
-                                                                                                                   f);
+    constexpr int threads = detail::threads_per_block;
+    detail::each_element<<<detail::grid_for(n, threads * detail::per_thread), threads, 0, stream>>>(n, f);
     detail::launched(what);
   }
   template <class F>
@@ -106,9 +131,12 @@ struct on_stream {
 };
 
 struct on_host_thread {
+  // The device's tiles, one thread after another.
   template <class F>
   void elements(std::size_t n, const F& f, const char*) const {
-    for (std::size_t i = 0; i < n; ++i) f(i);
+    const std::size_t threads = detail::threads_per_block, tile = threads * detail::per_thread;
+    for (std::size_t first = 0; first < n; first += tile)
+      for (std::size_t t = 0; t < threads; ++t) detail::each_of_tile(f, first + t, threads, n);
   }
   template <class F>
   void codec_blocks(std::size_t blocks, const F& f, const char*) const {
@@ -148,9 +176,10 @@ struct reduce_step {
   const A* incoming;
   Op op;
   bool incoming_is_lower;
-  CHORUS_HD void operator()(std::size_t i) const {
-    accumulate[i] = incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i]);
+  CHORUS_HD A value(std::size_t i) const {
+    return incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i]);
   }
+  CHORUS_HD void write(std::size_t i, A v) const { accumulate[i] = v; }
 };
 
 template <class A, class Op>
@@ -158,14 +187,16 @@ struct finalize_step {
   A* values;
   Op op;
   std::size_t contributions;
-  CHORUS_HD void operator()(std::size_t i) const { values[i] = op.finalize(values[i], contributions); }
+  CHORUS_HD A value(std::size_t i) const { return op.finalize(values[i], contributions); }
+  CHORUS_HD void write(std::size_t i, A v) const { values[i] = v; }
 };
 
 template <class To, class From>
 struct convert_step {
   To* to;
   const From* from;
-  CHORUS_HD void operator()(std::size_t i) const { to[i] = static_cast<To>(from[i]); }
+  CHORUS_HD To value(std::size_t i) const { return static_cast<To>(from[i]); }
+  CHORUS_HD void write(std::size_t i, To v) const { to[i] = v; }
 };
 
 // --- the compressed collectives' scaling -----------------------------------------
@@ -174,18 +205,21 @@ struct multiply_step {
   const float* in;
   float* out;
   float factor;
-  CHORUS_HD void operator()(std::size_t i) const { out[i] = hd::multiply(in[i], factor); }
+  CHORUS_HD float value(std::size_t i) const { return hd::multiply(in[i], factor); }
+  CHORUS_HD void write(std::size_t i, float v) const { out[i] = v; }
 };
 
 struct divide_step {
   float* values;
   float divisor;
-  CHORUS_HD void operator()(std::size_t i) const { values[i] = hd::divide(values[i], divisor); }
+  CHORUS_HD float value(std::size_t i) const { return hd::divide(values[i], divisor); }
+  CHORUS_HD void write(std::size_t i, float v) const { values[i] = v; }
 };
 
 struct zero_step {
   float* values;
-  CHORUS_HD void operator()(std::size_t i) const { values[i] = 0.0f; }
+  CHORUS_HD float value(std::size_t) const { return 0.0f; }
+  CHORUS_HD void write(std::size_t i, float v) const { values[i] = v; }
 };
 
 // --- the window's weighted sums, in double ---------------------------------------
@@ -195,11 +229,24 @@ struct weigh_step {
   const float* in;
   double weight;
   bool first;
-  CHORUS_HD void operator()(std::size_t i) const {
+  CHORUS_HD double value(std::size_t i) const {
     const double term = hd::multiply(weight, static_cast<double>(in[i]));
-    sum[i] = first ? term : hd::add(sum[i], term);
+    return first ? term : hd::add(sum[i], term);
   }
+  CHORUS_HD void write(std::size_t i, double v) const { sum[i] = v; }
 };
+
+// --- decoding -------------------------------------------------------------------
+
+// What out[i] becomes when a decoded value arrives: the value, or (decode_add)
+// out[i] plus it, as the CPU codecs compute it.
+template <bool Accumulate>
+CHORUS_HD float decoded(const float* out, std::size_t i, float value) {
+  float result = 0.0f;
+  if constexpr (Accumulate) result = out[i];
+  codec::element::decoded_into<Accumulate>(result, value);
+  return result;
+}
 
 // --- fp16 and bf16 -------------------------------------------------------------
 
@@ -221,19 +268,32 @@ struct two_byte_encode {
   const float* in;
   std::uint16_t* out;
   codec::overflow policy;
-  CHORUS_HD void operator()(std::size_t i) const { out[i] = two_byte<Codec>::encode(in[i], policy); }
+  CHORUS_HD std::uint16_t value(std::size_t i) const { return two_byte<Codec>::encode(in[i], policy); }
+  CHORUS_HD void write(std::size_t i, std::uint16_t v) const { out[i] = v; }
 };
 
 template <class Codec, bool Accumulate>
 struct two_byte_decode {
   const std::uint16_t* in;
   float* out;
-  CHORUS_HD void operator()(std::size_t i) const {
-    codec::element::decoded_into<Accumulate>(out[i], two_byte<Codec>::decode(in[i]));
-  }
+  CHORUS_HD float value(std::size_t i) const { return decoded<Accumulate>(out, i, two_byte<Codec>::decode(in[i])); }
+  CHORUS_HD void write(std::size_t i, float v) const { out[i] = v; }
 };
 
 // --- int8 --------------------------------------------------------------------------
+
+// x[first], x[first + step], ... below count, per_thread at a time: a turn's
+// values are all read before f(k, x[k]) sees any (see Cost), in order of k.
+template <class F>
+CHORUS_HD void each_strided(const float* x, std::size_t first, std::size_t step, std::size_t count, F&& f) {
+  for (std::size_t base = first; base < count; base += per_thread * step) {
+    float values[per_thread];
+    for (std::size_t j = 0; j < per_thread; ++j)
+      if (const std::size_t k = base + j * step; k < count) values[j] = x[k];
+    for (std::size_t j = 0; j < per_thread; ++j)
+      if (const std::size_t k = base + j * step; k < count) f(k, values[j]);
+  }
+}
 
 __device__ inline float warp_largest(float value) {
   for (int offset = warp / 2; offset > 0; offset /= 2)
@@ -249,19 +309,19 @@ struct int8_encode {
   std::byte* out;
 
   CHORUS_HD float lane_largest(std::size_t b, unsigned lane) const {
-    const float* x = in + at.first(b);
     float largest = 0.0f;
-    for (std::size_t k = lane; k < at.count(b); k += warp)
-      largest = hd::larger(largest, codec::element::int8_magnitude(x[k]));
+    each_strided(in + at.first(b), lane, warp, at.count(b), [&](std::size_t, float x) {
+      largest = hd::larger(largest, codec::element::int8_magnitude(x));
+    });
     return largest;
   }
   CHORUS_HD void write(std::size_t b, unsigned lane, float block_largest) const {
-    const float* x = in + at.first(b);
     const codec::element::int8_scale s = codec::element::int8_scale_of(block_largest);
     std::byte* block = out + at.byte(b);
     if (lane == 0) store_float(block, s.scale);
     auto* q = reinterpret_cast<std::int8_t*>(block + at.header_bytes);
-    for (std::size_t k = lane; k < at.count(b); k += warp) q[k] = codec::element::int8_quantize(x[k], s);
+    each_strided(in + at.first(b), lane, warp, at.count(b),
+                 [&](std::size_t k, float x) { q[k] = codec::element::int8_quantize(x, s); });
   }
 
   __device__ void operator()(std::size_t b, unsigned lane) const {
@@ -287,12 +347,12 @@ struct onebit_encode {
   std::byte* out;
 
   CHORUS_HD float lane_sum(std::size_t b, unsigned lane) const {
-    const float* x = in + at.first(b);
     float sum = 0.0f;
     if (lane >= 2 * lanes) return sum;
     const bool positive_group = lane < lanes;
-    for (std::size_t k = lane % lanes; k < at.count(b); k += lanes)
-      sum = hd::add(sum, codec::element::onebit_positive(x[k]) == positive_group ? x[k] : 0.0f);
+    each_strided(in + at.first(b), lane % lanes, lanes, at.count(b), [&](std::size_t, float x) {
+      sum = hd::add(sum, codec::element::onebit_positive(x) == positive_group ? x : 0.0f);
+    });
     return sum;
   }
   CHORUS_HD bool positive(std::size_t b, std::size_t k) const {
@@ -313,10 +373,14 @@ struct onebit_encode {
   __device__ void operator()(std::size_t b, unsigned lane) const {
     const float sum = lane_sum(b, lane);
     std::size_t positives = 0;
-    for (std::size_t base = 0; base < at.count(b); base += warp) {
-      const std::uint32_t mask = __ballot_sync(0xffffffffu, positive(b, base + lane));
-      positives += static_cast<std::size_t>(__popc(mask));
-      write_signs(b, base, lane, mask);
+    for (std::size_t base = 0; base < at.count(b); base += per_thread * warp) {
+      bool signs[per_thread];  // all read before the first ballot (see Cost)
+      for (std::size_t j = 0; j < per_thread; ++j) signs[j] = positive(b, base + j * warp + lane);
+      for (std::size_t j = 0; j < per_thread && base + j * warp < at.count(b); ++j) {  // the same turns in every lane
+        const std::uint32_t mask = __ballot_sync(0xffffffffu, signs[j]);
+        positives += static_cast<std::size_t>(__popc(mask));
+        write_signs(b, base + j * warp, lane, mask);
+      }
     }
     float sums[2 * lanes];
     for (unsigned j = 0; j < 2 * lanes; ++j) sums[j] = __shfl_sync(0xffffffffu, sum, static_cast<int>(j));
@@ -357,10 +421,10 @@ struct block_decode {
   block_geometry at;
   const std::byte* in;
   float* out;
-  CHORUS_HD void operator()(std::size_t i) const {
-    const float value = Value::of(in + at.byte(i / at.block), at.header_bytes, i % at.block);
-    codec::element::decoded_into<Accumulate>(out[i], value);
+  CHORUS_HD float value(std::size_t i) const {
+    return decoded<Accumulate>(out, i, Value::of(in + at.byte(i / at.block), at.header_bytes, i % at.block));
   }
+  CHORUS_HD void write(std::size_t i, float v) const { out[i] = v; }
 };
 
 // --- error feedback ------------------------------------------------------------------
@@ -369,13 +433,15 @@ struct add_residual {
   const float* values;
   const float* residual;
   float* work;
-  CHORUS_HD void operator()(std::size_t i) const { work[i] = codec::element::with_residual(values[i], residual[i]); }
+  CHORUS_HD float value(std::size_t i) const { return codec::element::with_residual(values[i], residual[i]); }
+  CHORUS_HD void write(std::size_t i, float v) const { work[i] = v; }
 };
 
 struct keep_lost {
   const float* work;
   float* residual;  // holds the decoded values on entry
-  CHORUS_HD void operator()(std::size_t i) const { residual[i] = codec::element::lost(work[i], residual[i]); }
+  CHORUS_HD float value(std::size_t i) const { return codec::element::lost(work[i], residual[i]); }
+  CHORUS_HD void write(std::size_t i, float v) const { residual[i] = v; }
 };
 
 template <bool Accumulate, class Launch, class Codec>

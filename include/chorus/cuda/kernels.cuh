@@ -63,7 +63,7 @@ namespace detail {
 
 inline constexpr int threads_per_block = 256;
 inline constexpr int warp = 32;
-inline constexpr std::size_t per_thread = 4;  // elements a thread reads before it writes (see Cost)
+inline constexpr std::size_t per_thread = 4;       // elements a thread reads before it writes (see Cost)
 inline constexpr std::size_t most_blocks = 65535;  // grid-stride loops cover the rest
 
 inline unsigned grid_for(std::size_t items, std::size_t per_block) {
@@ -72,17 +72,25 @@ inline unsigned grid_for(std::size_t items, std::size_t per_block) {
 
 inline void launched(const char* what) { chorus::cuda::detail::check(cudaGetLastError(), what); }
 
-// Elements first, first + step, ... (per_thread of them, those below n):
-// every value read, then every one written. An element step is
-//   CHORUS_HD V value(std::size_t i) const;     // reads only: what element i becomes
+// One turn of a thread: indices first, first + step, ... (per_thread of
+// them, those below end), every value read (read(i)) before any is used
+// (use(i, value)): see Cost.
+template <class Read, class Use>
+CHORUS_HD void one_turn(std::size_t first, std::size_t step, std::size_t end, const Read& read, const Use& use) {
+  decltype(read(first)) values[per_thread];
+  for (std::size_t k = 0; k < per_thread; ++k)
+    if (const std::size_t i = first + k * step; i < end) values[k] = read(i);
+  for (std::size_t k = 0; k < per_thread; ++k)
+    if (const std::size_t i = first + k * step; i < end) use(i, values[k]);
+}
+
+// An element step's turn. An element step is
+//   CHORUS_HD V value(std::size_t i) const;        // reads only: what element i becomes
 //   CHORUS_HD void write(std::size_t i, V) const;  // writes only
 template <class F>
 CHORUS_HD void each_of_tile(const F& f, std::size_t first, std::size_t step, std::size_t n) {
-  decltype(f.value(0)) values[per_thread];
-  for (std::size_t k = 0; k < per_thread; ++k)
-    if (const std::size_t i = first + k * step; i < n) values[k] = f.value(i);
-  for (std::size_t k = 0; k < per_thread; ++k)
-    if (const std::size_t i = first + k * step; i < n) f.write(i, values[k]);
+  one_turn(
+      first, step, n, [&](std::size_t i) { return f.value(i); }, [&](std::size_t i, auto v) { f.write(i, v); });
 }
 
 // Every element of [0, n), a tile of per_thread x blockDim elements per
@@ -282,17 +290,13 @@ struct two_byte_decode {
 
 // --- int8 --------------------------------------------------------------------------
 
-// x[first], x[first + step], ... below count, per_thread at a time: a turn's
-// values are all read before f(k, x[k]) sees any (see Cost), in order of k.
+// f(k, x[k]) for k = first, first + step, ... below count, in order of k,
+// a turn of per_thread at a time.
 template <class F>
-CHORUS_HD void each_strided(const float* x, std::size_t first, std::size_t step, std::size_t count, F&& f) {
-  for (std::size_t base = first; base < count; base += per_thread * step) {
-    float values[per_thread];
-    for (std::size_t j = 0; j < per_thread; ++j)
-      if (const std::size_t k = base + j * step; k < count) values[j] = x[k];
-    for (std::size_t j = 0; j < per_thread; ++j)
-      if (const std::size_t k = base + j * step; k < count) f(k, values[j]);
-  }
+CHORUS_HD void each_strided(const float* x, std::size_t first, std::size_t step, std::size_t count, const F& f) {
+  for (std::size_t base = first; base < count; base += per_thread * step)
+    one_turn(
+        base, step, count, [&](std::size_t k) { return x[k]; }, f);
 }
 
 __device__ inline float warp_largest(float value) {
@@ -310,9 +314,8 @@ struct int8_encode {
 
   CHORUS_HD float lane_largest(std::size_t b, unsigned lane) const {
     float largest = 0.0f;
-    each_strided(in + at.first(b), lane, warp, at.count(b), [&](std::size_t, float x) {
-      largest = hd::larger(largest, codec::element::int8_magnitude(x));
-    });
+    each_strided(in + at.first(b), lane, warp, at.count(b),
+                 [&](std::size_t, float x) { largest = hd::larger(largest, codec::element::int8_magnitude(x)); });
     return largest;
   }
   CHORUS_HD void write(std::size_t b, unsigned lane, float block_largest) const {

@@ -1208,14 +1208,13 @@ class window {
   }
 
   // True once the slot's new entries are applied (or there are none);
-  // false when the copy was not whole.
-  // Copies of entries are checked before use: the newest entry, and the one
-  // before when the newest is an accumulate the reader has not seen the
-  // entry before of (copy index 0 newest, 1 the one before).
+  // false when the copy was not whole. Copied and checked before use: the
+  // newest entry (copy 0) and, when it is an accumulate whose predecessor
+  // is unread, that one too (copy 1). On device slots copies_ holds the
+  // headers alone and the payloads are copied on the device.
   bool try_read_new(source_state& source) {
     std::byte* slot = region_.data() + source.offset;
-    const std::size_t entry_bytes =
-        sizeof(windows::entry_header) + slot_.payload_bytes;  // the header alone on device slots
+    const std::size_t entry_bytes = sizeof(windows::entry_header) + slot_.payload_bytes;
     copies_.resize(2 * entry_bytes);
     const std::uint64_t newest = windows::counter_at(slot, windows::completed_at).load(std::memory_order_acquire);
     if (newest == source.consumed) return true;
@@ -1343,7 +1342,7 @@ class window {
     if (device_)
       read_published_on_device(source, newest);
     else
-      from.read(published_.entry_at(newest) + sizeof head, std::as_writable_bytes(spare_of(source)), comm_.deadline());
+      read_published_on_host(from, source, newest);
     if (from.load(windows::begun_at, comm_.deadline()) >= newest + 2) return false;
     const windows::entry_header header =
         windows::checked_header(head, newest, bytes, "window get", comm_.world_rank(comm_.rank()), from.world_rank());
@@ -1354,11 +1353,11 @@ class window {
     return true;
   }
 
-  // The spare value a get copies into (the value once whole), where it lives.
-  std::span<float> spare_of(source_state& source) {
-    if (device_) return {source.device_spare, elements_};
+  // The source's published payload, into the spare value (the value once whole).
+  void read_published_on_host(region& from, source_state& source, std::uint64_t newest) {
     source.spare.resize(elements_);
-    return source.spare;
+    from.read(published_.entry_at(newest) + sizeof(windows::entry_header),
+              std::as_writable_bytes(std::span(source.spare)), comm_.deadline());
   }
   void swap_spare(source_state& source) {
     if (device_)

@@ -228,6 +228,14 @@ TEST_CASE("encoded sizes") {
   CHECK(codec::onebit{256}.encoded_bytes(256) == 8 + 32);
   CHECK(codec::onebit{256}.encoded_bytes(257) == 8 + 32 + 8 + 1);
   CHECK(codec::onebit{8}.encoded_bytes(20) == 2 * (8 + 1) + 8 + 1);
+  CHECK(codec::fp8_e4m3{}.encoded_bytes(64) == 2 * 33);
+  CHECK(codec::fp8_e5m2{}.encoded_bytes(1) == 2);
+  CHECK(codec::fp4_e2m1{}.encoded_bytes(0) == 0);
+  CHECK(codec::fp4_e2m1{}.encoded_bytes(1) == 2);
+  CHECK(codec::fp4_e2m1{}.encoded_bytes(33) == 17 + 2);
+  CHECK(codec::fp4_e2m1{}.encoded_bytes(35) == 17 + 3);
+  chorus_test::expect_error([] { codec::fp4_e2m1 bad(20); }, chorus::errc::invalid_argument,
+                            "fp4_e2m1: block size 20 must be a positive multiple of 8");
   chorus_test::expect_error([] { codec::int8 bad(0); }, chorus::errc::invalid_argument, "block size 0");
   chorus_test::expect_error([] { codec::onebit bad(12); }, chorus::errc::invalid_argument, "multiple of 8");
   std::vector<float> values(10);
@@ -249,6 +257,10 @@ TEST_CASE("every codec stays within its stated bound on random and adversarial i
       CHECK(outside_bound(codec::int8{8}, values) == 0);
       CHECK(outside_bound(codec::onebit{}, values) == 0);
       CHECK(outside_bound(codec::onebit{16}, values) == 0);
+      CHECK(outside_bound(codec::fp8_e4m3{}, values) == 0);
+      CHECK(outside_bound(codec::fp8_e5m2{8}, values) == 0);
+      CHECK(outside_bound(codec::fp4_e2m1{}, values) == 0);
+      CHECK(outside_bound(codec::fp4_e2m1{256}, values) == 0);
       CHECK(outside_bound(codec::topk{0.01}, values) == 0);
       CHECK(outside_bound(codec::topk{0.3}, values) == 0);
       CHECK(outside_bound(codec::randomk{0.1}, values) == 0);
@@ -264,6 +276,165 @@ TEST_CASE("the bounds are tight enough to mean something") {
     CHECK(bound[i] <= std::max(std::fabs(values[i]) * 0x1p-11f, 0x1p-25f));
   codec::int8{}.error_bound(values, bound);
   for (float b : bound) CHECK(b < 0.05f);  // max |x| of a block of 256 normals is ~3.5: step/2 ~ 0.014
+}
+
+namespace {
+
+// What a minifloat code means, straight from the format's definition
+// (sign, biased exponent, mantissa; subnormals at exponent field 0), in double.
+struct minifloat_reference {
+  int exponent_bits, mantissa_bits, bias;
+
+  int codes() const { return 1 << (1 + exponent_bits + mantissa_bits); }
+  double value(int code) const {
+    const int sign = code >> (exponent_bits + mantissa_bits), field = (code >> mantissa_bits) & ((1 << exponent_bits) - 1);
+    const int mantissa = code & ((1 << mantissa_bits) - 1);
+    const double magnitude = field == 0 ? std::ldexp(mantissa, 1 - bias - mantissa_bits)
+                                        : std::ldexp(1.0 + std::ldexp(mantissa, -mantissa_bits), field - bias);
+    return sign ? -magnitude : magnitude;
+  }
+  // The code nearest x * 2^-k over the magnitudes up to `largest`, ties to the even code; -0 for negative x.
+  int nearest(double x, int k, int largest) const {
+    const double y = std::ldexp(std::fabs(x), -k);
+    int best = 0;
+    for (int c = 1; c <= largest; ++c) {
+      const double here = std::fabs(value(c) - y), there = std::fabs(value(best) - y);
+      if (here < there || (here == there && c % 2 == 0)) best = c;
+    }
+    return best | (std::signbit(x) ? 1 << (exponent_bits + mantissa_bits) : 0);
+  }
+};
+
+template <class C>
+minifloat_reference reference_of() {
+  return {C::format.exponent_bits, C::format.mantissa_bits, C::format.bias};
+}
+
+// The codes of a block as the codec wrote them (one byte, or nibbles low first).
+template <class C>
+int code_in(const std::vector<std::byte>& bytes, std::size_t i) {
+  const int bits = 1 + C::format.exponent_bits + C::format.mantissa_bits;
+  const auto byte = std::to_integer<int>(bytes[1 + (bits <= 4 ? i / 2 : i)]);
+  return bits <= 4 ? (byte >> (4 * (i % 2))) & 0xf : byte;
+}
+
+template <class C>
+void every_code_decodes_to_its_value() {
+  const minifloat_reference ref = reference_of<C>();
+  const C c{8};
+  const int sign = 1 << (C::format.exponent_bits + C::format.mantissa_bits);
+  for (int k : {0, -127, 5, 100}) {
+    for (int code = 0; code < ref.codes(); ++code) {
+      if ((code & (sign - 1)) > C::format.largest) continue;  // beyond the largest: never written
+      CAPTURE(code);
+      CAPTURE(k);
+      // A block of 8: the code at every position (nibble pairs included), under scale 2^k.
+      std::vector<std::byte> bytes(c.encoded_bytes(8));
+      bytes[0] = std::byte(static_cast<unsigned>(k + 127));
+      for (std::size_t i = 1; i < bytes.size(); ++i)
+        bytes[i] = std::byte(static_cast<unsigned>(bytes.size() == 5 ? code | code << 4 : code));
+      std::vector<float> out(8);
+      c.decode(bytes, out);
+      const double expected = std::ldexp(ref.value(code), k);
+      for (float v : out) CHECK(static_cast<double>(v) == expected);
+      if (static_cast<double>(out[0]) == expected) CHECK(std::signbit(out[0]) == bool(code & sign));
+    }
+  }
+}
+
+// Blocks whose first element fixes the scale (the format's largest times
+// 2^k), the rest random, ties between neighbouring codes, and values near
+// and below the least subnormal: every code is the nearest, ties to even.
+template <class C>
+void encode_rounds_to_nearest_even() {
+  const minifloat_reference ref = reference_of<C>();
+  const int largest = C::format.largest;
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  const C c{32};
+  for (int k : {0, -20, 7, -127}) {
+    CAPTURE(k);
+    const double top = std::ldexp(ref.value(largest), k);
+    std::vector<float> x(32 * 40);
+    for (std::size_t b = 0; b < 40; ++b) {
+      float* block = x.data() + 32 * b;
+      block[0] = static_cast<float>(b % 2 ? -top : top);
+      for (std::size_t i = 1; i < 32; ++i) {
+        const int code = static_cast<int>(gen() % static_cast<unsigned>(largest));
+        switch ((b + i) % 4) {
+          case 0: block[i] = static_cast<float>(top * uniform(gen)); break;
+          case 1: block[i] = static_cast<float>(std::ldexp((ref.value(code) + ref.value(code + 1)) / 2, k)); break;
+          case 2: block[i] = static_cast<float>(-std::ldexp(ref.value(code), k)); break;
+          default: block[i] = static_cast<float>(std::ldexp(ref.value(1), k) * uniform(gen)); break;
+        }
+      }
+    }
+    const auto bytes = encoded(c, x);
+    std::size_t wrong = 0;
+    for (std::size_t b = 0; b < 40; ++b) {
+      CHECK(std::to_integer<int>(bytes[b * (c.encoded_bytes(32))]) == k + 127);
+      const std::vector<std::byte> block(bytes.begin() + static_cast<std::ptrdiff_t>(b * c.encoded_bytes(32)),
+                                         bytes.begin() + static_cast<std::ptrdiff_t>((b + 1) * c.encoded_bytes(32)));
+      for (std::size_t i = 0; i < 32; ++i) wrong += code_in<C>(block, i) != ref.nearest(x[32 * b + i], k, largest);
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+template <class C>
+std::uint8_t scale_byte_for(std::vector<float> block) {
+  return std::to_integer<std::uint8_t>(encoded(C{8}, block)[0]);
+}
+
+template <class C>
+void scale_is_the_least_that_holds_the_block() {
+  const float top = static_cast<float>(reference_of<C>().value(C::format.largest));
+  const auto block = [](float largest) { return std::vector<float>{0.5f * largest, -largest, 0, 0, 0, 0, 0, 0}; };
+  CHECK(scale_byte_for<C>(block(top)) == 127);                                 // k = 0
+  CHECK(scale_byte_for<C>(block(std::ldexp(top, 9))) == 127 + 9);              // exactly the largest x 2^9
+  CHECK(scale_byte_for<C>(block(std::nextafter(std::ldexp(top, 9), 1e38f))) == 127 + 10);
+  CHECK(scale_byte_for<C>(block(std::ldexp(top, -100))) == 127 - 100);
+  CHECK(scale_byte_for<C>(block(1e-44f)) == 0);                                // k clamped at -127
+  CHECK(scale_byte_for<C>(std::vector<float>(8, 0.0f)) == 0);
+  CHECK(scale_byte_for<C>(block(std::numeric_limits<float>::quiet_NaN())) == 255);
+  CHECK(scale_byte_for<C>(block(std::numeric_limits<float>::infinity())) == 255);
+  // Near float's largest, a code that rounds up past it decodes to the largest float, never inf.
+  std::vector<float> big(8, std::numeric_limits<float>::max());
+  big[1] = -std::numeric_limits<float>::max();
+  const auto back = round_trip(C{8}, big);
+  for (float v : back) CHECK(std::isfinite(v));
+  CHECK(back[0] == std::numeric_limits<float>::max());
+  CHECK(back[1] == -std::numeric_limits<float>::max());
+}
+
+}  // namespace
+
+TEST_CASE("fp8 and fp4: every code decodes to the value its format defines") {
+  every_code_decodes_to_its_value<codec::fp8_e4m3>();
+  every_code_decodes_to_its_value<codec::fp8_e5m2>();
+  every_code_decodes_to_its_value<codec::fp4_e2m1>();
+  CHECK(reference_of<codec::fp8_e4m3>().value(codec::fp8_e4m3::format.largest) == 448.0);
+  CHECK(reference_of<codec::fp8_e5m2>().value(codec::fp8_e5m2::format.largest) == 57344.0);
+  CHECK(reference_of<codec::fp4_e2m1>().value(codec::fp4_e2m1::format.largest) == 6.0);
+}
+
+TEST_CASE("fp8 and fp4: each element rounds to the nearest code, ties to even, under the block's scale") {
+  encode_rounds_to_nearest_even<codec::fp8_e4m3>();
+  encode_rounds_to_nearest_even<codec::fp8_e5m2>();
+  encode_rounds_to_nearest_even<codec::fp4_e2m1>();
+}
+
+TEST_CASE("fp8 and fp4: the scale is the least power of two that holds the block; NaN and inf poison it") {
+  scale_is_the_least_that_holds_the_block<codec::fp8_e4m3>();
+  scale_is_the_least_that_holds_the_block<codec::fp8_e5m2>();
+  scale_is_the_least_that_holds_the_block<codec::fp4_e2m1>();
+  // A NaN poisons its block only; a tensor of one element and the short last block keep their codes.
+  std::vector<float> v(41, 1.5f);
+  v[3] = std::numeric_limits<float>::quiet_NaN();
+  const auto back = round_trip(codec::fp4_e2m1{8}, v);
+  for (std::size_t i = 0; i < v.size(); ++i) CHECK((i < 8 ? std::isnan(back[i]) : back[i] == 1.5f));
+  CHECK(round_trip(codec::fp4_e2m1{}, std::vector<float>{-3.0f}) == std::vector<float>{-3.0f});
+  CHECK(round_trip(codec::fp8_e5m2{}, std::vector<float>{}).empty());
 }
 
 TEST_CASE("int8 and onebit: what they keep") {
@@ -315,6 +486,8 @@ TEST_CASE("error feedback: decoded outputs plus the final residual sum to the in
   check_codec(codec::fp16{});
   check_codec(codec::int8{});
   check_codec(codec::onebit{});
+  check_codec(codec::fp8_e4m3{});
+  check_codec(codec::fp4_e2m1{});
   check_codec(codec::topk{0.05});
   check_codec(codec::randomk{0.05});
   codec::error_feedback feedback{codec::int8{}};
@@ -517,7 +690,8 @@ TEST_CASE("any_codec by name: topk:R and randomk:R[:SEED]") {
   chorus_test::expect_error([] { codec::by_name("topk:0.1:3"); }, chorus::errc::invalid_argument, "a ratio only");
   chorus_test::expect_error([] { codec::by_name("randomk:0.1:x"); }, chorus::errc::invalid_argument, "not a seed");
   chorus_test::expect_error([] { codec::by_name("top"); }, chorus::errc::invalid_argument,
-                            "(none, identity, fp16, bf16, int8, onebit, topk[:R], randomk[:R[:SEED]])");
+                            "(none, identity, fp16, bf16, int8, fp8_e4m3, fp8_e5m2, fp4_e2m1, onebit, topk[:R], "
+                            "randomk[:R[:SEED]])");
   chorus_test::expect_error([] { codec::by_name("fp16:3"); }, chorus::errc::invalid_argument, "fp16 takes no settings");
 }
 
@@ -549,7 +723,7 @@ TEST_CASE("the codec list: by_name, visit, error feedback and specs for every co
       CHECK(codec::codec_names(true).find(name) == std::string::npos);
     }
   });
-  CHECK(listed == 7);
+  CHECK(listed == 10);
   CHECK(codec::codec_names(true) == "fp16, bf16, int8, onebit");
   CHECK(!codec::visit_spec({"topk", 1, true}, [](const auto&) {}));
 }

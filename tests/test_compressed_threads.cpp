@@ -121,6 +121,10 @@ TEST_CASE("compressed allreduce, int8 (odd block size too)") {
   every_rank_count([] { return codec::int8{24}; });
 }
 
+TEST_CASE("compressed allreduce, fp4 (a block size that is not a power of two)") {
+  every_rank_count([] { return codec::fp4_e2m1{40}; });
+}
+
 TEST_CASE("compressed allreduce, onebit") {
   every_rank_count([] { return codec::onebit{}; });
 }

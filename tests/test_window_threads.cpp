@@ -435,7 +435,7 @@ TEST_CASE("codecs on accumulates: each slot holds what a serial error-feedback e
   const int n = 3;
   const std::size_t size = 4099;
   const int rounds = 6;
-  for (const std::string name : {"fp16", "bf16", "int8", "onebit", "topk:0.1", "randomk:0.1:7"}) {
+  for (const std::string name : {"fp16", "bf16", "int8", "fp8_e5m2", "fp4_e2m1", "onebit", "topk:0.1", "randomk:0.1:7"}) {
     CAPTURE(name);
     wrong = 0;
     chorus::run_threads(

@@ -55,7 +55,6 @@ struct block_layout {
 template <class Derived, class Payload>
 class block_codec {
  public:
-  static constexpr bool device_kernels = true;  // cuda/kernels.cuh has them: a codec_spec names it (spec.hpp)
   block_codec(std::size_t block, simd_path path)
       : path_(runnable(path)), layout_{layout::checked(block, Derived::name)} {}
 

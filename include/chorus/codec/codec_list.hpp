@@ -11,6 +11,7 @@
 #include <chorus/codec/fp16.hpp>
 #include <chorus/codec/identity.hpp>
 #include <chorus/codec/int8.hpp>
+#include <chorus/codec/minifloat.hpp>
 #include <chorus/codec/onebit.hpp>
 #include <chorus/codec/randomk.hpp>
 #include <chorus/codec/topk.hpp>
@@ -32,13 +33,13 @@ struct codec_list {
   }
 };
 
-using codecs = codec_list<identity, fp16, bf16, int8, onebit, topk, randomk>;
+using codecs = codec_list<identity, fp16, bf16, int8, fp8_e4m3, fp8_e5m2, fp4_e2m1, onebit, topk, randomk>;
 
 // Whether a codec_spec can name C: cuda/kernels.cuh has its kernels.
 template <class C>
 inline constexpr bool describable = requires { C::device_kernels; };
 
-// "identity, fp16, bf16, int8, onebit, topk[:R], randomk[:R[:SEED]]"; with
+// "identity, fp16, bf16, int8, fp8_e4m3, fp8_e5m2, fp4_e2m1, onebit, topk[:R], randomk[:R[:SEED]]"; with
 // `device_only`, the codecs with device kernels.
 inline std::string codec_names(bool device_only = false) {
   std::string names;

@@ -41,6 +41,7 @@ struct int8_payload {  // per block: float scale, then one signed byte per eleme
 class int8 : public detail::block_codec<int8, detail::int8_payload> {
  public:
   static constexpr std::string_view name = "int8";
+  static constexpr bool device_kernels = true;  // cuda/kernels.cuh has them: a codec_spec names it (spec.hpp)
   static constexpr std::size_t default_block = 256;
 
   explicit int8(std::size_t block = default_block, simd_path path = best_path()) : block_codec(block, path) {}

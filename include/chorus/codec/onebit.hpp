@@ -43,6 +43,7 @@ struct onebit_payload {  // per block: two float means, then one sign bit per el
 class onebit : public detail::block_codec<onebit, detail::onebit_payload> {
  public:
   static constexpr std::string_view name = "onebit";
+  static constexpr bool device_kernels = true;  // cuda/kernels.cuh has them: a codec_spec names it (spec.hpp)
   static constexpr std::size_t default_block = 256;
 
   explicit onebit(std::size_t block = default_block, simd_path path = best_path()) : block_codec(block, path) {}

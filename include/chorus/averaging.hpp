@@ -4,6 +4,7 @@
 
 #include <chorus/averaging/allreduce_sgd.hpp>
 #include <chorus/averaging/consensus.hpp>
+#include <chorus/averaging/diloco.hpp>
 #include <chorus/averaging/dpsgd.hpp>
 #include <chorus/averaging/easgd.hpp>
 #include <chorus/averaging/easgd_async.hpp>

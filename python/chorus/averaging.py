@@ -129,6 +129,56 @@ class LocalSGD(Scheme):
         super().__init__(_chorus.LocalSGD(comm._impl, arrays, period, warmup_steps, codec, bucket_bytes), arrays)
 
 
+class DiLoCo(Scheme):
+    """DiLoCo: `period` inner steps with the trainer's own optimizer (`inner_optimizer`, AdamW in the
+    paper), then the outer gradient (the global model minus the workers' mean model) averaged and an
+    outer SGD step on the global model (Nesterov, `outer_lr` 0.7, `outer_momentum` 0.9), which every
+    worker continues from. Every rank starts from rank 0's parameters.
+
+    Streaming DiLoCo: `fragments` > 1 splits the tensors (tensor t in fragment t % fragments), fragment
+    f synced at the steps where step % period == f * period // fragments; its allreduce overlaps
+    `overlap_steps` inner steps, and the new global fragment merges as mixing * local + (1 - mixing) *
+    global. `codec` sends the outer gradients compressed, with error feedback ("fp4_e2m1", "fp8_e4m3",
+    "int8", ...); without one the models are averaged in float32.
+
+        scheme = chorus.averaging.DiLoCo(comm, model.parameters(), torch.optim.AdamW(model.parameters()),
+                                         period=100, codec="fp4_e2m1")
+        for x, y in batches:
+            scheme.zero_grad()
+            loss_fn(model(x), y).backward()
+            scheme.inner_step()      # the inner optimizer's step, then the scheme's
+        scheme.finish()              # every rank holds the global model
+    """
+
+    def __init__(self, comm: Communicator, params: Iterable[Any], inner_optimizer: Any = None, *,
+                 period: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9, nesterov: bool = True,
+                 codec: CodecLike = None, fragments: int = 1, overlap_steps: int = 0,
+                 mixing: float = 0.0) -> None:
+        arrays = _arrays(params)
+        self.inner_optimizer = inner_optimizer
+        super().__init__(_chorus.DiLoCo(comm._impl, arrays, period, outer_lr, outer_momentum, nesterov, codec,
+                                        fragments, overlap_steps, mixing), arrays)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._inner("zero_grad").zero_grad(set_to_none=set_to_none)
+
+    def inner_step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """The inner optimizer's step, then end_step() (a sync where this step is a fragment's)."""
+        result = self._inner("inner_step").step(closure)
+        self.end_step()
+        return result
+
+    def global_model(self, fragment: int = 0) -> Any:
+        """Fragment `fragment`'s part of the last global model, a float32 NumPy copy (tensors in order)."""
+        return self._impl.global_model(fragment)
+
+    def _inner(self, call: str) -> Any:
+        if self.inner_optimizer is None:
+            raise InvalidArgument(f"DiLoCo.{call}() needs the inner optimizer: pass it as the third argument, "
+                                  "or step your own optimizer and call end_step()")
+        return self.inner_optimizer
+
+
 class DPSGD(Scheme):
     """Decentralised SGD: mixes with the neighbours of `topology` (default: a ring) every step; with
     `one_sided` its rounds go through a tensor window (puts into the neighbours' slots), bit for bit the same."""

@@ -6,6 +6,7 @@
 #include "codecs.hpp"
 
 #include <chorus/averaging/allreduce_sgd.hpp>
+#include <chorus/averaging/diloco.hpp>
 #include <chorus/averaging/dpsgd.hpp>
 #include <chorus/averaging/easgd.hpp>
 #include <chorus/averaging/easgd_async.hpp>
@@ -231,6 +232,32 @@ void bind_averaging(nb::module_& m) {
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("period") = 8, nb::arg("warmup_steps") = 0,
           nb::arg("codec").none() = nb::none(), nb::arg("bucket_bytes") = 0);
+
+  scheme_class<on_host_side<avg::diloco>>(
+      m, "DiLoCo", "Inner steps, then an outer optimizer on the averaged outer gradient (Streaming: in fragments).")
+      .def(
+          "__init__",
+          [](on_host_side<avg::diloco>* self, nb::handle comm, model_list params, std::uint64_t period,
+             double outer_lr, double outer_momentum, bool nesterov, nb::handle codec, std::size_t fragments,
+             std::uint64_t overlap_steps, double mixing) {
+            avg::parameters model = parameters_of(params, "params");
+            avg::diloco_options options{.period = period,
+                                        .outer = {outer_lr, outer_momentum, nesterov},
+                                        .codec = wire_of(codec),
+                                        .fragments = fragments,
+                                        .overlap_steps = overlap_steps,
+                                        .mixing = mixing};
+            construct(self, comm, params, std::move(model), std::move(options));
+          },
+          nb::arg("comm"), nb::arg("params"), nb::arg("period") = 500, nb::arg("outer_lr") = 0.7,
+          nb::arg("outer_momentum") = 0.9, nb::arg("nesterov") = true, nb::arg("codec").none() = nb::none(),
+          nb::arg("fragments") = 1, nb::arg("overlap_steps") = 0, nb::arg("mixing") = 0.0)
+      .def(
+          "global_model",
+          [](on_host_side<avg::diloco>& self, std::size_t fragment) {
+            return numpy_array(self.get().global_model(fragment));
+          },
+          nb::arg("fragment") = 0, "Fragment `fragment`'s part of the last global model (a copy).");
 
   scheme_class<on_either<avg::dpsgd>>(m, "DPSGD", "Mixes with the neighbours of a topology every step.")
       .def(

@@ -68,6 +68,30 @@ def test_local_sgd() -> None:
     close("local SGD averages at the period", model, [np.mean([e[k] for e in each], axis=0) for k in range(3)])
 
 
+def test_diloco() -> None:
+    """One round of DiLoCo (period 2, Nesterov 0.7 / 0.9) against its closed form, from rank 0's start."""
+    model = start(rank)
+    scheme = averaging.DiLoCo(comm, model, period=2)
+    close("DiLoCo starts every rank from rank 0's model", model, start(0))
+    run(scheme, model, 2)
+    each = [[s + d0 + d1 for s, d0, d1 in zip(start(0), step_of(r, 0), step_of(r, 1))] for r in range(size)]
+    mean = [np.mean([np.asarray(e[k], np.float64) for e in each], axis=0) for k in range(len(SHAPES))]
+    outer = [np.asarray(s, np.float64) - m for s, m in zip(start(0), mean)]
+    want = [np.asarray(s, np.float64) - 0.7 * (1 + 0.9) * g for s, g in zip(start(0), outer)]
+    close("DiLoCo's Nesterov outer step", model, want)
+    close("the global model is the model", [scheme.global_model()], [flat(want)])
+    scheme.finish()
+    with_codec = averaging.DiLoCo(comm, start(rank), period=1, codec="fp4_e2m1", fragments=2, overlap_steps=0)
+    with_codec.end_step()
+    with_codec.finish()
+    try:
+        averaging.DiLoCo(comm, start(rank), period=4, overlap_steps=4)
+    except chorus.InvalidArgument as e:
+        assert "must be below the period" in str(e), e
+    else:
+        raise AssertionError("DiLoCo took overlap_steps == period")
+
+
 def ring_weights(n: int) -> np.ndarray:
     w = np.zeros((n, n))
     for r in range(n):
@@ -340,6 +364,7 @@ def test_bad_input() -> None:
 
 test_allreduce_sgd()
 test_local_sgd()
+test_diloco()
 test_dpsgd()
 test_easgd()
 test_asynchronous()

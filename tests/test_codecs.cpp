@@ -724,6 +724,6 @@ TEST_CASE("the codec list: by_name, visit, error feedback and specs for every co
     }
   });
   CHECK(listed == 10);
-  CHECK(codec::codec_names(true) == "fp16, bf16, int8, onebit");
+  CHECK(codec::codec_names(true) == "fp16, bf16, int8, fp8_e4m3, fp8_e5m2, fp4_e2m1, onebit");
   CHECK(!codec::visit_spec({"topk", 1, true}, [](const auto&) {}));
 }

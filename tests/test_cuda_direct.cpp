@@ -102,10 +102,16 @@ TEST_CASE("cuda path: staged or direct, and why") {
   CHECK_FALSE(chorus::cuda::choose_path(path_setting::direct, {true, true, false}).direct);  // this call only
 
   // Forced where it cannot be had: a clear error, not a silent fallback.
-  chorus_test::expect_error([] { chorus::cuda::choose_path(path_setting::direct, {false, true, true}); },
-                            chorus::errc::unavailable, "UCX reports no CUDA memory support");
-  chorus_test::expect_error([] { chorus::cuda::choose_path(path_setting::direct, {true, false, false}); },
-                            chorus::errc::unavailable, "no device kernels");
+  chorus_test::expect_error(
+      [] {
+        chorus::cuda::choose_path(path_setting::direct, {false, true, true});
+      },
+      chorus::errc::unavailable, "UCX reports no CUDA memory support");
+  chorus_test::expect_error(
+      [] {
+        chorus::cuda::choose_path(path_setting::direct, {true, false, false});
+      },
+      chorus::errc::unavailable, "no device kernels");
 }
 
 TEST_CASE("cuda path: CHORUS_CUDA_PATH is read, and a bad value is refused") {
@@ -619,6 +625,7 @@ TEST_CASE("direct path: compressed allreduce, both schemes, every device codec, 
   check_compressed_direct(fake, router, chorus::codec::fp16{});
   check_compressed_direct(fake, router, chorus::codec::bf16{chorus::codec::overflow::infinity});
   check_compressed_direct(fake, router, chorus::codec::int8{64});
+  check_compressed_direct(fake, router, chorus::codec::fp4_e2m1{40});
   check_compressed_direct(fake, router, chorus::codec::onebit{72});
   CHECK(fake.pinned_allocations() == 0);  // nothing went through pinned memory
   CHECK(kernels.codec_launches.load() > 0);
@@ -815,7 +822,8 @@ TEST_CASE("D-PSGD with a device model on a chorus communicator whose UCX moves i
 
 TEST_CASE("window slots in device memory: put, accumulate, update, publish and get give the host slots' bits") {
   const chorus::codec::any_codec wires[] = {chorus::codec::any_codec(), chorus::codec::by_name("fp16"),
-                                            chorus::codec::any_codec(chorus::codec::int8{64})};
+                                            chorus::codec::any_codec(chorus::codec::int8{64}),
+                                            chorus::codec::by_name("fp4_e2m1")};
   struct shape {
     int ranks;
     std::size_t elements;

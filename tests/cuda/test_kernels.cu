@@ -269,6 +269,10 @@ void every_kernel() {
     codec_matches_cpu<Side>(int8{}, "int8", n);
     codec_matches_cpu<Side>(int8{8}, "int8 block 8", n);
     codec_matches_cpu<Side>(int8{40}, "int8 block 40", n);
+    codec_matches_cpu<Side>(fp8_e4m3{}, "fp8_e4m3", n);
+    codec_matches_cpu<Side>(fp8_e5m2{8}, "fp8_e5m2 block 8", n);
+    codec_matches_cpu<Side>(fp4_e2m1{}, "fp4_e2m1", n);
+    codec_matches_cpu<Side>(fp4_e2m1{40}, "fp4_e2m1 block 40", n);
     codec_matches_cpu<Side>(onebit{}, "onebit", n);
     codec_matches_cpu<Side>(onebit{8}, "onebit block 8", n);
     codec_matches_cpu<Side>(onebit{72}, "onebit block 72", n);

@@ -243,7 +243,7 @@ void scheme_cases(chorus::communicator& comm, device_buffers& gpu, tally& t) {
 // accumulate with error feedback, publish and get (window_rounds.hpp).
 void window_cases(chorus::communicator& comm, device_buffers& gpu, tally& t) {
   if (comm.size() < 2) return;
-  for (const char* wire : {"", "fp16", "int8"})
+  for (const char* wire : {"", "fp16", "int8", "fp4_e2m1"})
     for (const std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{40009}}) {
       float* device = gpu.copy_of(std::vector<float>(count));
       const auto write = [&](const std::vector<float>& values) {
@@ -284,6 +284,8 @@ int check(chorus::cuda::device& device, chorus::cuda::device_compute& kernels) {
   compressed_cases(comm, gpu, t, chorus::codec::fp16{}, "fp16");
   compressed_cases(comm, gpu, t, chorus::codec::bf16{}, "bf16");
   compressed_cases(comm, gpu, t, chorus::codec::int8{64}, "int8");
+  compressed_cases(comm, gpu, t, chorus::codec::error_feedback(chorus::codec::fp4_e2m1{}), "fp4 with error feedback");
+  compressed_cases(comm, gpu, t, chorus::codec::fp8_e4m3{}, "fp8");
   compressed_cases(comm, gpu, t, chorus::codec::error_feedback(chorus::codec::onebit{72}),
                    "onebit with error feedback");
   // Every rank holds the same results: fingerprints compared through an allgather.

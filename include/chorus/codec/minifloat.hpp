@@ -20,6 +20,7 @@
 //
 // Portable code only: the per-element rounding is integer work the
 // compiler vectorises well enough for pseudo-gradients sent once a round.
+// Device kernels: cuda/kernels.cuh, the same element functions.
 #pragma once
 
 #include <chorus/codec/blocks.hpp>
@@ -55,6 +56,7 @@ class minifloat_codec : public block_codec<Derived, minifloat_payload<code_bits<
  public:
   static constexpr std::size_t default_block = 32;
   static constexpr element::minifloat_format format = F;
+  static constexpr bool device_kernels = true;  // cuda/kernels.cuh has them: a codec_spec names it (spec.hpp)
 
   explicit minifloat_codec(std::size_t block = default_block) : base(block, simd_path::portable) {}
 

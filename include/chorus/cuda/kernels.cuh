@@ -1,6 +1,7 @@
 // Device kernels for every reduction op and element type, and for every
-// codec (fp16, bf16, int8, onebit: encode, decode, decode_add, and the error
-// feedback update), on the caller's stream.
+// codec with device kernels (fp16, bf16, int8, fp8_e4m3, fp8_e5m2, fp4_e2m1,
+// onebit: encode, decode, decode_add, and the error feedback update), on
+// the caller's stream.
 //
 //   #include <chorus/cuda/kernels.cuh>               // in a file nvcc compiles
 //   chorus::cuda::kernels::reduce_into(acc, incoming, n, chorus::op::sum{}, false, stream);
@@ -43,6 +44,7 @@
 #include <chorus/codec/elements.hpp>
 #include <chorus/codec/fp16.hpp>
 #include <chorus/codec/int8.hpp>
+#include <chorus/codec/minifloat.hpp>
 #include <chorus/codec/onebit.hpp>
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/reduce_op.hpp>
@@ -337,6 +339,60 @@ struct int8_encode {
   }
 };
 
+// --- fp8 and fp4 ---------------------------------------------------------------------
+
+// As int8: a warp per block, the block's largest magnitude, then its scale
+// byte (lane 0) and each lane's codes; fp4's lanes write whole bytes (two
+// elements each), so no two lanes write one byte.
+template <class Codec>
+struct minifloat_encode {
+  static constexpr codec::element::minifloat_format format = Codec::format;
+  static constexpr bool nibbles = codec::detail::code_bits<format> == 4;
+  block_geometry at;
+  const float* in;
+  std::byte* out;
+
+  CHORUS_HD float lane_largest(std::size_t b, unsigned lane) const {
+    float largest = 0.0f;
+    each_strided(in + at.first(b), lane, warp, at.count(b),
+                 [&](std::size_t, float x) { largest = hd::larger(largest, codec::element::int8_magnitude(x)); });
+    return largest;
+  }
+  CHORUS_HD void write(std::size_t b, unsigned lane, float block_largest) const {
+    const std::uint8_t scale = codec::element::minifloat_scale_byte(block_largest, format);
+    std::byte* block = out + at.byte(b);
+    if (lane == 0) block[0] = std::byte{scale};
+    auto* codes = reinterpret_cast<std::uint8_t*>(block + at.header_bytes);
+    const float* x = in + at.first(b);
+    const std::size_t count = at.count(b);
+    if constexpr (nibbles) {
+      for (std::size_t j = lane; 2 * j < count; j += warp) {
+        const float low = x[2 * j], high = 2 * j + 1 < count ? x[2 * j + 1] : 0.0f;
+        codes[j] = static_cast<std::uint8_t>(
+            codec::element::minifloat_encode(low, scale, format) |
+            (2 * j + 1 < count ? codec::element::minifloat_encode(high, scale, format) << 4 : 0));
+      }
+    } else {
+      each_strided(x, lane, warp, count,
+                   [&](std::size_t k, float v) { codes[k] = codec::element::minifloat_encode(v, scale, format); });
+    }
+  }
+
+  __device__ void operator()(std::size_t b, unsigned lane) const {
+    write(b, lane, warp_largest(lane_largest(b, lane)));
+  }
+  void serial(std::size_t b) const {
+    float largest = 0.0f;
+    for (unsigned lane = 0; lane < warp; ++lane) largest = hd::larger(largest, lane_largest(b, lane));
+    for (unsigned lane = 0; lane < warp; ++lane) write(b, lane, largest);
+  }
+};
+
+template <class Codec>
+inline constexpr bool is_minifloat = requires {
+  Codec::format;
+};
+
 // --- onebit ------------------------------------------------------------------------
 
 // A warp per block. Lanes 0-7 sum the non-negative group's lane j = lane,
@@ -412,6 +468,14 @@ struct int8_value {
     return codec::element::int8_dequantize(q, load_float(block));
   }
 };
+template <codec::element::minifloat_format F>
+struct minifloat_value {
+  CHORUS_HD static float of(const std::byte* block, std::size_t header_bytes, std::size_t k) {
+    const auto* codes = reinterpret_cast<const std::uint8_t*>(block + header_bytes);
+    const std::uint32_t code = codec::detail::code_bits<F> == 4 ? (codes[k / 2] >> (4 * (k % 2))) & 0xfu : codes[k];
+    return codec::element::minifloat_decode(code, static_cast<std::uint8_t>(block[0]), F);
+  }
+};
 struct onebit_value {
   CHORUS_HD static float of(const std::byte* block, std::size_t header_bytes, std::size_t k) {
     const auto* signs = reinterpret_cast<const std::uint8_t*>(block + header_bytes);
@@ -456,8 +520,14 @@ void decode_with(const Launch& launch, const Codec& c, const std::byte* in, floa
     launch.elements(
         n, block_decode<Accumulate, int8_value>{geometry_of<codec::detail::int8_payload>(c.granule(), n), in, out},
         "chorus int8 decode kernel");
+  } else if constexpr (is_minifloat<Codec>) {
+    using payload = codec::detail::minifloat_payload<codec::detail::code_bits<Codec::format>>;
+    launch.elements(
+        n, block_decode<Accumulate, minifloat_value<Codec::format>>{geometry_of<payload>(c.granule(), n), in, out},
+        "chorus fp8/fp4 decode kernel");
   } else {
-    static_assert(std::is_same_v<Codec, codec::onebit>, "device kernels exist for fp16, bf16, int8 and onebit");
+    static_assert(std::is_same_v<Codec, codec::onebit>,
+                  "device kernels exist for fp16, bf16, int8, fp8, fp4 and onebit");
     launch.elements(
         n, block_decode<Accumulate, onebit_value>{geometry_of<codec::detail::onebit_payload>(c.granule(), n), in, out},
         "chorus onebit decode kernel");
@@ -543,8 +613,13 @@ void encode(const Codec& c, const float* in, std::byte* out, std::size_t n, cons
   } else if constexpr (std::is_same_v<Codec, codec::int8>) {
     const auto at = detail::geometry_of<codec::detail::int8_payload>(c.granule(), n);
     launch.codec_blocks(at.blocks(), detail::int8_encode{at, in, out}, "chorus int8 encode kernel");
+  } else if constexpr (detail::is_minifloat<Codec>) {
+    using payload = codec::detail::minifloat_payload<codec::detail::code_bits<Codec::format>>;
+    const auto at = detail::geometry_of<payload>(c.granule(), n);
+    launch.codec_blocks(at.blocks(), detail::minifloat_encode<Codec>{at, in, out}, "chorus fp8/fp4 encode kernel");
   } else {
-    static_assert(std::is_same_v<Codec, codec::onebit>, "device kernels exist for fp16, bf16, int8 and onebit");
+    static_assert(std::is_same_v<Codec, codec::onebit>,
+                  "device kernels exist for fp16, bf16, int8, fp8, fp4 and onebit");
     const auto at = detail::geometry_of<codec::detail::onebit_payload>(c.granule(), n);
     launch.codec_blocks(at.blocks(), detail::onebit_encode{at, in, out}, "chorus onebit encode kernel");
   }

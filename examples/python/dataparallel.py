@@ -10,10 +10,13 @@ of the model to keep (after the scheme's finish(): the average, the centre or th
 --backend chorus|gloo|nccl   the torch.distributed backend (process group; nccl: torch's, on cuda)
 --scheme ddp            DistributedDataParallel on that backend (with --hook fp16|bf16|int8|onebit: chorus's
                         compression hook)
---scheme allreduce|local|dpsgd|dpsgd-window|easgd-sync|easgd|gosgd|one-sided-gossip|tree-easgd
+--scheme allreduce|local|dpsgd|dpsgd-window|easgd-sync|easgd|gosgd|one-sided-gossip|tree-easgd|diloco|
+         streaming-diloco
                         a chorus averaging scheme (chorus.averaging) around the optimiser, on the chorus
                         backend's communicator (or, with gloo, one opened through torch's store; with --device
-                        cuda, on an NCCL communicator made from it: chorus.nccl)
+                        cuda, on an NCCL communicator made from it: chorus.nccl). DiLoCo: --period inner steps
+                        with the optimiser, then the outer step (--outer-lr, --outer-momentum, Nesterov);
+                        streaming-diloco: --fragments strided fragments, each sync overlapping --overlap steps
 
 --slow RANK:FACTOR (repeatable) makes that rank's steps take FACTOR times as long (a sleep of FACTOR - 1 times
 its compute after each); --jitter exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA adds a
@@ -47,11 +50,16 @@ def add_arguments(parser: argparse.ArgumentParser, *, epochs: int, batch: int, l
     parser.add_argument("--hook", choices=["none", "fp16", "bf16", "int8", "onebit"], default="none",
                         help="with --scheme ddp: chorus's compression hook")
     parser.add_argument("--codec", default=None,
-                        help="with a chorus scheme: fp16, bf16, int8 or onebit on its messages")
+                        help="with a chorus scheme: fp16, bf16, int8, fp8_e4m3, fp4_e2m1 or onebit on its messages "
+                             "(DiLoCo: on its outer gradients, with error feedback)")
     parser.add_argument("--epochs", type=int, default=epochs)
     parser.add_argument("--batch", type=int, default=batch, help="per rank")
     parser.add_argument("--lr", type=float, default=lr)
-    parser.add_argument("--period", type=int, default=4, help="local SGD's H")
+    parser.add_argument("--period", type=int, default=4, help="local SGD's and DiLoCo's H")
+    parser.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo's outer learning rate")
+    parser.add_argument("--outer-momentum", type=float, default=0.9, help="DiLoCo's outer Nesterov momentum")
+    parser.add_argument("--fragments", type=int, default=4, help="streaming-diloco's fragments")
+    parser.add_argument("--overlap", type=int, default=1, help="streaming-diloco's overlapped inner steps")
     parser.add_argument("--slow", action="append", default=[], metavar="RANK:FACTOR",
                         help="that rank's steps take FACTOR times as long (repeatable)")
     parser.add_argument("--jitter", default="none", help="a heavy-tailed delay after every step (see above)")
@@ -123,6 +131,13 @@ class DataParallel:
             return averaging.EASGD(comm, params, alpha=0.1, tau=1, codec=o.codec)
         if o.scheme == "easgd":
             return averaging.EASGDAsync(comm, params, alpha=0.1, tau=4)
+        if o.scheme in ("diloco", "streaming-diloco"):
+            streaming = o.scheme == "streaming-diloco"
+            tensors = len(list(self.model.parameters()))
+            return averaging.DiLoCo(comm, params, period=o.period, outer_lr=o.outer_lr,
+                                    outer_momentum=o.outer_momentum, codec=o.codec,
+                                    fragments=min(o.fragments, tensors) if streaming else 1,
+                                    overlap_steps=min(o.overlap, o.period - 1) if streaming else 0)
         if o.scheme == "tree-easgd":
             return averaging.TreeEASGD(comm, params, alpha=0.1, tau_up=4, tau_down=4)
         return averaging.GoSGD(comm, params, push_probability=0.5, codec=o.codec)

@@ -328,6 +328,8 @@ SCHEMES = {
     "gosgd": GoSGD,
     "one-sided-gossip": OneSidedGossip,
     "tree-easgd": TreeEASGD,
+    "diloco": DiLoCo,
+    "streaming-diloco": DiLoCo,
 }
 
 

@@ -48,7 +48,11 @@ struct settings {
   std::size_t batch = 32;  // per rank
   double learning_rate = 0.02;
   double momentum = 0.9;
-  std::uint64_t period = 8;                  // local SGD H
+  std::uint64_t period = 8;                  // local SGD's and DiLoCo's H
+  double outer_lr = 0.7;                     // DiLoCo's outer SGD
+  double outer_momentum = 0.9;               // ... its Nesterov momentum
+  std::size_t fragments = 4;                 // streaming-diloco's P
+  std::uint64_t overlap = 1;                 // streaming-diloco's tau
   double alpha = 0.1;                        // EASGD elastic force
   std::uint64_t tau = 4;                     // EASGD steps between elastic updates
   double push_probability = 0.5;             // GoSGD p
@@ -67,7 +71,7 @@ struct settings {
 
 const char* const scheme_names =
     "allreduce|local|dpsgd|dpsgd-window|easgd|easgd-sync|gosgd|one-sided-gossip|ps-bsp|ssp|downpour|downpour-get|"
-    "downpour-accumulate|tree-easgd";
+    "downpour-accumulate|tree-easgd|diloco|streaming-diloco";
 
 // An empty problem is --help: the usage on stdout, exit status 0.
 [[noreturn]] void usage(const std::string& problem) {
@@ -75,9 +79,11 @@ const char* const scheme_names =
   if (!problem.empty()) out << problem << "\n";
   out << "usage: fashion_mnist [--scheme " << scheme_names
       << "]"
-         " [--codec none|fp16|bf16|int8|onebit|topk:R|randomk:R|powersgd:R] [--epochs N] [--batch B] [--lr X] "
+         " [--codec none|fp16|bf16|int8|fp8_e4m3|fp4_e2m1|onebit|topk:R|randomk:R|powersgd:R] [--epochs N]"
+         " [--batch B] [--lr X] "
          "[--momentum X]"
-         " [--period H] [--alpha X] [--tau T] [--p X] [--staleness S] [--push-every N] [--fetch-every N]"
+         " [--period H] [--outer-lr X] [--outer-momentum X] [--fragments P] [--overlap T] [--alpha X] [--tau T] [--p "
+         "X] [--staleness S] [--push-every N] [--fetch-every N]"
          " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
          " [--slow RANK:FACTOR]... [--jitter none|exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA]"
          " [--seed S] [--leave RANK:EPOCH] [--join-epochs N] [--data DIR] [--csv FILE]\n"
@@ -110,6 +116,14 @@ void set(settings& chosen, const std::string& flag, const std::string& value) {
     chosen.momentum = std::stod(value);
   else if (flag == "--period")
     chosen.period = std::stoul(value);
+  else if (flag == "--outer-lr")
+    chosen.outer_lr = std::stod(value);
+  else if (flag == "--outer-momentum")
+    chosen.outer_momentum = std::stod(value);
+  else if (flag == "--fragments")
+    chosen.fragments = std::stoul(value);
+  else if (flag == "--overlap")
+    chosen.overlap = std::stoul(value);
   else if (flag == "--alpha")
     chosen.alpha = std::stod(value);
   else if (flag == "--tau")
@@ -374,6 +388,18 @@ void train(chorus::communicator& comm, const settings& config) {
     job.run(scheme, local_model);
   } else if (config.scheme == "local") {
     avg::local_sgd scheme(comm, model, {.period = config.period, .codec = wire});
+    job.run(scheme, local_model);
+  } else if (config.scheme == "diloco" || config.scheme == "streaming-diloco") {
+    // DiLoCo: --period inner steps with the trainer's SGD, then the outer step; the outer gradients through
+    // --codec with error feedback. Streaming: --fragments strided fragments, each sync overlapping --overlap steps.
+    const bool streaming = config.scheme == "streaming-diloco";
+    const std::size_t tensors = model.tensors().size();
+    avg::diloco scheme(comm, model,
+                       {.period = config.period,
+                        .outer = {.learning_rate = config.outer_lr, .momentum = config.outer_momentum},
+                        .codec = wire,
+                        .fragments = streaming ? std::min(config.fragments, tensors) : 1,
+                        .overlap_steps = streaming ? std::min(config.overlap, config.period - 1) : 0});
     job.run(scheme, local_model);
   } else if (config.scheme == "dpsgd" || config.scheme == "dpsgd-window") {
     avg::dpsgd scheme(comm, model, {.codec = wire, .one_sided = config.scheme == "dpsgd-window"});

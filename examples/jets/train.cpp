@@ -40,7 +40,8 @@ struct settings {
 
 const char* const usage_text =
     "usage: jet_tagger [--data FILE] [--model cnn|deepsets] [--scheme allreduce|local|dpsgd|dpsgd-window|"
-    "easgd-sync|easgd|gosgd|one-sided-gossip|tree-easgd] [--codec none|fp16|bf16|int8|onebit] [--epochs N] "
+    "easgd-sync|easgd|gosgd|one-sided-gossip|tree-easgd|diloco|streaming-diloco] "
+    "[--codec none|fp16|bf16|int8|fp8_e4m3|fp4_e2m1|onebit] [--epochs N] "
     "[--batch B] [--lr X] [--period H] [--seed S] [--test-fraction F] [--csv FILE] [--scores FILE]\n"
     "Trains the W-jet tagger on generate_jets.py's file with a chorus scheme, under chorus-run.\n"
     "--scores FILE: rank 0 saves the final held-out scores and labels (.npz: ROC curves).\n";
@@ -184,6 +185,16 @@ void train(chorus::communicator& comm, const settings& config) {
     job.run(scheme, replica);
   } else if (s == "local") {
     avg::local_sgd scheme(comm, model, {.period = static_cast<std::uint64_t>(config.period), .codec = wire});
+    job.run(scheme, replica);
+  } else if (s == "diloco" || s == "streaming-diloco") {
+    // As dataparallel.py: outer Nesterov SGD 0.7 / 0.9; streaming in 4 fragments, each overlapping one step.
+    const auto period = static_cast<std::uint64_t>(config.period);
+    const bool streaming = s == "streaming-diloco";
+    avg::diloco scheme(comm, model,
+                       {.period = period,
+                        .codec = wire,
+                        .fragments = streaming ? std::min<std::size_t>(4, model.tensors().size()) : 1,
+                        .overlap_steps = streaming && period > 1 ? 1 : 0});
     job.run(scheme, replica);
   } else if (s == "dpsgd" || s == "dpsgd-window") {
     avg::dpsgd scheme(comm, model, {.codec = wire, .one_sided = s == "dpsgd-window"});

@@ -194,7 +194,7 @@ void train(chorus::communicator& comm, const settings& config) {
                        {.period = period,
                         .codec = wire,
                         .fragments = streaming ? std::min<std::size_t>(4, model.tensors().size()) : 1,
-                        .overlap_steps = streaming && period > 1 ? 1 : 0});
+                        .overlap_steps = streaming && period > 1 ? 1u : 0u});
     job.run(scheme, replica);
   } else if (s == "dpsgd" || s == "dpsgd-window") {
     avg::dpsgd scheme(comm, model, {.codec = wire, .one_sided = s == "dpsgd-window"});

@@ -158,6 +158,27 @@ def test_codecs_round_trip_within_their_bound():
         chorus.Codec("fp16", block=8)
 
 
+def test_fp8_and_fp4_round_within_half_a_step_of_their_block():
+    """fp8/fp4: each block of 32 under the least power of two 2^k that holds its largest magnitude; an
+    element is off by at most half a step of its binade, or half the least subnormal step."""
+    values = np.linspace(-3, 3, 1000, dtype=np.float32)
+    formats = {"fp8_e4m3": (448.0, 3, 7), "fp8_e5m2": (57344.0, 2, 15), "fp4_e2m1": (6.0, 1, 1)}
+    for name, (largest, mantissa_bits, bias) in formats.items():
+        wire = chorus.Codec(name)
+        encoded = np.zeros(wire.encoded_bytes(values.size), np.uint8)
+        wire.encode(values, encoded)
+        decoded = np.zeros_like(values)
+        wire.decode(encoded, decoded)
+        for first in range(0, values.size, 32):
+            block = values[first:first + 32].astype(np.float64)
+            k = int(np.ceil(np.log2(np.abs(block).max() / largest)))
+            bound = np.maximum(np.abs(block) * 2.0 ** -(mantissa_bits + 1), 2.0 ** (k - bias - mantissa_bits))
+            error = np.abs(decoded[first:first + 32] - block)
+            assert (error <= bound).all(), (name, first, error.max())
+    assert chorus.Codec("fp4_e2m1").encoded_bytes(64) == 2 * 17
+    assert chorus.Codec("fp4_e2m1", block=64).encoded_bytes(64) == 33
+
+
 def test_one_rank_schemes_keep_the_model(comm):
     model = [np.arange(5, dtype=np.float32), np.zeros(0, np.float32)]
     scheme = chorus.averaging.LocalSGD(comm, model, period=1)

@@ -307,9 +307,11 @@ __device__ inline float warp_largest(float value) {
   return value;
 }
 
-// A warp per block: each lane's largest magnitude, the warp's maximum (exact
-// in any order), then each lane quantises its elements.
-struct int8_encode {
+// The scaled block codecs (int8, fp8, fp4): a warp per block, each lane's
+// largest magnitude, the warp's maximum (exact in any order), then
+// Derived::write(b, lane, largest) writes the block's scale and codes.
+template <class Derived>
+struct by_block_largest {
   block_geometry at;
   const float* in;
   std::byte* out;
@@ -320,6 +322,20 @@ struct int8_encode {
                  [&](std::size_t, float x) { largest = hd::larger(largest, codec::element::int8_magnitude(x)); });
     return largest;
   }
+  __device__ void operator()(std::size_t b, unsigned lane) const {
+    self().write(b, lane, warp_largest(lane_largest(b, lane)));
+  }
+  void serial(std::size_t b) const {
+    float largest = 0.0f;
+    for (unsigned lane = 0; lane < warp; ++lane) largest = hd::larger(largest, lane_largest(b, lane));
+    for (unsigned lane = 0; lane < warp; ++lane) self().write(b, lane, largest);
+  }
+
+ private:
+  CHORUS_HD const Derived& self() const { return static_cast<const Derived&>(*this); }
+};
+
+struct int8_encode : by_block_largest<int8_encode> {
   CHORUS_HD void write(std::size_t b, unsigned lane, float block_largest) const {
     const codec::element::int8_scale s = codec::element::int8_scale_of(block_largest);
     std::byte* block = out + at.byte(b);
@@ -327,15 +343,6 @@ struct int8_encode {
     auto* q = reinterpret_cast<std::int8_t*>(block + at.header_bytes);
     each_strided(in + at.first(b), lane, warp, at.count(b),
                  [&](std::size_t k, float x) { q[k] = codec::element::int8_quantize(x, s); });
-  }
-
-  __device__ void operator()(std::size_t b, unsigned lane) const {
-    write(b, lane, warp_largest(lane_largest(b, lane)));
-  }
-  void serial(std::size_t b) const {
-    float largest = 0.0f;
-    for (unsigned lane = 0; lane < warp; ++lane) largest = hd::larger(largest, lane_largest(b, lane));
-    for (unsigned lane = 0; lane < warp; ++lane) write(b, lane, largest);
   }
 };
 
@@ -345,26 +352,17 @@ struct int8_encode {
 // byte (lane 0) and each lane's codes; fp4's lanes write whole bytes (two
 // elements each), so no two lanes write one byte.
 template <class Codec>
-struct minifloat_encode {
+struct minifloat_encode : by_block_largest<minifloat_encode<Codec>> {
   static constexpr codec::element::minifloat_format format = Codec::format;
   static constexpr bool nibbles = codec::detail::code_bits<format> == 4;
-  block_geometry at;
-  const float* in;
-  std::byte* out;
 
-  CHORUS_HD float lane_largest(std::size_t b, unsigned lane) const {
-    float largest = 0.0f;
-    each_strided(in + at.first(b), lane, warp, at.count(b),
-                 [&](std::size_t, float x) { largest = hd::larger(largest, codec::element::int8_magnitude(x)); });
-    return largest;
-  }
   CHORUS_HD void write(std::size_t b, unsigned lane, float block_largest) const {
     const std::uint8_t scale = codec::element::minifloat_scale_byte(block_largest, format);
-    std::byte* block = out + at.byte(b);
+    std::byte* block = this->out + this->at.byte(b);
     if (lane == 0) block[0] = std::byte{scale};
-    auto* codes = reinterpret_cast<std::uint8_t*>(block + at.header_bytes);
-    const float* x = in + at.first(b);
-    const std::size_t count = at.count(b);
+    auto* codes = reinterpret_cast<std::uint8_t*>(block + this->at.header_bytes);
+    const float* x = this->in + this->at.first(b);
+    const std::size_t count = this->at.count(b);
     if constexpr (nibbles) {
       for (std::size_t j = lane; 2 * j < count; j += warp) {
         const float low = x[2 * j], high = 2 * j + 1 < count ? x[2 * j + 1] : 0.0f;
@@ -376,15 +374,6 @@ struct minifloat_encode {
       each_strided(x, lane, warp, count,
                    [&](std::size_t k, float v) { codes[k] = codec::element::minifloat_encode(v, scale, format); });
     }
-  }
-
-  __device__ void operator()(std::size_t b, unsigned lane) const {
-    write(b, lane, warp_largest(lane_largest(b, lane)));
-  }
-  void serial(std::size_t b) const {
-    float largest = 0.0f;
-    for (unsigned lane = 0; lane < warp; ++lane) largest = hd::larger(largest, lane_largest(b, lane));
-    for (unsigned lane = 0; lane < warp; ++lane) write(b, lane, largest);
   }
 };
 
@@ -612,11 +601,11 @@ void encode(const Codec& c, const float* in, std::byte* out, std::size_t n, cons
                     "chorus two-byte encode kernel");
   } else if constexpr (std::is_same_v<Codec, codec::int8>) {
     const auto at = detail::geometry_of<codec::detail::int8_payload>(c.granule(), n);
-    launch.codec_blocks(at.blocks(), detail::int8_encode{at, in, out}, "chorus int8 encode kernel");
+    launch.codec_blocks(at.blocks(), detail::int8_encode{{at, in, out}}, "chorus int8 encode kernel");
   } else if constexpr (detail::is_minifloat<Codec>) {
     using payload = codec::detail::minifloat_payload<codec::detail::code_bits<Codec::format>>;
     const auto at = detail::geometry_of<payload>(c.granule(), n);
-    launch.codec_blocks(at.blocks(), detail::minifloat_encode<Codec>{at, in, out}, "chorus fp8/fp4 encode kernel");
+    launch.codec_blocks(at.blocks(), detail::minifloat_encode<Codec>{{at, in, out}}, "chorus fp8/fp4 encode kernel");
   } else {
     static_assert(std::is_same_v<Codec, codec::onebit>,
                   "device kernels exist for fp16, bf16, int8, fp8, fp4 and onebit");

@@ -275,3 +275,194 @@ TEST_CASE("DiLoCo options: clear errors") {
     fails({.fragments = 2, .fragment_of = {0, 0, 0, 0, 0}}, "fragment 1 has no tensor");
   });
 }
+
+namespace {
+
+// Rounds as tests of time, samples and weights see them: rank r takes
+// steps_in(r, k) inner steps in round k (its own step count s going on
+// across rounds, each step worth samples(r, s)), then theta steps by the
+// outer gradient theta - sum_r w_r x_r / W (w_r: r's samples in the round;
+// no step when W = 0) and every worker continues from theta. Plain DiLoCo
+// (one fragment, no overlap), in double.
+template <class StepsIn, class Samples>
+std::vector<double> rounds_reference(int ranks, std::size_t rounds, StepsIn steps_in, Samples samples,
+                                     const avg::outer_sgd& outer) {
+  const std::vector<float> start = model(0).flat();
+  const std::vector<double> first(start.begin(), start.end());
+  std::vector<std::vector<double>> x(static_cast<std::size_t>(ranks), first);
+  std::vector<double> theta = first, velocity(first.size(), 0.0);
+  std::vector<std::uint64_t> step(static_cast<std::size_t>(ranks), 0);
+  for (std::size_t k = 0; k < rounds; ++k) {
+    std::vector<double> weighted(first.size(), 0.0);
+    double total = 0;
+    for (int r = 0; r < ranks; ++r) {
+      auto& mine = x[static_cast<std::size_t>(r)];
+      double w = 0;
+      for (std::uint64_t j = 0; j < steps_in(r, k); ++j) {
+        const std::uint64_t s = ++step[static_cast<std::size_t>(r)];
+        std::size_t at = 0;
+        for (std::size_t t = 0; t < tensor_sizes.size(); ++t)
+          for (std::size_t e = 0; e < tensor_sizes[t]; ++e, ++at)
+            mine[at] -= static_cast<double>(inner_rate) * static_cast<double>(gradient(r, s, t, e));
+        w += static_cast<double>(samples(r, s));
+      }
+      for (std::size_t e = 0; e < mine.size(); ++e) weighted[e] += w * mine[e];
+      total += w;
+    }
+    if (total > 0)
+      for (std::size_t e = 0; e < theta.size(); ++e) {
+        const double g = theta[e] - weighted[e] / total;
+        velocity[e] = outer.momentum * velocity[e] + g;
+        theta[e] -= outer.learning_rate * (outer.nesterov ? g + outer.momentum * velocity[e] : velocity[e]);
+      }
+    for (auto& worker : x) worker = theta;
+  }
+  return theta;
+}
+
+struct timed_run {
+  std::vector<std::vector<float>> final;                  // each rank's model after finish
+  std::vector<std::vector<std::uint64_t>> job_samples;    // each rank's job_samples() as it changed
+  std::vector<double> first_round_seconds;                // each rank's first T > 0
+  std::vector<avg::averaging_stats> stats;
+};
+
+// Each rank on a clock of its own that advances step_seconds(r) per inner
+// step and not otherwise (syncs take no time), for steps_of(r) steps.
+template <class StepSeconds, class StepsOf, class Samples>
+timed_run train_timed(int ranks, StepSeconds step_seconds, StepsOf steps_of, Samples samples,
+                      avg::diloco_options options) {
+  timed_run run;
+  run.final.resize(static_cast<std::size_t>(ranks));
+  run.job_samples.resize(static_cast<std::size_t>(ranks));
+  run.first_round_seconds.resize(static_cast<std::size_t>(ranks));
+  run.stats.resize(static_cast<std::size_t>(ranks));
+  std::mutex mutex;
+  chorus::run_threads(ranks, [&](communicator& comm) {
+    const int r = comm.rank();
+    double now = 0;
+    avg::diloco_options mine = options;
+    mine.clock = [&now] { return now; };
+    model m(r);
+    avg::diloco scheme(comm, m.view(), mine);
+    std::vector<std::uint64_t> seen;
+    double first_round_seconds = 0;
+    for (std::uint64_t s = 1; s <= steps_of(r); ++s) {
+      now += step_seconds(r);
+      inner_step(m, r, s);
+      scheme.end_step(samples(r, s));
+      if (seen.empty() || scheme.job_samples() != seen.back()) seen.push_back(scheme.job_samples());
+      if (first_round_seconds == 0) first_round_seconds = scheme.round_seconds();
+    }
+    scheme.finish();
+    seen.push_back(scheme.job_samples());
+    std::lock_guard lock(mutex);
+    const auto at = static_cast<std::size_t>(r);
+    run.final[at] = m.flat();
+    run.job_samples[at] = std::move(seen);
+    run.first_round_seconds[at] = first_round_seconds;
+    run.stats[at] = scheme.stats();
+  });
+  return run;
+}
+
+std::uint64_t samples_varying(int rank, std::uint64_t step) { return 1 + (static_cast<std::uint64_t>(rank) + step) % 3; }
+
+}  // namespace
+
+TEST_CASE("DiLoCo weighs each worker's model by the samples it processed in the round") {
+  for (int ranks : {1, 3, 4}) {
+    for (const avg::outer_sgd& outer : {avg::outer_sgd{.learning_rate = 1.0, .momentum = 0.0}, avg::outer_sgd{}}) {
+      CAPTURE(ranks);
+      CAPTURE(outer.momentum);
+      // Rounds by steps (H = 4), 14 steps: three rounds and finish's two steps.
+      const auto run = train_timed(
+          ranks, [](int) { return 1.0; }, [](int) { return std::uint64_t{14}; }, samples_varying,
+          {.period = 4, .outer = outer});
+      const auto expected = rounds_reference(
+          ranks, 4, [](int, std::size_t k) { return k < 3 ? std::uint64_t{4} : std::uint64_t{2}; }, samples_varying,
+          outer);
+      for (const auto& rank : run.final) CHECK(same_bits(rank, run.final[0]));
+      CHECK(worst_gap(run.final[0], expected) < 2e-5);
+      std::uint64_t all = 0;
+      for (int r = 0; r < ranks; ++r)
+        for (std::uint64_t s = 1; s <= 14; ++s) all += samples_varying(r, s);
+      CHECK(run.job_samples[0].back() == all);
+    }
+  }
+}
+
+TEST_CASE("DiLoCo rounds by compute time: a 4x slower worker takes a quarter of the steps, weighted by them") {
+  for (int ranks : {2, 3, 5}) {
+    CAPTURE(ranks);
+    // Rank 0's steps take 4 s, the others' 1 s; a round is 8 s of compute:
+    // rank 0 syncs every 2 steps, the others every 8, five rounds.
+    const auto seconds = [](int r) { return r == 0 ? 4.0 : 1.0; };
+    const auto steps = [](int r) { return r == 0 ? std::uint64_t{10} : std::uint64_t{40}; };
+    const auto one = [](int, std::uint64_t) { return std::uint64_t{1}; };
+    const auto run = train_timed(ranks, seconds, steps, one, {.round_seconds = 8.0});
+    const auto expected = rounds_reference(
+        ranks, 5, [](int r, std::size_t) { return r == 0 ? std::uint64_t{2} : std::uint64_t{8}; }, one,
+        avg::outer_sgd{});
+    for (const auto& rank : run.final) CHECK(same_bits(rank, run.final[0]));
+    CHECK(worst_gap(run.final[0], expected) < 2e-5);
+    for (const auto& stats : run.stats) CHECK(stats.exchanges == 6);  // five rounds and finish's
+    const std::vector<std::uint64_t> progress = {0, 2 + 8u * (ranks - 1u)};
+    CHECK(run.job_samples[0][1] == progress[1]);
+    CHECK(run.job_samples[0].back() == 5 * progress[1]);
+  }
+}
+
+TEST_CASE("DiLoCo rounds by the job's samples: T follows the job's rate, and each round processes about N") {
+  // Speeds 1/4, 1 and 1 samples a second, 80 s each; N = 20, two
+  // fragments. The first round ends at N / n samples on every worker; from
+  // the rates it measured, T = 20 / 2.25 s, and each round then processes
+  // N within a step of each worker (a step's overshoot, or the
+  // stagger's).
+  const auto seconds = [](int r) { return r == 0 ? 4.0 : 1.0; };
+  const auto steps = [](int r) { return r == 0 ? std::uint64_t{20} : std::uint64_t{80}; };
+  const auto one = [](int, std::uint64_t) { return std::uint64_t{1}; };
+  const auto run = train_timed(3, seconds, steps, one, {.round_samples = 20, .fragments = 2});
+  for (const auto& rank : run.final) CHECK(same_bits(rank, run.final[0]));
+  for (const auto& seen : run.job_samples) CHECK(seen.back() == run.job_samples[0].back());
+  for (double T : run.first_round_seconds) CHECK(T == 20.0 / 2.25);
+  CHECK(run.job_samples[0].back() == 20 + 80 + 80);
+  // Rank 1 sees every sync (one a step at most): two in a round, past the
+  // first round and before finish's.
+  const auto& seen = run.job_samples[1];
+  for (std::size_t j = 3; j + 3 < seen.size(); j += 2) {
+    CAPTURE(j);
+    CHECK(seen[j + 1] - seen[j - 1] >= 20 - 3);
+    CHECK(seen[j + 1] - seen[j - 1] <= 20 + 3);
+  }
+}
+
+TEST_CASE("DiLoCo by time with fragments and overlap: workers stopping at different times end with the same bits") {
+  for (int ranks : {2, 3}) {
+    CAPTURE(ranks);
+    // Rank 1 stops after 16 s of compute, the others after 40 s; P = 3
+    // fragments, each sync overlapping two inner steps, mixing 0.25.
+    const auto seconds = [](int r) { return r == 0 ? 2.0 : 1.0; };
+    const auto steps = [](int r) { return r == 1 ? std::uint64_t{16} : r == 0 ? std::uint64_t{20} : std::uint64_t{40}; };
+    const auto run = train_timed(ranks, seconds, steps, samples_varying,
+                                 {.period = 3, .round_seconds = 6.0, .fragments = 3, .overlap_steps = 2, .mixing = 0.25});
+    for (const auto& rank : run.final) CHECK(same_bits(rank, run.final[0]));
+    for (const auto& seen : run.job_samples) CHECK(seen.back() == run.job_samples[0].back());
+    std::uint64_t all = 0;
+    for (int r = 0; r < ranks; ++r)
+      for (std::uint64_t s = 1; s <= steps(r); ++s) all += samples_varying(r, s);
+    CHECK(run.job_samples[0].back() == all);
+  }
+}
+
+TEST_CASE("DiLoCo stopping early: the leaver's rounds weigh nothing, the rest train on to the reference") {
+  // Rank 1 stops at 16 s (two rounds of 8 s); the others go on to 40 s.
+  const auto seconds = [](int) { return 1.0; };
+  const auto steps = [](int r) { return r == 1 ? std::uint64_t{16} : std::uint64_t{40}; };
+  const auto run = train_timed(3, seconds, steps, samples_varying, {.round_seconds = 8.0});
+  const auto expected = rounds_reference(
+      3, 5, [](int r, std::size_t k) { return r == 1 && k >= 2 ? std::uint64_t{0} : std::uint64_t{8}; },
+      samples_varying, avg::outer_sgd{});
+  for (const auto& rank : run.final) CHECK(same_bits(rank, run.final[0]));
+  CHECK(worst_gap(run.final[0], expected) < 2e-5);
+}

@@ -13,6 +13,22 @@
 //   for (each batch) { inner_step(); scheme.end_step(); }
 //   scheme.finish();  // every rank holds the global model
 //
+// Rounds: a fragment syncs every H steps (period), every T seconds of this
+// worker's compute (round_seconds: wall time less the time spent waiting on
+// syncs), or whenever the job has processed about N samples
+// (round_samples, as Hivemind's target batch: T = N / the job's samples per
+// second, measured at every sync; the first round ends at N / n samples on
+// every worker). Time and sample rounds let a fast worker take more steps
+// than a slow one instead of waiting for it. Every sync first sums a small
+// report (fp64): each worker's samples since the last sync (the job's
+// progress, job_samples()), since this fragment's last sync (its weight:
+// the models or outer gradients are averaged as sum w_i x_i / sum w_i, sent
+// as n w_i / W x_i under op::avg, so equal weights send the bits
+// themselves), its samples per second, and whether it is stopping. Workers
+// stop in any order: finish() keeps syncing the fragments in their order,
+// with no new samples, until a sync finds every worker stopping, then gives
+// each other fragment one sync more, so every worker's last samples count.
+//
 // Cost: per H steps one allreduce of the model (2(n-1) alpha + 2 (n-1)/n S
 // beta with the ring, S after the codec): 1/H of allreduce-SGD's traffic,
 // and with P fragments a peak P times lower, hidden behind compute while
@@ -38,6 +54,8 @@
 #include <chorus/compressed/allreduce.hpp>
 #include <chorus/core/error.hpp>
 
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -62,6 +80,9 @@ using outer_optimizer =
 
 struct diloco_options {
   std::uint64_t period = 500;              // H: inner steps between a fragment's syncs
+  double round_seconds = 0.0;              // > 0: T seconds of compute between a fragment's syncs instead
+  std::uint64_t round_samples = 0;         // > 0: about N samples of the job's between them instead
+  std::function<double()> clock{};         // seconds, monotonic; empty: steady_clock (tests pass their own)
   outer_sgd outer{};                       // the built-in outer optimizer
   outer_optimizer custom_outer{};          // replaces it where set
   codec::any_codec codec{};                // the outer gradients' codec, with error feedback; none: fp32 models
@@ -79,10 +100,14 @@ class diloco : public scheme_base<diloco<Communicator>> {
   diloco(Communicator& comm, parameters model, diloco_options options = {})
       : comm_(comm), model_(std::move(model)), options_(std::move(options)) {
     check_options();
+    if (!options_.clock) options_.clock = [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      };
     std::vector<float> start = model_.snapshot();
     broadcast(comm_, std::span<float>(start), 0);
     model_.copy_from(start);
     make_fragments(start);
+    started_at_ = options_.clock();
   }
 
   diloco(const diloco&) = delete;  // the background syncs hold its fragments' addresses
@@ -96,47 +121,86 @@ class diloco : public scheme_base<diloco<Communicator>> {
         } catch (const error&) {}
   }
 
-  void end_step() {
+  // After an inner step that processed `samples` samples (the weight of
+  // this worker's model in the next average; 1 a step unless told).
+  void end_step(std::uint64_t samples = 1) {
     this->count_step();
+    samples_ += samples;
+    samples_since_any_ += samples;
+    for (fragment_state& f : fragments_) f.samples += samples;
     const std::uint64_t step = this->stats_.steps;
     for (fragment_state& f : fragments_)
       if (f.pending && step == f.merge_at) complete(f);
-    for (fragment_state& f : fragments_)
-      if (step % options_.period == f.offset) start(f, options_.overlap_steps);
+    if (by_steps()) {
+      for (fragment_state& f : fragments_)
+        if (step % options_.period == f.offset) start(f, options_.overlap_steps);
+      return;
+    }
+    for (std::size_t synced = 0; synced < fragments_.size() && due(fragments_[next_]); ++synced)
+      start(fragments_[next_], options_.overlap_steps);
   }
 
-  // Collective: pending syncs complete, then every fragment not synced at
-  // this step syncs once more; the parameters become the global model.
+  // Collective: pending syncs complete, then the fragments sync in their
+  // order (this worker stopping, its samples since each fragment's last
+  // sync as the weight) until one finds every worker stopping, and each
+  // other fragment once more; the parameters become the global model.
   void finish() {
+    stopping_ = true;
     for (fragment_state& f : fragments_)
       if (f.pending) complete(f);
-    for (fragment_state& f : fragments_) {
-      if (f.synced_at != this->stats_.steps) start(f, 0);
-      f.model.copy_from(f.global);
+    std::size_t more = fragments_.size();
+    while (more > 0) {
+      fragment_state& f = fragments_[next_];
+      start(f, options_.overlap_steps);  // where the others run it: shared memory calls differ by thread
+      if (f.pending) complete(f);
+      const bool all_stopping = f.report[stopping] == static_cast<double>(comm_.size());
+      more = all_stopping ? std::min(more, fragments_.size()) - 1 : fragments_.size();
     }
+    for (fragment_state& f : fragments_) f.model.copy_from(f.global);
   }
 
   // Fragment f's part of theta, the last global model (host memory).
   std::span<const float> global_model(std::size_t fragment = 0) const { return fragments_.at(fragment).global; }
   std::size_t fragments() const noexcept { return fragments_.size(); }
+  // The samples the whole job processed up to the last completed sync: the
+  // same on every rank, so a learning-rate schedule driven by it is the
+  // job's, however many workers run at whatever speed.
+  std::uint64_t job_samples() const noexcept { return job_samples_; }
+  // T: the compute seconds between a fragment's syncs (0 while rounds are
+  // counted in steps, or in samples before the job's rate is known).
+  double round_seconds() const noexcept { return round_seconds_; }
 
  private:
+  // The report each sync sums first, fp64 (exact for counts below 2^53).
+  enum report_entry : std::size_t { samples_since_any, weight, samples_per_second, stopping, report_size };
+
   struct fragment_state {
     parameters model;                     // this fragment's tensors
-    std::uint64_t offset = 0;             // synced at steps with step mod H == offset
+    std::uint64_t offset = 0;             // rounds by steps: synced at steps with step mod H == offset
+    double due = 0;                       // otherwise: at this compute time (timed) or local sample count
+    bool timed = false;
+    std::uint64_t samples = 0;            // this worker's, since the fragment's last sync
+    double synced_at_compute = 0;         // the compute clock then
     std::vector<float> global, velocity;  // theta and the outer momentum, this fragment's part
     std::vector<float> sent;              // the models (no codec) or outer gradients, averaged in place
+    std::array<double, report_size> report{};  // this worker's, then the job's sums
+    double own_weight = 0;
     std::optional<codec::any_error_feedback> feedback;
     collective_request request;
     bool pending = false;
-    std::uint64_t merge_at = 0, synced_at = 0;
+    std::uint64_t merge_at = 0;
     std::uint64_t bytes_in_background = 0, messages_in_background = 0;
   };
+
+  bool by_steps() const noexcept { return options_.round_seconds <= 0.0 && options_.round_samples == 0; }
 
   void check_options() {
     const auto invalid = [](const std::string& what) { return error(errc::invalid_argument, "diloco: " + what); };
     const std::size_t tensors = model_.tensors().size();
     if (options_.period == 0) throw invalid("the period H must be at least 1");
+    if (!(options_.round_seconds >= 0.0)) throw invalid("round_seconds must be at least 0");
+    if (options_.round_seconds > 0.0 && options_.round_samples > 0)
+      throw invalid("a round ends by round_seconds or by round_samples, not both");
     if (options_.fragments == 0 || options_.fragments > tensors)
       throw invalid(std::to_string(options_.fragments) + " fragments of " + std::to_string(tensors) +
                     " tensors (each fragment needs a tensor)");
@@ -167,75 +231,150 @@ class diloco : public scheme_base<diloco<Communicator>> {
       offset += tensor.size();
     }
     fragments_.resize(count);
+    round_seconds_ = options_.round_seconds;
     for (std::size_t f = 0; f < count; ++f) {
       if (tensors[f].empty())
         throw error(errc::invalid_argument, "diloco: fragment " + std::to_string(f) + " has no tensor");
       fragment_state& state = fragments_[f];
       state.model = parameters(std::move(tensors[f]));
       state.offset = f * options_.period / count;
+      // Staggered: fragment f first at f/P of a round (fragment 0 at a whole one).
+      const double first = static_cast<double>(f == 0 ? count : f) / static_cast<double>(count);
+      state.timed = round_seconds_ > 0.0;
+      state.due = state.timed ? first * round_seconds_ : first * samples_per_worker();
       state.global = std::move(globals[f]);
       if (options_.outer.momentum != 0.0) state.velocity.assign(state.global.size(), 0.0f);
       if (options_.codec) state.feedback.emplace(options_.codec);
     }
+    next_ = first_to_sync();
+  }
+
+  // The fragments sync in index order, round and round, from the first
+  // fragment due: by steps the first with a positive offset (those with
+  // none sync at step H, fragment 0 first); by time or samples fragment 1.
+  std::size_t first_to_sync() const {
+    for (std::size_t f = 1; f < fragments_.size(); ++f)
+      if (!by_steps() || fragments_[f].offset > 0) return f;
+    return 0;
+  }
+
+  // Rounds by samples, before the job's rate is known: N / n each.
+  double samples_per_worker() const {
+    return static_cast<double>(options_.round_samples) / static_cast<double>(comm_.size());
+  }
+
+  // Seconds since the scheme started, less those spent waiting on syncs.
+  double compute_clock() const { return options_.clock() - started_at_ - waiting_; }
+
+  bool due(const fragment_state& f) const {
+    return f.timed ? compute_clock() >= f.due : static_cast<double>(samples_) >= f.due;
+  }
+
+  // Next round's time (or, rounds by samples before the rate is known,
+  // sample count) for the fragment syncing now.
+  void schedule(fragment_state& f, double now) {
+    if (round_seconds_ > 0.0) {
+      f.due = (f.timed ? f.due : now) + round_seconds_;
+      f.timed = true;
+    } else {
+      f.due = static_cast<double>(samples_) + samples_per_worker();
+    }
+  }
+
+  template <class Work>
+  void waiting(Work&& work) {
+    const double before = options_.clock();
+    std::forward<Work>(work)();
+    waiting_ += options_.clock() - before;
   }
 
   // The fragment's models (no codec) or outer gradients, averaged now or,
   // with `overlap` steps, on the background thread until step + overlap.
   void start(fragment_state& f, std::uint64_t overlap) {
+    if (f.pending) complete(f);  // rounds by time: a fragment due again before its merge step
     f.sent = f.model.snapshot();
     if (options_.codec)
       for (std::size_t k = 0; k < f.sent.size(); ++k) f.sent[k] = f.global[k] - f.sent[k];
-    f.synced_at = this->stats_.steps;
+    const double now = by_steps() ? 0.0 : compute_clock();
+    const double seconds = now - f.synced_at_compute;
+    f.own_weight = static_cast<double>(f.samples);
+    f.report = {static_cast<double>(samples_since_any_), f.own_weight,
+                seconds > 0.0 ? f.own_weight / seconds : 0.0, stopping_ ? 1.0 : 0.0};
+    samples_since_any_ = 0;
+    f.samples = 0;
+    f.synced_at_compute = now;
+    if (!by_steps()) schedule(f, now);
+    next_ = (static_cast<std::size_t>(&f - fragments_.data()) + 1) % fragments_.size();
     ++this->stats_.exchanges;
     if (overlap == 0) {
-      this->metered(comm_, "diloco sync", [&] { average(comm_, f); });
+      waiting([&] { this->metered(comm_, "diloco sync", [&] { exchange(comm_, f); }); });
       return apply_outer(f);
     }
-    f.request = collective::start(comm_, record::collective("diloco sync", std::span<const float>(f.sent), "avg"),
-                                  [this, &f](Communicator& forked) {
-                                    const traffic before = this_thread_traffic();
-                                    average(forked, f);
-                                    const traffic sent = this_thread_traffic() - before;
-                                    f.bytes_in_background = sent.bytes_sent;
-                                    f.messages_in_background = sent.messages_sent;
-                                  });
+    f.request = collective::start(
+        comm_, record::collective("diloco sync", std::span<const float>(f.sent), "avg"),
+        [this, &f](Communicator& forked) {
+          const traffic before = this_thread_traffic();
+          exchange(forked, f);
+          const traffic sent = this_thread_traffic() - before;
+          f.bytes_in_background = sent.bytes_sent;
+          f.messages_in_background = sent.messages_sent;
+        },
+        true, 2);
     f.pending = true;
     f.merge_at = this->stats_.steps + overlap;
   }
 
-  static void average(Communicator& comm, fragment_state& f) {
+  // The report summed, then sum_i w_i x_i / W as the average of
+  // (n w_i / W) x_i. A worker with no samples sends zeros, through the codec
+  // but not its error feedback (its residual waits for a round it counts in).
+  void exchange(Communicator& comm, fragment_state& f) const {
+    allreduce(comm, std::span<double>(f.report), op::sum{});
+    const double total = f.report[weight];
+    const double factor = total > 0.0 ? static_cast<double>(comm.size()) * f.own_weight / total : 0.0;
+    if (factor != 1.0)
+      for (float& x : f.sent) x = static_cast<float>(static_cast<double>(x) * factor);
     const std::span<float> data(f.sent);
-    if (f.feedback)
-      f.feedback->visit([&](auto& feedback) { allreduce(comm, data, op::avg{}, feedback); });
-    else
+    if (!f.feedback)
       allreduce(comm, data, op::avg{});
+    else if (f.own_weight == 0.0)
+      codec::visit(options_.codec, [&](const auto& coder) { allreduce(comm, data, op::avg{}, coder); });
+    else
+      f.feedback->visit([&](auto& feedback) { allreduce(comm, data, op::avg{}, feedback); });
   }
 
   // The background sync is done: theta steps, and the worker merges.
   void complete(fragment_state& f) {
-    f.request.wait();
+    waiting([&] { f.request.wait(); });
     f.pending = false;
     this->stats_.bytes_sent += f.bytes_in_background;
     this->stats_.messages_sent += f.messages_in_background;
     apply_outer(f);
   }
 
-  // theta steps by the outer gradient (theta - mean model, or the averaged
-  // outer gradients), then the worker's fragment becomes alpha local +
-  // (1 - alpha) theta.
+  // The job's progress and rate from the report; theta steps by the outer
+  // gradient (theta - mean model, or the averaged outer gradients) unless
+  // no worker had samples; then the worker's fragment becomes
+  // alpha local + (1 - alpha) theta.
   void apply_outer(fragment_state& f) {
+    job_samples_ += static_cast<std::uint64_t>(f.report[samples_since_any]);
+    if (options_.round_samples > 0 && f.report[samples_per_second] > 0.0)
+      round_seconds_ = static_cast<double>(options_.round_samples) / f.report[samples_per_second];
+    if (f.report[weight] > 0.0) step_global(f);
+    merge(f);
+  }
+
+  void step_global(fragment_state& f) {
     const outer_sgd& outer = options_.outer;
     if (!options_.codec && !options_.custom_outer && outer.learning_rate == 1.0 && outer.momentum == 0.0) {
       f.global = f.sent;  // theta - (theta - mean): the mean itself, as local SGD has it
-    } else {
-      if (!options_.codec)
-        for (std::size_t k = 0; k < f.sent.size(); ++k) f.sent[k] = f.global[k] - f.sent[k];
-      if (options_.custom_outer)
-        options_.custom_outer(static_cast<std::size_t>(&f - fragments_.data()), f.global, f.sent);
-      else
-        sgd_step(f.global, f.sent, f.velocity, {outer.learning_rate, outer.momentum, outer.nesterov, 0.0});
+      return;
     }
-    merge(f);
+    if (!options_.codec)
+      for (std::size_t k = 0; k < f.sent.size(); ++k) f.sent[k] = f.global[k] - f.sent[k];
+    if (options_.custom_outer)
+      options_.custom_outer(static_cast<std::size_t>(&f - fragments_.data()), f.global, f.sent);
+    else
+      sgd_step(f.global, f.sent, f.velocity, {outer.learning_rate, outer.momentum, outer.nesterov, 0.0});
   }
 
   void merge(fragment_state& f) {
@@ -250,6 +389,13 @@ class diloco : public scheme_base<diloco<Communicator>> {
   parameters model_;
   diloco_options options_;
   std::vector<fragment_state> fragments_;
+  std::size_t next_ = 0;              // the fragment that syncs next (every rank the same order)
+  std::uint64_t samples_ = 0;         // this worker's
+  std::uint64_t samples_since_any_ = 0;
+  std::uint64_t job_samples_ = 0;
+  double round_seconds_ = 0.0;        // T, the same bits on every rank
+  double started_at_ = 0.0, waiting_ = 0.0;
+  bool stopping_ = false;
 };
 
 }  // namespace chorus::averaging

@@ -24,6 +24,7 @@
 #include <chorus/route/memory_router.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <future>
 #include <span>
 #include <string>
@@ -71,12 +72,13 @@ std::uint32_t sequences_per_call(const Communicator& comm) {
 // Posts the call's flight-record entry now, in call order, and runs it on
 // the background thread, where the front door it calls is part of it.
 // `described` false: `call` is a name only, and the front door that `work`
-// calls describes it (the Python binding's calls).
+// calls describes it (the Python binding's calls). `collectives`: how many
+// collectives `work` makes (their sequence numbers are taken now).
 template <class Communicator, class Work>
 collective_request start(Communicator& comm, const record::call_description& call, Work work,
-                         bool described = true) {
+                         bool described = true, std::uint32_t collectives = 1) {
   record::posted_call posted = record::post(record::recorder_of(comm), call, described);
-  Communicator forked = comm.fork_sequences(sequences_per_call(comm));
+  Communicator forked = comm.fork_sequences(collectives * sequences_per_call(comm));
   // Device buffers order on the caller's stream, not the worker's (route/memory_router.hpp).
   return {comm.background().submit(on_callers_stream([forked, work, posted]() mutable {
             const record::recorded_call recorded(std::move(posted));

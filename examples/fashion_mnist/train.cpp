@@ -53,6 +53,8 @@ struct settings {
   double outer_momentum = 0.9;               // ... its Nesterov momentum
   std::size_t fragments = 4;                 // streaming-diloco's P
   std::uint64_t overlap = 1;                 // streaming-diloco's tau
+  double round_seconds = 0;                  // DiLoCo's rounds by compute time ...
+  std::uint64_t round_samples = 0;           // ... or by the job's samples; the epochs are then the job's
   double alpha = 0.1;                        // EASGD elastic force
   std::uint64_t tau = 4;                     // EASGD steps between elastic updates
   double push_probability = 0.5;             // GoSGD p
@@ -82,7 +84,8 @@ const char* const scheme_names =
          " [--codec none|fp16|bf16|int8|fp8_e4m3|fp4_e2m1|onebit|topk:R|randomk:R|powersgd:R] [--epochs N]"
          " [--batch B] [--lr X] "
          "[--momentum X]"
-         " [--period H] [--outer-lr X] [--outer-momentum X] [--fragments P] [--overlap T] [--alpha X] [--tau T] [--p "
+         " [--period H] [--outer-lr X] [--outer-momentum X] [--fragments P] [--overlap T] [--round-seconds T]"
+         " [--round-samples N] [--alpha X] [--tau T] [--p "
          "X] [--staleness S] [--push-every N] [--fetch-every N]"
          " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
          " [--slow RANK:FACTOR]... [--jitter none|exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA]"
@@ -96,7 +99,9 @@ const char* const scheme_names =
          "the shuffles, so a run is reproducible. --leave R:E: rank R leaves on purpose after epoch E (gosgd,\n"
          "easgd; its share goes to the others, who finish without it). A process started into the running job\n"
          "(chorus-run --join K@SECONDS; gosgd, easgd, ssp, downpour) trains the last --join-epochs N epochs\n"
-         "(default half) of the schedule, starting from the model the job hands it.\n";
+         "(default half) of the schedule, starting from the model the job hands it. DiLoCo with --round-seconds T\n"
+         "or --round-samples N ends its rounds by compute time or by the job's samples: a fast rank takes more\n"
+         "steps, each model counts by its samples, and an epoch ends when the job has processed the training set.\n";
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -122,6 +127,10 @@ void set(settings& chosen, const std::string& flag, const std::string& value) {
     chosen.outer_momentum = std::stod(value);
   else if (flag == "--fragments")
     chosen.fragments = std::stoul(value);
+  else if (flag == "--round-seconds")
+    chosen.round_seconds = std::stod(value);
+  else if (flag == "--round-samples")
+    chosen.round_samples = std::stoul(value);
   else if (flag == "--overlap")
     chosen.overlap = std::stoul(value);
   else if (flag == "--alpha")
@@ -234,26 +243,57 @@ struct trainer {
     if (comm.joined())
       std::printf("rank %d: joined the running job; training epochs %d to %d\n", comm.rank(), first_epoch,
                   config.epochs);
-    for (int epoch = first_epoch; epoch <= config.epochs; ++epoch) {
-      // Cosine decay of the learning rate over the run.
-      const double progress = static_cast<double>(epoch - 1) / config.epochs;
-      const double rate = config.learning_rate * 0.5 * (1 + std::cos(3.14159265358979 * progress));
+    // Cosine decay of the learning rate over the run's progress, in [0, 1].
+    const auto set_rate = [&](double progress) {
+      const double rate = config.learning_rate * 0.5 * (1 + std::cos(3.14159265358979 * std::min(progress, 1.0)));
       optimiser.set_learning_rate(rate);
       if constexpr (requires { scheme.set_learning_rate(rate); }) scheme.set_learning_rate(rate);
-      std::shuffle(shard.begin(), shard.end(), random);
-      for (std::size_t step = 0; step < steps_per_epoch(); ++step) {
-        for (std::size_t b = 0; b < config.batch; ++b) {
-          const std::size_t sample = shard[step * config.batch + b];
-          std::copy_n(train.images.begin() + static_cast<std::ptrdiff_t>(sample * fashion_mnist::pixels),
-                      fashion_mnist::pixels, images.begin() + static_cast<std::ptrdiff_t>(b * fashion_mnist::pixels));
-          labels[b] = train.labels[sample];
+    };
+    const auto train_step = [&](std::size_t first) {
+      for (std::size_t b = 0; b < config.batch; ++b) {
+        const std::size_t sample = shard[first + b];
+        std::copy_n(train.images.begin() + static_cast<std::ptrdiff_t>(sample * fashion_mnist::pixels),
+                    fashion_mnist::pixels, images.begin() + static_cast<std::ptrdiff_t>(b * fashion_mnist::pixels));
+        labels[b] = train.labels[sample];
+      }
+      if (comm.rank() == config.kill_rank && steps++ == config.kill_at_step) die();
+      scheme.begin_step();
+      delays.around([&] { model.train_batch(images, labels); });
+      scheme.reduce_gradients();
+      if (local_step) optimiser.apply(gradients);
+      if constexpr (requires { scheme.job_samples(); })
+        scheme.end_step(config.batch);  // DiLoCo weighs each model by its samples
+      else
+        scheme.end_step();
+      samples += config.batch;
+    };
+    // DiLoCo's rounds by time or samples: a fast rank takes more steps, so
+    // the epochs are the job's (it has processed the training set once
+    // more), the learning rate follows the job's samples, and each rank
+    // draws batches from its shard round and round.
+    bool by_job = false;
+    if constexpr (requires { scheme.job_samples(); }) by_job = config.round_seconds > 0 || config.round_samples > 0;
+    std::size_t cursor = steps_per_epoch() * config.batch;
+    const auto job_samples = [&]() -> double {
+      if constexpr (requires { scheme.job_samples(); }) return static_cast<double>(scheme.job_samples());
+      return 0;
+    };
+    const double epoch_samples = static_cast<double>(train.size());
+    for (int epoch = first_epoch; epoch <= config.epochs; ++epoch) {
+      if (!by_job) {
+        set_rate(static_cast<double>(epoch - 1) / config.epochs);
+        std::shuffle(shard.begin(), shard.end(), random);
+        for (std::size_t step = 0; step < steps_per_epoch(); ++step) train_step(step * config.batch);
+      } else {
+        while (job_samples() < epoch * epoch_samples) {
+          if (cursor + config.batch > steps_per_epoch() * config.batch) {
+            std::shuffle(shard.begin(), shard.end(), random);
+            cursor = 0;
+          }
+          set_rate(job_samples() / (config.epochs * epoch_samples));
+          train_step(cursor);
+          cursor += config.batch;
         }
-        if (comm.rank() == config.kill_rank && steps++ == config.kill_at_step) die();
-        scheme.step([&] { delays.around([&] { model.train_batch(images, labels); }); },
-                    [&] {
-                      if (local_step) optimiser.apply(gradients);
-                    });
-        samples += config.batch;
       }
       if (comm.rank() == 0) report(std::to_string(epoch), held(), scheme.stats());
       if (comm.rank() == config.leave_rank && epoch == config.leave_after_epoch) return leave(scheme);
@@ -396,6 +436,8 @@ void train(chorus::communicator& comm, const settings& config) {
     const std::size_t tensors = model.tensors().size();
     avg::diloco scheme(comm, model,
                        {.period = config.period,
+                        .round_seconds = config.round_seconds,
+                        .round_samples = config.round_samples,
                         .outer = {.learning_rate = config.outer_lr, .momentum = config.outer_momentum},
                         .codec = wire,
                         .fragments = streaming ? std::min(config.fragments, tensors) : 1,

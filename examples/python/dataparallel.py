@@ -16,7 +16,12 @@ of the model to keep (after the scheme's finish(): the average, the centre or th
                         backend's communicator (or, with gloo, one opened through torch's store; with --device
                         cuda, on an NCCL communicator made from it: chorus.nccl). DiLoCo: --period inner steps
                         with the optimiser, then the outer step (--outer-lr, --outer-momentum, Nesterov);
-                        streaming-diloco: --fragments strided fragments, each sync overlapping --overlap steps
+                        streaming-diloco: --fragments strided fragments, each sync overlapping --overlap steps;
+                        --round-seconds T or --round-samples N: rounds by compute time or by the job's samples
+                        (a fast rank takes more steps), each model weighted by its samples, and the epochs are
+                        the job's: an epoch ends when the job has processed the training set once
+--lr-schedule constant|cosine   the learning rate over the job's progress (DiLoCo: its job_samples; the other
+                        schemes: this rank's samples times the ranks)
 
 --slow RANK:FACTOR (repeatable) makes that rank's steps take FACTOR times as long (a sleep of FACTOR - 1 times
 its compute after each); --jitter exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA adds a
@@ -28,6 +33,7 @@ the same delays as the C++ trainer's). --leave RANK:EPOCH: that rank leaves on p
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from pathlib import Path
@@ -60,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, epochs: int, batch: int, l
     parser.add_argument("--outer-momentum", type=float, default=0.9, help="DiLoCo's outer Nesterov momentum")
     parser.add_argument("--fragments", type=int, default=4, help="streaming-diloco's fragments")
     parser.add_argument("--overlap", type=int, default=1, help="streaming-diloco's overlapped inner steps")
+    parser.add_argument("--round-seconds", type=float, default=0.0, help="DiLoCo's rounds by compute seconds")
+    parser.add_argument("--round-samples", type=int, default=0, help="DiLoCo's rounds by the job's samples")
+    parser.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant",
+                        help="the learning rate over the job's progress")
     parser.add_argument("--slow", action="append", default=[], metavar="RANK:FACTOR",
                         help="that rank's steps take FACTOR times as long (repeatable)")
     parser.add_argument("--jitter", default="none", help="a heavy-tailed delay after every step (see above)")
@@ -95,6 +105,7 @@ class DataParallel:
             if options.scheme not in ("gosgd", "easgd") or not 0 < self.leave_rank < self.size:
                 raise SystemExit("--leave RANK:EPOCH: a rank other than 0 (it reports), with gosgd or easgd")
         self.samples = 0
+        self.passes, self.pending = 0, []  # epochs by the job's samples: this rank's passes over its slice
         self.model = model_for().to(self.device)
         self.scheme: Optional[averaging.Scheme] = None
         self.reduced_bytes = 0
@@ -134,7 +145,8 @@ class DataParallel:
         if o.scheme in ("diloco", "streaming-diloco"):
             streaming = o.scheme == "streaming-diloco"
             tensors = len(list(self.model.parameters()))
-            return averaging.DiLoCo(comm, params, period=o.period, outer_lr=o.outer_lr,
+            return averaging.DiLoCo(comm, params, period=o.period, round_seconds=o.round_seconds,
+                                    round_samples=o.round_samples, outer_lr=o.outer_lr,
                                     outer_momentum=o.outer_momentum, codec=o.codec,
                                     fragments=min(o.fragments, tensors) if streaming else 1,
                                     overlap_steps=min(o.overlap, o.period - 1) if streaming else 0)
@@ -151,21 +163,53 @@ class DataParallel:
     def bytes_counted(self) -> int:
         return self.scheme.stats["bytes_sent"] if self.scheme is not None else self.reduced_bytes
 
+    def by_job(self) -> bool:
+        """Whether the epochs are the job's (DiLoCo's rounds by time or samples): ranks take different steps."""
+        return isinstance(self.scheme, averaging.DiLoCo) and (self.options.round_seconds > 0
+                                                              or self.options.round_samples > 0)
+
+    def job_samples(self) -> int:
+        """The job's samples so far: DiLoCo's count (the same on every rank), else this rank's times the ranks."""
+        if isinstance(self.scheme, averaging.DiLoCo):
+            return self.scheme.job_samples
+        return self.samples * self.size
+
     def epoch(self, number: int, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        """One pass over this rank's slice of the shuffled training set (the same step count on every rank)."""
-        order = torch.randperm(len(targets), generator=torch.Generator().manual_seed(self.options.seed * 1000 + number))
+        """One pass over this rank's slice of the shuffled training set (the same step count on every rank); by
+        the job's samples: batches from this rank's slice, round and round, until the job has processed the
+        training set number + 1 times."""
+        self.net.train()
+        if not self.by_job():
+            for chosen in self.batches(number, inputs):
+                self.train_step(inputs, targets, chosen, len(targets))
+            return
+        while self.job_samples() < (number + 1) * len(targets):
+            if not self.pending:
+                self.passes += 1
+                self.pending = list(self.batches(1_000_000 + self.passes, inputs))
+            self.train_step(inputs, targets, self.pending.pop(0), len(targets))
+
+    def batches(self, shuffle: int, inputs: torch.Tensor) -> list:
+        order = torch.randperm(len(inputs), generator=torch.Generator().manual_seed(self.options.seed * 1000 + shuffle))
         mine = order[self.rank::self.size].to(self.device)
         steps = len(order) // self.size // self.options.batch
-        self.net.train()
-        for step in range(steps):
-            chosen = mine[step * self.options.batch:(step + 1) * self.options.batch]
-            self.optimizer.zero_grad()
-            with self.delays.step():
-                self.loss(self.net(inputs[chosen]), targets[chosen]).backward()
+        return [mine[step * self.options.batch:(step + 1) * self.options.batch] for step in range(steps)]
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor, chosen: torch.Tensor, epoch_samples: int) -> None:
+        if self.options.lr_schedule == "cosine":
+            progress = min(1.0, self.job_samples() / (self.options.epochs * epoch_samples))
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.options.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+        self.optimizer.zero_grad()
+        with self.delays.step():
+            self.loss(self.net(inputs[chosen]), targets[chosen]).backward()
+        if isinstance(self.scheme, averaging.DiLoCo):
+            self.optimizer.step(samples=len(chosen))
+        else:
             self.optimizer.step()
-            self.samples += len(chosen)
-            if self.scheme is None:
-                self.reduced_bytes += self.gradient_bytes
+        self.samples += len(chosen)
+        if self.scheme is None:
+            self.reduced_bytes += self.gradient_bytes
 
     def held_model(self) -> torch.nn.Module:
         """Rank 0's view after an epoch, without a collective (an asynchronous scheme's peers may still be

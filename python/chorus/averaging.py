@@ -141,6 +141,12 @@ class DiLoCo(Scheme):
     global. `codec` sends the outer gradients compressed, with error feedback ("fp4_e2m1", "fp8_e4m3",
     "int8", ...); without one the models are averaged in float32.
 
+    Rounds end every `period` steps, or after `round_seconds` of this worker's compute, or when the job
+    has processed about `round_samples` samples (from its measured rate): a fast worker then takes more
+    steps than a slow one instead of waiting. Each worker's model counts by the samples it processed
+    in the round (`samples` of inner_step / end_step, 1 a step unless given); `job_samples` is the job's
+    count so far, the same on every rank, for a learning-rate schedule by the job's progress.
+
         scheme = chorus.averaging.DiLoCo(comm, model.parameters(), torch.optim.AdamW(model.parameters()),
                                          period=100, codec="fp4_e2m1")
         for x, y in batches:
@@ -151,21 +157,35 @@ class DiLoCo(Scheme):
     """
 
     def __init__(self, comm: Communicator, params: Iterable[Any], inner_optimizer: Any = None, *,
-                 period: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9, nesterov: bool = True,
-                 codec: CodecLike = None, fragments: int = 1, overlap_steps: int = 0,
-                 mixing: float = 0.0) -> None:
+                 period: int = 500, round_seconds: float = 0.0, round_samples: int = 0, outer_lr: float = 0.7,
+                 outer_momentum: float = 0.9, nesterov: bool = True, codec: CodecLike = None, fragments: int = 1,
+                 overlap_steps: int = 0, mixing: float = 0.0) -> None:
         arrays = _arrays(params)
         self.inner_optimizer = inner_optimizer
-        super().__init__(_chorus.DiLoCo(comm._impl, arrays, period, outer_lr, outer_momentum, nesterov, codec,
-                                        fragments, overlap_steps, mixing), arrays)
+        super().__init__(_chorus.DiLoCo(comm._impl, arrays, period, round_seconds, round_samples, outer_lr,
+                                        outer_momentum, nesterov, codec, fragments, overlap_steps, mixing), arrays)
+
+    def end_step(self, samples: int = 1) -> None:
+        """After an inner step that processed `samples` samples (its weight in the round's average)."""
+        self._impl.end_step(samples)
+
+    @property
+    def job_samples(self) -> int:
+        """The samples the whole job processed up to the last completed sync (the same on every rank)."""
+        return self._impl.job_samples
+
+    @property
+    def round_seconds(self) -> float:
+        """T: compute seconds between a fragment's syncs (0 while rounds are counted in steps)."""
+        return self._impl.round_seconds
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._inner("zero_grad").zero_grad(set_to_none=set_to_none)
 
-    def inner_step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """The inner optimizer's step, then end_step() (a sync where this step is a fragment's)."""
+    def inner_step(self, closure: Optional[Callable[[], Any]] = None, samples: int = 1) -> Any:
+        """The inner optimizer's step, then end_step(samples) (a sync where this step ends a fragment's round)."""
         result = self._inner("inner_step").step(closure)
-        self.end_step()
+        self.end_step(samples)
         return result
 
     def global_model(self, fragment: int = 0) -> Any:
@@ -347,11 +367,15 @@ class Averaged:
         self._begin()
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def step(self, closure: Optional[Callable[[], Any]] = None, samples: Optional[int] = None) -> Any:
+        """`samples`: what the step processed, for a scheme that weighs by it (DiLoCo)."""
         self._begin()  # a loop without zero_grad: begun late, still correct
         self.scheme.reduce_gradients()
         loss = self.optimizer.step(closure)
-        self.scheme.end_step()
+        if samples is None:
+            self.scheme.end_step()
+        else:
+            self.scheme.end_step(samples)
         self._begun = False
         return loss
 

@@ -238,10 +238,12 @@ void bind_averaging(nb::module_& m) {
       .def(
           "__init__",
           [](on_host_side<avg::diloco>* self, nb::handle comm, model_list params, std::uint64_t period,
-             double outer_lr, double outer_momentum, bool nesterov, nb::handle codec, std::size_t fragments,
-             std::uint64_t overlap_steps, double mixing) {
+             double round_seconds, std::uint64_t round_samples, double outer_lr, double outer_momentum,
+             bool nesterov, nb::handle codec, std::size_t fragments, std::uint64_t overlap_steps, double mixing) {
             avg::parameters model = parameters_of(params, "params");
             avg::diloco_options options{.period = period,
+                                        .round_seconds = round_seconds,
+                                        .round_samples = round_samples,
                                         .outer = {outer_lr, outer_momentum, nesterov},
                                         .codec = wire_of(codec),
                                         .fragments = fragments,
@@ -249,7 +251,8 @@ void bind_averaging(nb::module_& m) {
                                         .mixing = mixing};
             construct(self, comm, params, std::move(model), std::move(options));
           },
-          nb::arg("comm"), nb::arg("params"), nb::arg("period") = 500, nb::arg("outer_lr") = 0.7,
+          nb::arg("comm"), nb::arg("params"), nb::arg("period") = 500, nb::arg("round_seconds") = 0.0,
+          nb::arg("round_samples") = 0, nb::arg("outer_lr") = 0.7,
           nb::arg("outer_momentum") = 0.9, nb::arg("nesterov") = true, nb::arg("codec").none() = nb::none(),
           nb::arg("fragments") = 1, nb::arg("overlap_steps") = 0, nb::arg("mixing") = 0.0)
       .def(
@@ -257,7 +260,15 @@ void bind_averaging(nb::module_& m) {
           [](on_host_side<avg::diloco>& self, std::size_t fragment) {
             return numpy_array(self.get().global_model(fragment));
           },
-          nb::arg("fragment") = 0, "Fragment `fragment`'s part of the last global model (a copy).");
+          nb::arg("fragment") = 0, "Fragment `fragment`'s part of the last global model (a copy).")
+      .def(
+          "end_step",
+          [](on_host_side<avg::diloco>& self, std::uint64_t samples) {
+            without_gil([&] { self.get().end_step(samples); });
+          },
+          nb::arg("samples"), "After an inner step that processed `samples` samples (its weight in the average).")
+      .def_prop_ro("job_samples", [](on_host_side<avg::diloco>& self) { return self.get().job_samples(); })
+      .def_prop_ro("round_seconds", [](on_host_side<avg::diloco>& self) { return self.get().round_seconds(); });
 
   scheme_class<on_either<avg::dpsgd>>(m, "DPSGD", "Mixes with the neighbours of a topology every step.")
       .def(

@@ -28,6 +28,9 @@
 // stop in any order: finish() keeps syncing the fragments in their order,
 // with no new samples, until a sync finds every worker stopping, then gives
 // each other fragment one sync more, so every worker's last samples count.
+// A sync runs on the background thread on every rank or on none (tau > 0
+// or not), finish()'s too: the background thread's shared-memory channel
+// is not the caller's.
 //
 // Cost: per H steps one allreduce of the model (2(n-1) alpha + 2 (n-1)/n S
 // beta with the ring, S after the codec): 1/H of allreduce-SGD's traffic,

@@ -81,6 +81,28 @@ def test_diloco() -> None:
     close("DiLoCo's Nesterov outer step", model, want)
     close("the global model is the model", [scheme.global_model()], [flat(want)])
     scheme.finish()
+    weighted = start(rank)
+    scheme = averaging.DiLoCo(comm, weighted, period=2, outer_lr=1.0, outer_momentum=0.0)
+    for t in range(2):
+        for x, d in zip(weighted, step_of(rank, t)):
+            x += d
+        scheme.end_step(samples=rank + 1 + t)
+    weights = [2 * r + 3 for r in range(size)]
+    want = [sum(w * np.asarray(e[k], np.float64) for w, e in zip(weights, each)) / sum(weights)
+            for k in range(len(SHAPES))]
+    close("DiLoCo weighs each model by its samples", weighted, want)
+    assert scheme.job_samples == sum(weights), scheme.job_samples
+    scheme.finish()
+    timed = averaging.DiLoCo(comm, start(rank), round_seconds=0.05, fragments=2, overlap_steps=1)
+    mine = 0
+    for t in range(10 + 10 * rank):  # the ranks stop in turn
+        time.sleep(0.01)
+        timed.end_step(samples=2)
+        mine += 2
+    timed.finish()
+    assert timed.job_samples == sum(comm.allgather(np.array([mine], np.float64))[r][0] for r in range(size))
+    close("DiLoCo by time: every rank ends with the same model", [timed.global_model()],
+          [comm.allgather(timed.global_model())[0]], tolerance=0)
     with_codec = averaging.DiLoCo(comm, start(rank), period=1, codec="fp4_e2m1", fragments=2, overlap_steps=0)
     with_codec.end_step()
     with_codec.finish()

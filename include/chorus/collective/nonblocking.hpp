@@ -8,7 +8,10 @@
 //
 // Each call takes its sequence numbers when it is made, so ranks agree on
 // tags as long as they issue collectives in the same order (the usual rule),
-// and blocking collectives may run on the caller's thread meanwhile. The
+// and blocking collectives may run on the caller's thread meanwhile. A call
+// is non-blocking on every rank or on none: the background thread's
+// shared-memory channel is not the caller's, so one rank's iallreduce does
+// not meet another's allreduce on one host. The
 // buffers must stay alive and untouched until the request completes. The
 // request's wait is bounded by the communicator's timeout per operation
 // queued ahead of it.

@@ -238,27 +238,65 @@ struct slice {
   std::int64_t steps(const sample& data) const { return data.train_labels.size(0) / ranks / batch; }
 };
 
-// One data-parallel epoch, each batch through the scheme's step(): the
-// gradient (binary cross-entropy on the logits), then the optimiser's step.
-// Returns the examples this rank trained on.
+// One step on the examples `chosen`: the gradient (binary cross-entropy on
+// the logits), then the optimiser's step, inside the scheme's step; a
+// scheme that weighs workers by their samples (DiLoCo) is told how many.
+template <class Scheme>
+void train_step(Scheme& scheme, network& model, tensors& held, torch::optim::Optimizer& optimiser,
+                const sample& data, const torch::Tensor& chosen, const std::vector<std::span<float>>& gradients) {
+  scheme.begin_step();
+  held.zero_gradients();
+  const torch::Tensor logits = model.forward(data.train_inputs.index_select(0, chosen)).flatten();
+  torch::binary_cross_entropy_with_logits(logits, data.train_labels.index_select(0, chosen)).backward();
+  held.check_gradients_in_place(gradients);
+  scheme.reduce_gradients();
+  optimiser.step();
+  if constexpr (requires { scheme.job_samples(); })
+    scheme.end_step(static_cast<std::uint64_t>(chosen.size(0)));
+  else
+    scheme.end_step();
+}
+
+// One data-parallel epoch, a train_step per batch. Returns the examples
+// this rank trained on.
 template <class Scheme>
 std::int64_t train_epoch(Scheme& scheme, network& model, tensors& held, torch::optim::Optimizer& optimiser,
                          const sample& data, const slice& mine, int epoch) {
   const torch::Tensor order =
       epoch_order(data.train_labels.size(0), mine.seed, epoch).slice(0, mine.rank, {}, mine.ranks);
   const std::vector<std::span<float>> gradients = held.gradients();
-  for (std::int64_t step = 0; step < mine.steps(data); ++step) {
-    const torch::Tensor chosen = order.slice(0, step * mine.batch, (step + 1) * mine.batch);
-    scheme.step(
-        [&] {
-          held.zero_gradients();
-          const torch::Tensor logits = model.forward(data.train_inputs.index_select(0, chosen)).flatten();
-          torch::binary_cross_entropy_with_logits(logits, data.train_labels.index_select(0, chosen)).backward();
-          held.check_gradients_in_place(gradients);
-        },
-        [&] { optimiser.step(); });
-  }
+  for (std::int64_t step = 0; step < mine.steps(data); ++step)
+    train_step(scheme, model, held, optimiser, data, order.slice(0, step * mine.batch, (step + 1) * mine.batch),
+               gradients);
   return mine.steps(data) * mine.batch;
+}
+
+// Where a rank is in its passes over its slice when the epochs are the
+// job's (DiLoCo's rounds by time or samples: ranks take different steps).
+struct pass_cursor {
+  std::int64_t pass = 0, step = 0;
+};
+
+// Batches from this rank's slice, round and round (a new order each pass),
+// until the scheme's job_samples() reaches `until`. Returns the examples
+// this rank trained on.
+template <class Scheme>
+std::int64_t train_until_job(Scheme& scheme, network& model, tensors& held, torch::optim::Optimizer& optimiser,
+                             const sample& data, const slice& mine, std::uint64_t until, pass_cursor& at) {
+  const std::vector<std::span<float>> gradients = held.gradients();
+  std::int64_t trained = 0;
+  torch::Tensor order;
+  while (scheme.job_samples() < until) {
+    if (at.step == mine.steps(data)) at = {at.pass + 1, 0};
+    if (!order.defined() || at.step == 0)
+      order = epoch_order(data.train_labels.size(0), mine.seed, 1'000'000 + static_cast<int>(at.pass))
+                  .slice(0, mine.rank, {}, mine.ranks);
+    train_step(scheme, model, held, optimiser, data, order.slice(0, at.step * mine.batch, (at.step + 1) * mine.batch),
+               gradients);
+    ++at.step;
+    trained += mine.batch;
+  }
+  return trained;
 }
 
 }  // namespace jets

@@ -34,6 +34,7 @@ namespace {
 struct settings {
   std::string data = "jets.npz", model = "cnn", scheme = "allreduce", codec = "none", csv, scores;
   int epochs = 10, period = 4;
+  double round_seconds = 0;  // DiLoCo's rounds by compute time; the epochs are then the job's
   std::int64_t batch = 128, seed = 0;
   double learning_rate = 0.05, test_fraction = 0.2;
 };
@@ -42,7 +43,7 @@ const char* const usage_text =
     "usage: jet_tagger [--data FILE] [--model cnn|deepsets] [--scheme allreduce|local|dpsgd|dpsgd-window|"
     "easgd-sync|easgd|gosgd|one-sided-gossip|tree-easgd|diloco|streaming-diloco] "
     "[--codec none|fp16|bf16|int8|fp8_e4m3|fp4_e2m1|onebit] [--epochs N] "
-    "[--batch B] [--lr X] [--period H] [--seed S] [--test-fraction F] [--csv FILE] [--scores FILE]\n"
+    "[--batch B] [--lr X] [--period H] [--round-seconds T] [--seed S] [--test-fraction F] [--csv FILE] [--scores FILE]\n"
     "Trains the W-jet tagger on generate_jets.py's file with a chorus scheme, under chorus-run.\n"
     "--scores FILE: rank 0 saves the final held-out scores and labels (.npz: ROC curves).\n";
 
@@ -72,6 +73,8 @@ settings parse(int argc, char** argv) {
       s.epochs = std::stoi(value);
     else if (flag == "--period")
       s.period = std::stoi(value);
+    else if (flag == "--round-seconds")
+      s.round_seconds = std::stod(value);
     else if (flag == "--batch")
       s.batch = std::stoll(value);
     else if (flag == "--seed")
@@ -155,8 +158,16 @@ struct trainer {
           "out\n",
           config.model.c_str(), comm.size(), config.scheme.c_str(), config.codec.c_str(), config.epochs,
           static_cast<long long>(mine().steps(data)), static_cast<long long>(data.test_labels.size(0)));
+    jets::pass_cursor cursor;
+    const auto epoch_samples = static_cast<std::uint64_t>(data.train_labels.size(0));
+    const auto one_epoch = [&](int number) -> std::int64_t {
+      if constexpr (requires { scheme.job_samples(); })
+        if (config.round_seconds > 0)  // an epoch ends when the job has processed the training set once more
+          return jets::train_until_job(scheme, model, tensors, sgd, data, mine(), (number + 1) * epoch_samples, cursor);
+      return jets::train_epoch(scheme, model, tensors, sgd, data, mine(), number);
+    };
     for (int number = 0; number < config.epochs; ++number) {
-      samples += static_cast<std::uint64_t>(jets::train_epoch(scheme, model, tensors, sgd, data, mine(), number));
+      samples += static_cast<std::uint64_t>(one_epoch(number));
       if (comm.rank() == 0) report(std::to_string(number + 1), evaluate(held()), scheme.stats().bytes_sent);
     }
     const double trained = wall();
@@ -192,6 +203,7 @@ void train(chorus::communicator& comm, const settings& config) {
     const bool streaming = s == "streaming-diloco";
     avg::diloco scheme(comm, model,
                        {.period = period,
+                        .round_seconds = config.round_seconds,
                         .codec = wire,
                         .fragments = streaming ? std::min<std::size_t>(4, model.tensors().size()) : 1,
                         .overlap_steps = streaming && period > 1 ? 1u : 0u});

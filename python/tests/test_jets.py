@@ -185,8 +185,9 @@ def cpp_programs():
                                   "(LibTorch from .venv's torch wheel)")
 
 
-@pytest.mark.parametrize("scheme", [["--scheme", "allreduce"], ["--scheme", "dpsgd", "--codec", "fp16"]],
-                         ids=["allreduce", "dpsgd"])
+@pytest.mark.parametrize("scheme", [["--scheme", "allreduce"], ["--scheme", "dpsgd", "--codec", "fp16"],
+                                    ["--scheme", "diloco", "--round-seconds", "0.2"]],
+                         ids=["allreduce", "dpsgd", "diloco-by-time"])
 def test_the_cpp_tagger_learns_on_two_ranks(cpp_programs, training_sample, scheme):
     done = run_chorus_program(2, CPP_TAGGER, "--data", str(training_sample), "--epochs", "6", *scheme,
                               timeout=600)

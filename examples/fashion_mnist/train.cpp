@@ -55,6 +55,7 @@ struct settings {
   std::uint64_t overlap = 1;                 // streaming-diloco's tau
   double round_seconds = 0;                  // DiLoCo's rounds by compute time ...
   std::uint64_t round_samples = 0;           // ... or by the job's samples; the epochs are then the job's
+  bool job_epochs = false;                   // --epochs-of job: an asynchronous scheme's epochs are the job's
   double alpha = 0.1;                        // EASGD elastic force
   std::uint64_t tau = 4;                     // EASGD steps between elastic updates
   double push_probability = 0.5;             // GoSGD p
@@ -85,7 +86,7 @@ const char* const scheme_names =
          " [--batch B] [--lr X] "
          "[--momentum X]"
          " [--period H] [--outer-lr X] [--outer-momentum X] [--fragments P] [--overlap T] [--round-seconds T]"
-         " [--round-samples N] [--alpha X] [--tau T] [--p "
+         " [--round-samples N] [--epochs-of rank|job] [--alpha X] [--tau T] [--p "
          "X] [--staleness S] [--push-every N] [--fetch-every N]"
          " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
          " [--slow RANK:FACTOR]... [--jitter none|exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA]"
@@ -101,7 +102,9 @@ const char* const scheme_names =
          "(chorus-run --join K@SECONDS; gosgd, easgd, ssp, downpour) trains the last --join-epochs N epochs\n"
          "(default half) of the schedule, starting from the model the job hands it. DiLoCo with --round-seconds T\n"
          "or --round-samples N ends its rounds by compute time or by the job's samples: a fast rank takes more\n"
-         "steps, each model counts by its samples, and an epoch ends when the job has processed the training set.\n";
+         "steps, each model counts by its samples, and an epoch ends when the job has processed the training set.\n"
+         "--epochs-of job does the same for gosgd, one-sided-gossip and easgd, counting the job's samples in the\n"
+         "job's store (averaging/job_progress.hpp); the learning rate's cosine then follows the job's samples.\n";
   std::exit(problem.empty() ? 0 : 2);
 }
 
@@ -131,6 +134,10 @@ void set(settings& chosen, const std::string& flag, const std::string& value) {
     chosen.round_seconds = std::stod(value);
   else if (flag == "--round-samples")
     chosen.round_samples = std::stoul(value);
+  else if (flag == "--epochs-of") {
+    if (value != "job" && value != "rank") usage("--epochs-of is job or rank");
+    chosen.job_epochs = value == "job";
+  }
   else if (flag == "--overlap")
     chosen.overlap = std::stoul(value);
   else if (flag == "--alpha")
@@ -191,6 +198,9 @@ settings parse(int argc, char** argv) {
   if (chosen.on_peer_failure.empty()) chosen.on_peer_failure = chosen.kill_rank >= 0 ? "continue" : "raise";
   if (chosen.on_peer_failure != "raise" && chosen.on_peer_failure != "continue")
     usage("--on-peer-failure is raise or continue, not " + chosen.on_peer_failure);
+  if (chosen.job_epochs && chosen.scheme != "gosgd" && chosen.scheme != "one-sided-gossip" && chosen.scheme != "easgd")
+    usage("--epochs-of job: with gosgd, one-sided-gossip or easgd (a synchronous scheme needs every rank's steps; "
+          "DiLoCo counts the job's samples with --round-seconds or --round-samples)");
   if (chosen.kill_rank == 0) usage("--kill-rank 0: rank 0 evaluates and reports; kill another");
   if (chosen.leave_rank == 0) usage("--leave 0:E: rank 0 evaluates and reports; another leaves");
   return chosen;
@@ -237,6 +247,7 @@ struct trainer {
     std::vector<float> images(config.batch * fashion_mnist::pixels);
     std::vector<std::uint8_t> labels(config.batch);
     std::uint64_t steps = 0;
+    avg::job_progress job_count(comm, "fashion_mnist");  // --epochs-of job: the job's samples
     // A process that joined the running job trains the schedule's last epochs.
     const int joined_for = config.join_epochs > 0 ? config.join_epochs : std::max(1, config.epochs / 2);
     const int first_epoch = comm.joined() ? std::max(1, config.epochs - joined_for + 1) : 1;
@@ -266,17 +277,22 @@ struct trainer {
       else
         scheme.end_step();
       samples += config.batch;
+      if (config.job_epochs) job_count.add(config.batch);
     };
-    // DiLoCo's rounds by time or samples: a fast rank takes more steps, so
-    // the epochs are the job's (it has processed the training set once
-    // more), the learning rate follows the job's samples, and each rank
-    // draws batches from its shard round and round.
-    bool by_job = false;
-    if constexpr (requires { scheme.job_samples(); }) by_job = config.round_seconds > 0 || config.round_samples > 0;
+    // DiLoCo's rounds by time or samples, or --epochs-of job with an
+    // asynchronous scheme: a fast rank takes more steps, so the epochs are
+    // the job's (it has processed the training set once more), the
+    // learning rate follows the job's samples, and each rank draws batches
+    // from its shard round and round.
+    bool diloco_counts = false;
+    if constexpr (requires { scheme.job_samples(); })
+      diloco_counts = config.round_seconds > 0 || config.round_samples > 0;
+    const bool by_job = diloco_counts || config.job_epochs;
     std::size_t cursor = steps_per_epoch() * config.batch;
     const auto job_samples = [&]() -> double {
-      if constexpr (requires { scheme.job_samples(); }) return static_cast<double>(scheme.job_samples());
-      return 0;
+      if constexpr (requires { scheme.job_samples(); })
+        if (diloco_counts) return static_cast<double>(scheme.job_samples());
+      return static_cast<double>(job_count.samples());
     };
     const double epoch_samples = static_cast<double>(train.size());
     for (int epoch = first_epoch; epoch <= config.epochs; ++epoch) {

@@ -20,8 +20,10 @@ of the model to keep (after the scheme's finish(): the average, the centre or th
                         --round-seconds T or --round-samples N: rounds by compute time or by the job's samples
                         (a fast rank takes more steps), each model weighted by its samples, and the epochs are
                         the job's: an epoch ends when the job has processed the training set once
---lr-schedule constant|cosine   the learning rate over the job's progress (DiLoCo: its job_samples; the other
-                        schemes: this rank's samples times the ranks)
+--epochs-of rank|job    job (gosgd, one-sided-gossip, easgd): the epochs are the job's, counted in the job's
+                        store (chorus.averaging.JobProgress): a fast rank takes more steps than a slow one
+--lr-schedule constant|cosine   the learning rate over the job's progress (DiLoCo: its job_samples; with
+                        --epochs-of job: JobProgress; otherwise this rank's samples times the ranks)
 
 --slow RANK:FACTOR (repeatable) makes that rank's steps take FACTOR times as long (a sleep of FACTOR - 1 times
 its compute after each); --jitter exponential:MEAN_MS|pareto:SCALE_MS:ALPHA|lognormal:MEDIAN_MS:SIGMA adds a
@@ -68,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, epochs: int, batch: int, l
     parser.add_argument("--overlap", type=int, default=1, help="streaming-diloco's overlapped inner steps")
     parser.add_argument("--round-seconds", type=float, default=0.0, help="DiLoCo's rounds by compute seconds")
     parser.add_argument("--round-samples", type=int, default=0, help="DiLoCo's rounds by the job's samples")
+    parser.add_argument("--epochs-of", choices=["rank", "job"], default="rank",
+                        help="job: an asynchronous scheme's epochs are the job's (gosgd, one-sided-gossip, easgd)")
     parser.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant",
                         help="the learning rate over the job's progress")
     parser.add_argument("--slow", action="append", default=[], metavar="RANK:FACTOR",
@@ -108,6 +112,7 @@ class DataParallel:
         self.passes, self.pending = 0, []  # epochs by the job's samples: this rank's passes over its slice
         self.model = model_for().to(self.device)
         self.scheme: Optional[averaging.Scheme] = None
+        self.progress: Optional[averaging.JobProgress] = None  # --epochs-of job
         self.reduced_bytes = 0
         elements = sum(p.numel() for p in self.model.parameters())
         # What DDP hands to its allreduce each step: the gradients, encoded by the hook's codec if any.
@@ -126,6 +131,11 @@ class DataParallel:
             # On GPUs the schemes run on an NCCL communicator made from it (D-PSGD mixes on the device).
             self.scheme_comm = chorus.nccl.connect(self.comm) if self.device.type == "cuda" else self.comm
             self.scheme = self.make_scheme()
+            if options.epochs_of == "job":
+                if options.scheme not in ("gosgd", "one-sided-gossip", "easgd"):
+                    raise SystemExit("--epochs-of job: with gosgd, one-sided-gossip or easgd (DiLoCo counts the job's "
+                                     "samples with --round-seconds or --round-samples)")
+                self.progress = averaging.JobProgress(self.comm, "dataparallel")
             self.optimizer = averaging.Averaged(sgd, self.scheme)
 
     def make_scheme(self) -> averaging.Scheme:
@@ -165,6 +175,8 @@ class DataParallel:
 
     def by_job(self) -> bool:
         """Whether the epochs are the job's (DiLoCo's rounds by time or samples): ranks take different steps."""
+        if self.progress is not None:
+            return True
         return isinstance(self.scheme, averaging.DiLoCo) and (self.options.round_seconds > 0
                                                               or self.options.round_samples > 0)
 
@@ -172,6 +184,8 @@ class DataParallel:
         """The job's samples so far: DiLoCo's count (the same on every rank), else this rank's times the ranks."""
         if isinstance(self.scheme, averaging.DiLoCo):
             return self.scheme.job_samples
+        if self.progress is not None:
+            return self.progress.samples
         return self.samples * self.size
 
     def epoch(self, number: int, inputs: torch.Tensor, targets: torch.Tensor) -> None:
@@ -210,6 +224,8 @@ class DataParallel:
         self.samples += len(chosen)
         if self.scheme is None:
             self.reduced_bytes += self.gradient_bytes
+        elif self.progress is not None:
+            self.progress.add(len(chosen))
 
     def held_model(self) -> torch.nn.Module:
         """Rank 0's view after an epoch, without a collective (an asynchronous scheme's peers may still be

@@ -10,6 +10,7 @@
 #include <chorus/averaging/easgd_async.hpp>
 #include <chorus/averaging/gosgd.hpp>
 #include <chorus/averaging/heterogeneity.hpp>
+#include <chorus/averaging/job_progress.hpp>
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/local_sgd.hpp>
 #include <chorus/averaging/neighbour_exchange.hpp>

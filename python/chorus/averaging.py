@@ -199,6 +199,31 @@ class DiLoCo(Scheme):
         return self.inner_optimizer
 
 
+class JobProgress:
+    """The job's samples for the schemes that have no collective to count them (GoSGD, the one-sided
+    gossip, asynchronous EASGD), so a learning-rate schedule and the epochs follow the job's progress, not
+    this rank's: every rank adds its samples to one counter in the job's store at most every `interval`
+    seconds, and `samples` is the total as of its last flush plus what it processed since (DiLoCo counts
+    the job's samples itself: DiLoCo.job_samples). Without a store: this rank's samples times the ranks."""
+
+    def __init__(self, comm: Communicator, name: str = "train", interval: float = 0.5) -> None:
+        self._impl = _chorus.JobProgress(comm._impl, name, interval)
+
+    def add(self, samples: int) -> None:
+        self._impl.add(samples)
+
+    def flush(self) -> None:
+        self._impl.flush()
+
+    @property
+    def samples(self) -> int:
+        return self._impl.samples
+
+    @property
+    def own(self) -> int:
+        return self._impl.own
+
+
 class DPSGD(Scheme):
     """Decentralised SGD: mixes with the neighbours of `topology` (default: a ring) every step; with
     `one_sided` its rounds go through a tensor window (puts into the neighbours' slots), bit for bit the same."""

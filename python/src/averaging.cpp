@@ -11,6 +11,7 @@
 #include <chorus/averaging/easgd.hpp>
 #include <chorus/averaging/easgd_async.hpp>
 #include <chorus/averaging/gosgd.hpp>
+#include <chorus/averaging/job_progress.hpp>
 #include <chorus/averaging/local_sgd.hpp>
 #include <chorus/averaging/one_sided_gossip.hpp>
 #include <chorus/averaging/parameter_server.hpp>
@@ -23,6 +24,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <variant>
 
@@ -269,6 +272,31 @@ void bind_averaging(nb::module_& m) {
           nb::arg("samples"), "After an inner step that processed `samples` samples (its weight in the average).")
       .def_prop_ro("job_samples", [](on_host_side<avg::diloco>& self) { return self.get().job_samples(); })
       .def_prop_ro("round_seconds", [](on_host_side<avg::diloco>& self) { return self.get().round_seconds(); });
+
+  nb::class_<avg::job_progress>(m, "JobProgress", "The job's samples, counted in the job's store.")
+      .def(
+          "__init__",
+          [](avg::job_progress* self, nb::handle over, const std::string& name, double interval_seconds) {
+            py_communicator* chorus_side = nullptr;
+            py_nccl_communicator* gpus = nullptr;
+            const auto interval = std::chrono::milliseconds(static_cast<std::int64_t>(interval_seconds * 1000));
+            if (nb::try_cast(over, gpus) && gpus != nullptr)
+              new (self) avg::job_progress(gpus->get("job progress").host(), name, interval);
+            else if (nb::try_cast(over, chorus_side) && chorus_side != nullptr)
+              new (self) avg::job_progress(chorus_side->get("job progress"), name, interval);
+            else
+              throw error(errc::invalid_argument, "JobProgress counts on a chorus.Communicator or a chorus.nccl one",
+                          {-1, -1, "job progress"});
+          },
+          nb::arg("comm"), nb::arg("name"), nb::arg("interval_seconds") = 0.5)
+      .def(
+          "add", [](avg::job_progress& self, std::uint64_t samples) { without_gil([&] { self.add(samples); }); },
+          nb::arg("samples"), "This rank processed `samples` more (the store hears of them once an interval passed).")
+      .def(
+          "flush", [](avg::job_progress& self) { without_gil([&] { self.flush(); }); },
+          "Adds this rank's unflushed samples to the job's count now.")
+      .def_prop_ro("samples", &avg::job_progress::samples, "The job's samples as this rank knows them.")
+      .def_prop_ro("own", &avg::job_progress::own, "This rank's samples.");
 
   scheme_class<on_either<avg::dpsgd>>(m, "DPSGD", "Mixes with the neighbours of a topology every step.")
       .def(

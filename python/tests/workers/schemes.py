@@ -114,6 +114,17 @@ def test_diloco() -> None:
         raise AssertionError("DiLoCo took overlap_steps == period")
 
 
+def test_job_progress() -> None:
+    """Every rank's samples in every rank's count of the job's (flushed at once with no interval)."""
+    progress = averaging.JobProgress(comm, "schemes test", interval=0.0)
+    for _ in range(rank + 1):
+        progress.add(7 + rank)
+    assert progress.own == (rank + 1) * (7 + rank), progress.own
+    comm.barrier()
+    progress.flush()
+    assert progress.samples == sum((r + 1) * (7 + r) for r in range(size)), progress.samples
+
+
 def ring_weights(n: int) -> np.ndarray:
     w = np.zeros((n, n))
     for r in range(n):
@@ -387,6 +398,7 @@ def test_bad_input() -> None:
 test_allreduce_sgd()
 test_local_sgd()
 test_diloco()
+test_job_progress()
 test_dpsgd()
 test_easgd()
 test_asynchronous()

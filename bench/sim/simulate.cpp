@@ -15,6 +15,12 @@
 //       dragonfly or edge. Above a few thousand ranks every rank works on
 //       one shared buffer (the timing is the network's; the data is not
 //       checked: sim_collectives checks it at small counts).
+//   simulate diloco SITES PER_SITE BYTES STEP_SECONDS H
+//       DiLoCo's rounds (H inner steps of STEP_SECONDS simulated compute,
+//       then a sync of BYTES) against allreduce-SGD (a BYTES allreduce
+//       every step) on SITES sites of PER_SITE ranks joined by 100 Mbit/s,
+//       50 ms links: CSV on stdout (scheme, sites, ranks, bytes, step_s,
+//       period, algorithm, seconds_per_step, utilisation)
 //
 // Links: --bandwidth B/s and --latency s set the hosts' links (default
 // 125e6 and the calibrated latency); SimGrid's own --cfg=... pass through.
@@ -23,12 +29,15 @@
 #include <chorus/sim/run.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -73,21 +82,29 @@ struct job_clock {
 // tree returns while its broadcast still travels: at 256 ranks and 64 KiB
 // it returns after 9 ms a call, the last leaf after 12); without, rank 0's
 // own time from chorus's barrier.
-double time_allreduce(communicator& comm, std::span<float> data, chorus::algorithm algorithm, int calls,
-                      chorus::algorithm* chosen = nullptr, job_clock* clock = nullptr) {
-  const chorus::algorithm ran = chorus::allreduce(comm, data, chorus::op::sum{}, algorithm);
-  if (chosen != nullptr) *chosen = ran;
+template <class Work>
+double time_job(communicator& comm, job_clock* clock, Work&& work) {
   comm.barrier();
   if (clock != nullptr) clock->start->wait();
   const double started = simgrid::s4u::Engine::get_clock();
-  for (int call = 0; call < calls; ++call) chorus::allreduce(comm, data, chorus::op::sum{}, algorithm);
+  std::forward<Work>(work)();
   const double finished = simgrid::s4u::Engine::get_clock();
-  if (clock == nullptr) return (finished - started) / calls;
+  if (clock == nullptr) return finished - started;
   clock->seconds[static_cast<std::size_t>(comm.rank())] = finished - started;
   comm.barrier();  // every rank's time is in
   const double slowest = *std::max_element(clock->seconds.begin(), clock->seconds.end());
   comm.barrier();  // nobody overwrites them before every rank has read them
-  return slowest / calls;
+  return slowest;
+}
+
+double time_allreduce(communicator& comm, std::span<float> data, chorus::algorithm algorithm, int calls,
+                      chorus::algorithm* chosen = nullptr, job_clock* clock = nullptr) {
+  const chorus::algorithm ran = chorus::allreduce(comm, data, chorus::op::sum{}, algorithm);
+  if (chosen != nullptr) *chosen = ran;
+  return time_job(comm, clock, [&] {
+           for (int call = 0; call < calls; ++call) chorus::allreduce(comm, data, chorus::op::sum{}, algorithm);
+         }) /
+         calls;
 }
 
 struct measured_row {
@@ -201,6 +218,54 @@ int scale(const std::string& name, int hosts, int per_host, const std::vector<st
   return 0;
 }
 
+// DiLoCo's rounds against allreduce-SGD on sites of `per_site` ranks
+// joined by the hosts' links, each inner step `step_seconds` of simulated
+// compute: allreduce-SGD allreduces `bytes` of gradients after every step
+// (timed over 3), DiLoCo takes `period` steps and then makes the
+// collectives averaging/diloco.hpp makes at a sync: its 4-double report
+// and the model's allreduce (one round timed). Every rank works on one
+// shared buffer (the timing is the network's; test_diloco_threads checks
+// the arithmetic). Utilisation: compute over wall time.
+int diloco_rounds(int sites, int per_site, std::size_t bytes, double step_seconds, std::uint64_t period,
+                  const chorus::sim::platform_model& model) {
+  const auto host_of = chorus::sim::star(sites, per_site, model);
+  const int ranks = static_cast<int>(host_of.size());
+  auto shared = std::make_shared<std::vector<float>>(bytes / sizeof(float));
+  chorus::options settings;
+  settings.check = false;
+  job_clock clock(ranks);
+  chorus::sim::run(
+      host_of,
+      [&](communicator& comm) {
+        const std::span<float> data(*shared);
+        const auto compute = [&] { simgrid::s4u::this_actor::sleep_for(step_seconds); };
+        const chorus::algorithm chosen = chorus::allreduce(comm, data, chorus::op::avg{});  // connections made
+        constexpr int sgd_steps = 3;
+        const double sgd = time_job(comm, &clock, [&] {
+                             for (int step = 0; step < sgd_steps; ++step) {
+                               compute();
+                               chorus::allreduce(comm, data, chorus::op::avg{});
+                             }
+                           }) /
+                           sgd_steps;
+        std::array<double, 4> report{};
+        const double diloco = time_job(comm, &clock, [&] {
+                                for (std::uint64_t step = 0; step < period; ++step) compute();
+                                chorus::allreduce(comm, std::span<double>(report), chorus::op::sum{});
+                                chorus::allreduce(comm, data, chorus::op::avg{});
+                              }) /
+                              static_cast<double>(period);
+        if (comm.rank() != 0) return;
+        for (const auto& [scheme, seconds] : {std::pair{"allreduce-sgd", sgd}, std::pair{"diloco", diloco}})
+          std::printf("%s,%d,%d,%zu,%g,%llu,%s,%.6f,%.4f\n", scheme, sites, ranks, bytes, step_seconds,
+                      static_cast<unsigned long long>(std::string_view(scheme) == "diloco" ? period : 1),
+                      std::string(chosen.name()).c_str(), seconds, step_seconds / seconds);
+        std::fflush(stdout);
+      },
+      settings);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -209,12 +274,15 @@ int main(int argc, char** argv) {
   chorus::sim::platform_model model;
   model.nic = {125e6, calibrated_latency};
   model.loopback = {memory_bandwidth, 1e-6};
+  bool link_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--bandwidth" && i + 1 < argc) {
       model.nic.bandwidth = std::stod(argv[++i]);
+      link_given = true;
     } else if (arg == "--latency" && i + 1 < argc) {
       model.nic.latency = std::stod(argv[++i]);
+      link_given = true;
     } else if (arg.rfind("--", 0) != 0) {
       args.push_back(arg);
     }
@@ -222,6 +290,12 @@ int main(int argc, char** argv) {
   try {
     if (!args.empty() && args[0] == "calibrate")
       return calibrate(model, args.size() > 1 ? args[1] : std::string(CHORUS_SOURCE_DIR "/docs/cross_host.csv"));
+    if (args.size() >= 6 && args[0] == "diloco") {
+      if (!link_given) model.nic = {100e6 / 8, 50e-3};  // sites joined by 100 Mbit/s, 50 ms links
+      std::printf("scheme,sites,ranks,bytes,step_s,period,algorithm,seconds_per_step,utilisation\n");
+      return diloco_rounds(std::stoi(args[1]), std::stoi(args[2]), sizes_from(args[3]).at(0), std::stod(args[4]),
+                           std::stoull(args[5]), model);
+    }
     if (args.size() >= 5 && args[0] == "scale") {
       std::vector<chorus::algorithm> algorithms{chorus::algorithm::automatic};
       if (args.size() > 5) {
@@ -239,6 +313,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr,
-               "usage: simulate calibrate [CSV] | simulate scale PLATFORM HOSTS PER_HOST BYTES[,...] [ALGORITHMS]\n");
+               "usage: simulate calibrate [CSV] | simulate scale PLATFORM HOSTS PER_HOST BYTES[,...] [ALGORITHMS] |\n"
+               "       simulate diloco SITES PER_SITE BYTES STEP_SECONDS H\n");
   return 2;
 }

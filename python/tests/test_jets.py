@@ -144,8 +144,11 @@ def final_figures(output: str) -> dict:
     return figures
 
 
-@pytest.mark.parametrize("scheme", [["--scheme", "ddp"], ["--scheme", "dpsgd", "--codec", "fp16"]],
-                         ids=["ddp", "dpsgd"])
+@pytest.mark.parametrize("scheme", [["--scheme", "ddp"], ["--scheme", "dpsgd", "--codec", "fp16"],
+                                    ["--scheme", "gosgd", "--epochs-of", "job", "--slow", "1:3",
+                                     "--lr-schedule", "cosine"],
+                                    ["--scheme", "streaming-diloco", "--round-samples", "2000", "--period", "8"]],
+                         ids=["ddp", "dpsgd", "gosgd-job-epochs", "streaming-diloco-by-samples"])
 def test_the_tagger_learns_on_two_ranks(training_sample, scheme):
     done = run_torchrun(2, str(TAGGER), "--data", str(training_sample), "--epochs", "6", *scheme, timeout=600)
     assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-6000:]}"

@@ -34,7 +34,8 @@ namespace {
 struct settings {
   std::string data = "jets.npz", model = "cnn", scheme = "allreduce", codec = "none", csv, scores;
   int epochs = 10, period = 4;
-  double round_seconds = 0;  // DiLoCo's rounds by compute time; the epochs are then the job's
+  double round_seconds = 0;         // DiLoCo's rounds by compute time ...
+  std::uint64_t round_samples = 0;  // ... or by the job's samples; the epochs are then the job's
   std::int64_t batch = 128, seed = 0;
   double learning_rate = 0.05, test_fraction = 0.2;
 };
@@ -43,7 +44,8 @@ const char* const usage_text =
     "usage: jet_tagger [--data FILE] [--model cnn|deepsets] [--scheme allreduce|local|dpsgd|dpsgd-window|"
     "easgd-sync|easgd|gosgd|one-sided-gossip|tree-easgd|diloco|streaming-diloco] "
     "[--codec none|fp16|bf16|int8|fp8_e4m3|fp4_e2m1|onebit] [--epochs N] "
-    "[--batch B] [--lr X] [--period H] [--round-seconds T] [--seed S] [--test-fraction F] [--csv FILE] [--scores FILE]\n"
+    "[--batch B] [--lr X] [--period H] [--round-seconds T] [--round-samples N] [--seed S] [--test-fraction F] "
+    "[--csv FILE] [--scores FILE]\n"
     "Trains the W-jet tagger on generate_jets.py's file with a chorus scheme, under chorus-run.\n"
     "--scores FILE: rank 0 saves the final held-out scores and labels (.npz: ROC curves).\n";
 
@@ -75,6 +77,8 @@ settings parse(int argc, char** argv) {
       s.period = std::stoi(value);
     else if (flag == "--round-seconds")
       s.round_seconds = std::stod(value);
+    else if (flag == "--round-samples")
+      s.round_samples = std::stoull(value);
     else if (flag == "--batch")
       s.batch = std::stoll(value);
     else if (flag == "--seed")
@@ -162,7 +166,8 @@ struct trainer {
     const auto epoch_samples = static_cast<std::uint64_t>(data.train_labels.size(0));
     const auto one_epoch = [&](int number) -> std::int64_t {
       if constexpr (requires { scheme.job_samples(); })
-        if (config.round_seconds > 0)  // an epoch ends when the job has processed the training set once more
+        if (config.round_seconds > 0 || config.round_samples > 0)  // an epoch ends when the job has processed
+                                                                   // the training set once more
           return jets::train_until_job(scheme, model, tensors, sgd, data, mine(), (number + 1) * epoch_samples, cursor);
       return jets::train_epoch(scheme, model, tensors, sgd, data, mine(), number);
     };
@@ -204,6 +209,7 @@ void train(chorus::communicator& comm, const settings& config) {
     avg::diloco scheme(comm, model,
                        {.period = period,
                         .round_seconds = config.round_seconds,
+                        .round_samples = config.round_samples,
                         .codec = wire,
                         .fragments = streaming ? std::min<std::size_t>(4, model.tensors().size()) : 1,
                         .overlap_steps = streaming && period > 1 ? 1u : 0u});

@@ -189,8 +189,8 @@ def cpp_programs():
 
 
 @pytest.mark.parametrize("scheme", [["--scheme", "allreduce"], ["--scheme", "dpsgd", "--codec", "fp16"],
-                                    ["--scheme", "diloco", "--round-seconds", "0.2"]],
-                         ids=["allreduce", "dpsgd", "diloco-by-time"])
+                                    ["--scheme", "diloco", "--round-samples", "1024"]],
+                         ids=["allreduce", "dpsgd", "diloco-by-samples"])
 def test_the_cpp_tagger_learns_on_two_ranks(cpp_programs, training_sample, scheme):
     done = run_chorus_program(2, CPP_TAGGER, "--data", str(training_sample), "--epochs", "6", *scheme,
                               timeout=600)

@@ -32,6 +32,19 @@
 // or not), finish()'s too: the background thread's shared-memory channel
 // is not the caller's.
 //
+// Workers that come and go (on_peer_failure = continue_; round_membership.hpp):
+// a worker that dies is left out of the sync it died in and every one
+// after: the survivors notice within the transport's watch interval, agree
+// through the job's store on who is left and how far each got, hand the
+// last sync's result from one that completed it to those that did not,
+// and go on (the syncs that did not complete run again, over the
+// survivors, their samples still counted). What a sync committed is the
+// same on every survivor. A worker that leaves on purpose calls leave():
+// it says so in its next sync's report, syncs each fragment once more
+// (its last samples count), and is gone from the sync after those; it
+// keeps the global model. Membership changes only at such a sync, before
+// which every pending sync completes, so every member changes alike.
+//
 // Cost: per H steps one allreduce of the model (2(n-1) alpha + 2 (n-1)/n S
 // beta with the ring, S after the codec): 1/H of allreduce-SGD's traffic,
 // and with P fragments a peak P times lower, hidden behind compute while
@@ -49,6 +62,8 @@
 
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/parameters.hpp>
+#include <chorus/averaging/peer_loss.hpp>
+#include <chorus/averaging/round_membership.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/any_error_feedback.hpp>
@@ -57,7 +72,9 @@
 #include <chorus/compressed/allreduce.hpp>
 #include <chorus/core/error.hpp>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -93,6 +110,7 @@ struct diloco_options {
   std::vector<std::size_t> fragment_of{};  // tensor t's fragment; empty: t % P
   std::uint64_t overlap_steps = 0;         // tau: inner steps a fragment's allreduce overlaps (< H)
   double mixing = 0.0;                     // alpha: the local share when a fragment merges
+  peer_failure_policy on_peer_failure = peer_failure_policy::raise;  // continue_: go on without the dead
 };
 
 template <class Communicator>
@@ -101,15 +119,19 @@ class diloco : public scheme_base<diloco<Communicator>> {
   // Collective: every rank starts from rank 0's parameters (written into
   // the model), which are the first global model.
   diloco(Communicator& comm, parameters model, diloco_options options = {})
-      : comm_(comm), model_(std::move(model)), options_(std::move(options)) {
+      : group_(comm), model_(std::move(model)), options_(std::move(options)), losses_(options_.on_peer_failure) {
     check_options();
     if (!options_.clock) options_.clock = [] {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
       };
     std::vector<float> start = model_.snapshot();
-    broadcast(comm_, std::span<float>(start), 0);
+    broadcast(group_, std::span<float>(start), 0);
     model_.copy_from(start);
     make_fragments(start);
+    if (losses_.tolerated())
+      membership_.emplace(group_, [&](std::uint64_t& instance) {
+        broadcast(group_, std::span<std::uint64_t>(&instance, 1), 0);
+      });
     started_at_ = options_.clock();
   }
 
@@ -127,20 +149,18 @@ class diloco : public scheme_base<diloco<Communicator>> {
   // After an inner step that processed `samples` samples (the weight of
   // this worker's model in the next average; 1 a step unless told).
   void end_step(std::uint64_t samples = 1) {
+    this->require_not_left("diloco end_step", group_.transport().rank());
     this->count_step();
     samples_ += samples;
     samples_since_any_ += samples;
     for (fragment_state& f : fragments_) f.samples += samples;
-    const std::uint64_t step = this->stats_.steps;
-    for (fragment_state& f : fragments_)
-      if (f.pending && step == f.merge_at) complete(f);
-    if (by_steps()) {
-      for (fragment_state& f : fragments_)
-        if (step % options_.period == f.offset) start(f, options_.overlap_steps);
-      return;
-    }
-    for (std::size_t synced = 0; synced < fragments_.size() && due(fragments_[next_]); ++synced)
-      start(fragments_[next_], options_.overlap_steps);
+    surviving([&] {
+      for (fragment_state* f = sync_numbered(completed_ + 1); f && f->pending && this->stats_.steps >= f->merge_at;
+           f = sync_numbered(completed_ + 1))
+        complete(*f);
+      for (std::size_t synced = 0; synced < fragments_.size() && due(fragments_[next_]); ++synced)
+        start(fragments_[next_], options_.overlap_steps);
+    });
   }
 
   // Collective: pending syncs complete, then the fragments sync in their
@@ -148,18 +168,46 @@ class diloco : public scheme_base<diloco<Communicator>> {
   // sync as the weight) until one finds every worker stopping, and each
   // other fragment once more; the parameters become the global model.
   void finish() {
+    this->require_not_left("diloco finish", group_.transport().rank());
     stopping_ = true;
-    for (fragment_state& f : fragments_)
-      if (f.pending) complete(f);
-    std::size_t more = fragments_.size();
-    while (more > 0) {
-      fragment_state& f = fragments_[next_];
-      start(f, options_.overlap_steps);  // where the others run it: shared memory calls differ by thread
-      if (f.pending) complete(f);
-      const bool all_stopping = f.report[stopping] == static_cast<double>(comm_.size());
-      more = all_stopping ? std::min(more, fragments_.size()) - 1 : fragments_.size();
+    surviving([&] { settle(); });
+    for (std::size_t more = fragments_.size(); more > 0;) {
+      const bool recovered = surviving([&] {
+        fragment_state& f = fragments_[next_];
+        start(f, options_.overlap_steps);  // where the others run it: shared memory calls differ by thread
+        settle();
+        const bool all_stopping = f.report[stopping] == static_cast<double>(f.members);
+        more = all_stopping ? std::min(more, fragments_.size()) - 1 : fragments_.size();
+      });
+      if (recovered) more = fragments_.size();
+    }
+    say_farewells();
+    for (fragment_state& f : fragments_) f.model.copy_from(f.global);
+  }
+
+  // A worker that leaves while the others go on, between its steps: it
+  // says so in its next sync, syncs every fragment once more, waits until
+  // every other worker has let it go, and keeps the global model. From
+  // then on every call but stats() is an error.
+  void leave() {
+    this->require_not_left("diloco leave", group_.transport().rank());
+    leaving_ = stopping_ = true;
+    while (!departed_) {
+      surviving([&] {
+        const std::optional<std::uint64_t> gone_at = departure_of(group_.transport().rank());
+        if (gone_at && started_ + 1 >= *gone_at) {  // its last sync is done: the others let it go
+          settle();
+          say_farewells();
+          departed_ = true;
+          return;
+        }
+        fragment_state& f = fragments_[next_];
+        start(f, options_.overlap_steps);
+        settle();
+      });
     }
     for (fragment_state& f : fragments_) f.model.copy_from(f.global);
+    this->mark_left();
   }
 
   // Fragment f's part of theta, the last global model (host memory).
@@ -172,27 +220,45 @@ class diloco : public scheme_base<diloco<Communicator>> {
   // T: the compute seconds between a fragment's syncs (0 while rounds are
   // counted in steps, or in samples before the job's rate is known).
   double round_seconds() const noexcept { return round_seconds_; }
+  // The syncs this worker completed (the same count on every survivor).
+  std::uint64_t syncs() const noexcept { return completed_; }
+  // The group the syncs run on now (without the workers that died or left).
+  const Communicator& group() const noexcept { return group_; }
+  // The workers this one went on without (on_peer_failure = continue_).
+  std::vector<lost_peer> lost_peers() const { return losses_.list(); }
 
  private:
-  // The report each sync sums first, fp64 (exact for counts below 2^53).
-  enum report_entry : std::size_t { samples_since_any, weight, samples_per_second, stopping, report_size };
+  // The report each sync sums first, fp64 (exact for counts below 2^53),
+  // then each member's state (only it writes its entry): going on, leaving
+  // or finishing.
+  enum report_entry : std::size_t { samples_since_any, weight, samples_per_second, stopping, member_states };
+  static constexpr double going_on = 0.0, leaving = 1.0, finishing = 2.0;
 
   struct fragment_state {
     parameters model;                     // this fragment's tensors
-    std::uint64_t offset = 0;             // rounds by steps: synced at steps with step mod H == offset
-    double due = 0;                       // otherwise: at this compute time (timed) or local sample count
-    bool timed = false;
+    double due = 0;                       // its next sync: at this step, compute time or local sample count
+    double due_before = 0;                // the same before its last sync started (restored if it fails)
+    bool timed = false;                   // due is a compute time
     std::uint64_t samples = 0;            // this worker's, since the fragment's last sync
     double synced_at_compute = 0;         // the compute clock then
     std::vector<float> global, velocity;  // theta and the outer momentum, this fragment's part
     std::vector<float> sent;              // the models (no codec) or outer gradients, averaged in place
-    std::array<double, report_size> report{};  // this worker's, then the job's sums
-    double own_weight = 0;
+    std::vector<double> report;           // this worker's, then the job's sums
+    std::vector<double> own_report;       // this worker's (restored if the sync fails)
+    int members = 0;                      // the group's size when it started
+    std::uint64_t sequence = 0;           // its sync's number among all the syncs (1, 2, ...)
+    bool in_sync = false;                 // started, not yet applied
     std::optional<codec::any_error_feedback> feedback;
     collective_request request;
     bool pending = false;
     std::uint64_t merge_at = 0;
     std::uint64_t bytes_in_background = 0, messages_in_background = 0;
+    std::vector<typename Communicator::request> watch;  // round_membership::watch, while in sync
+  };
+
+  struct departure {
+    int world_rank;
+    std::uint64_t at;  // the first sync without it
   };
 
   bool by_steps() const noexcept { return options_.round_seconds <= 0.0 && options_.round_samples == 0; }
@@ -218,6 +284,8 @@ class diloco : public scheme_base<diloco<Communicator>> {
     for (std::size_t f : options_.fragment_of)
       if (f >= options_.fragments)
         throw invalid("fragment_of names fragment " + std::to_string(f) + " of " + std::to_string(options_.fragments));
+    if (options_.on_peer_failure == peer_failure_policy::continue_ && group_.size() > 1 && group_.store() == nullptr)
+      throw invalid("going on without dead workers needs the job's store (where the survivors agree)");
   }
 
   void make_fragments(std::span<const float> start) {
@@ -240,11 +308,8 @@ class diloco : public scheme_base<diloco<Communicator>> {
         throw error(errc::invalid_argument, "diloco: fragment " + std::to_string(f) + " has no tensor");
       fragment_state& state = fragments_[f];
       state.model = parameters(std::move(tensors[f]));
-      state.offset = f * options_.period / count;
-      // Staggered: fragment f first at f/P of a round (fragment 0 at a whole one).
-      const double first = static_cast<double>(f == 0 ? count : f) / static_cast<double>(count);
       state.timed = round_seconds_ > 0.0;
-      state.due = state.timed ? first * round_seconds_ : first * samples_per_worker();
+      state.due = first_due(f);
       state.global = std::move(globals[f]);
       if (options_.outer.momentum != 0.0) state.velocity.assign(state.global.size(), 0.0f);
       if (options_.codec) state.feedback.emplace(options_.codec);
@@ -252,31 +317,47 @@ class diloco : public scheme_base<diloco<Communicator>> {
     next_ = first_to_sync();
   }
 
+  // Staggered: by steps fragment f first at step f H / P (those at 0 at H);
+  // by time or samples at f/P of a round (fragment 0 at a whole one).
+  double first_due(std::size_t f) const {
+    const std::size_t count = options_.fragments;
+    if (by_steps()) {
+      const std::uint64_t offset = f * options_.period / count;
+      return static_cast<double>(offset > 0 ? offset : options_.period);
+    }
+    const double first = static_cast<double>(f == 0 ? count : f) / static_cast<double>(count);
+    return round_seconds_ > 0.0 ? first * round_seconds_ : first * samples_per_worker();
+  }
+
   // The fragments sync in index order, round and round, from the first
   // fragment due: by steps the first with a positive offset (those with
   // none sync at step H, fragment 0 first); by time or samples fragment 1.
   std::size_t first_to_sync() const {
     for (std::size_t f = 1; f < fragments_.size(); ++f)
-      if (!by_steps() || fragments_[f].offset > 0) return f;
+      if (!by_steps() || f * options_.period / fragments_.size() > 0) return f;
     return 0;
   }
 
   // Rounds by samples, before the job's rate is known: N / n each.
   double samples_per_worker() const {
-    return static_cast<double>(options_.round_samples) / static_cast<double>(comm_.size());
+    return static_cast<double>(options_.round_samples) / static_cast<double>(group_.size());
   }
 
   // Seconds since the scheme started, less those spent waiting on syncs.
   double compute_clock() const { return options_.clock() - started_at_ - waiting_; }
 
   bool due(const fragment_state& f) const {
+    if (by_steps()) return static_cast<double>(this->stats_.steps) >= f.due;
     return f.timed ? compute_clock() >= f.due : static_cast<double>(samples_) >= f.due;
   }
 
-  // Next round's time (or, rounds by samples before the rate is known,
-  // sample count) for the fragment syncing now.
+  // Next round's step, time or (rounds by samples before the rate is
+  // known) sample count, for the fragment syncing now.
   void schedule(fragment_state& f, double now) {
-    if (round_seconds_ > 0.0) {
+    f.due_before = f.due;
+    if (by_steps()) {
+      f.due += static_cast<double>(options_.period);
+    } else if (round_seconds_ > 0.0) {
       f.due = (f.timed ? f.due : now) + round_seconds_;
       f.timed = true;
     } else {
@@ -294,33 +375,52 @@ class diloco : public scheme_base<diloco<Communicator>> {
   // The fragment's models (no codec) or outer gradients, averaged now or,
   // with `overlap` steps, on the background thread until step + overlap.
   void start(fragment_state& f, std::uint64_t overlap) {
-    if (f.pending) complete(f);  // rounds by time: a fragment due again before its merge step
+    while (f.pending) settle_next();  // rounds by time: a fragment due again before its merge step
+    change_members(started_ + 1);
     f.sent = f.model.snapshot();
     if (options_.codec)
       for (std::size_t k = 0; k < f.sent.size(); ++k) f.sent[k] = f.global[k] - f.sent[k];
     const double now = by_steps() ? 0.0 : compute_clock();
     const double seconds = now - f.synced_at_compute;
-    f.own_weight = static_cast<double>(f.samples);
-    f.report = {static_cast<double>(samples_since_any_), f.own_weight,
-                seconds > 0.0 ? f.own_weight / seconds : 0.0, stopping_ ? 1.0 : 0.0};
+    f.members = group_.size();
+    f.report.assign(member_states + static_cast<std::size_t>(f.members), 0.0);
+    f.report[samples_since_any] = static_cast<double>(samples_since_any_);
+    f.report[weight] = static_cast<double>(f.samples);
+    f.report[samples_per_second] = seconds > 0.0 ? static_cast<double>(f.samples) / seconds : 0.0;
+    f.report[stopping] = stopping_ ? 1.0 : 0.0;
+    f.report[member_states + static_cast<std::size_t>(group_.rank())] =
+        leaving_ ? leaving : stopping_ ? finishing : going_on;
+    f.own_report = f.report;
     samples_since_any_ = 0;
     f.samples = 0;
     f.synced_at_compute = now;
-    if (!by_steps()) schedule(f, now);
-    next_ = (static_cast<std::size_t>(&f - fragments_.data()) + 1) % fragments_.size();
+    schedule(f, now);
+    f.sequence = ++started_;
+    f.in_sync = true;
+    next_ = static_cast<std::size_t>(&f - fragments_.data() + 1) % fragments_.size();
     ++this->stats_.exchanges;
+    if (membership_) f.watch = membership_->watch(group_);
     if (overlap == 0) {
-      waiting([&] { this->metered(comm_, "diloco sync", [&] { exchange(comm_, f); }); });
+      waiting([&] { this->metered(group_, "diloco sync", [&] { exchange(group_, f); }); });
       return apply_outer(f);
     }
     f.request = collective::start(
-        comm_, record::collective("diloco sync", std::span<const float>(f.sent), "avg"),
+        group_, record::collective("diloco sync", std::span<const float>(f.sent), "avg"),
         [this, &f](Communicator& forked) {
-          const traffic before = this_thread_traffic();
-          exchange(forked, f);
-          const traffic sent = this_thread_traffic() - before;
-          f.bytes_in_background = sent.bytes_sent;
-          f.messages_in_background = sent.messages_sent;
+          // A sync after one that failed here does not start: syncs complete
+          // in order on every member (round_membership.hpp).
+          if (broken_.load(std::memory_order_acquire))
+            throw error(errc::peer_failure, "diloco: an earlier sync failed", {forked.transport().rank(), -1, "sync"});
+          try {
+            const traffic before = this_thread_traffic();
+            exchange(forked, f);
+            const traffic sent = this_thread_traffic() - before;
+            f.bytes_in_background = sent.bytes_sent;
+            f.messages_in_background = sent.messages_sent;
+          } catch (...) {
+            broken_.store(true, std::memory_order_release);
+            throw;
+          }
         },
         true, 2);
     f.pending = true;
@@ -333,13 +433,14 @@ class diloco : public scheme_base<diloco<Communicator>> {
   void exchange(Communicator& comm, fragment_state& f) const {
     allreduce(comm, std::span<double>(f.report), op::sum{});
     const double total = f.report[weight];
-    const double factor = total > 0.0 ? static_cast<double>(comm.size()) * f.own_weight / total : 0.0;
+    const double own_weight = f.own_report[weight];
+    const double factor = total > 0.0 ? static_cast<double>(comm.size()) * own_weight / total : 0.0;
     if (factor != 1.0)
       for (float& x : f.sent) x = static_cast<float>(static_cast<double>(x) * factor);
     const std::span<float> data(f.sent);
     if (!f.feedback)
       allreduce(comm, data, op::avg{});
-    else if (f.own_weight == 0.0)
+    else if (own_weight == 0.0)
       codec::visit(options_.codec, [&](const auto& coder) { allreduce(comm, data, op::avg{}, coder); });
     else
       f.feedback->visit([&](auto& feedback) { allreduce(comm, data, op::avg{}, feedback); });
@@ -347,11 +448,27 @@ class diloco : public scheme_base<diloco<Communicator>> {
 
   // The background sync is done: theta steps, and the worker merges.
   void complete(fragment_state& f) {
-    waiting([&] { f.request.wait(); });
     f.pending = false;
+    waiting([&] { f.request.wait(); });
     this->stats_.bytes_sent += f.bytes_in_background;
     this->stats_.messages_sent += f.messages_in_background;
     apply_outer(f);
+  }
+
+  // The fragment whose sync has this number, if it is in flight.
+  fragment_state* sync_numbered(std::uint64_t sequence) {
+    for (fragment_state& f : fragments_)
+      if (f.in_sync && f.sequence == sequence) return &f;
+    return nullptr;
+  }
+
+  void settle_next() { complete(*sync_numbered(completed_ + 1)); }
+
+  // Every pending sync completes, in order (syncs apply in their order:
+  // two due at once merge at the same step).
+  void settle() {
+    for (fragment_state* f = sync_numbered(completed_ + 1); f && f->pending; f = sync_numbered(completed_ + 1))
+      complete(*f);
   }
 
   // The job's progress and rate from the report; theta steps by the outer
@@ -359,9 +476,14 @@ class diloco : public scheme_base<diloco<Communicator>> {
   // no worker had samples; then the worker's fragment becomes
   // alpha local + (1 - alpha) theta.
   void apply_outer(fragment_state& f) {
+    f.watch.clear();
+    f.in_sync = false;
+    completed_ = f.sequence;
+    last_synced_ = static_cast<std::size_t>(&f - fragments_.data());
     job_samples_ += static_cast<std::uint64_t>(f.report[samples_since_any]);
     if (options_.round_samples > 0 && f.report[samples_per_second] > 0.0)
       round_seconds_ = static_cast<double>(options_.round_samples) / f.report[samples_per_second];
+    note_departures(f);
     if (f.report[weight] > 0.0) step_global(f);
     merge(f);
   }
@@ -388,17 +510,179 @@ class diloco : public scheme_base<diloco<Communicator>> {
     f.model.copy_from(local);
   }
 
-  Communicator& comm_;
+  // -- Workers that leave ---------------------------------------------------
+
+  // A member that says it leaves in sync k is in every sync before k + P
+  // (each fragment once more) and in none from there: when sync k + P
+  // starts, sync k (the same fragment's) has been applied everywhere.
+  void note_departures(const fragment_state& f) {
+    for (int member = 0; member < f.members; ++member) {
+      if (f.report[member_states + static_cast<std::size_t>(member)] != leaving) continue;
+      const int world = group_.world_rank(member);
+      if (!departure_of(world)) departures_.push_back({world, f.sequence + fragments_.size()});
+    }
+  }
+
+  std::optional<std::uint64_t> departure_of(int world_rank) const {
+    for (const departure& d : departures_)
+      if (d.world_rank == world_rank) return d.at;
+    return std::nullopt;
+  }
+
+  // Before sync `sequence`: the members leaving there are let go (every
+  // pending sync completes first, on every member alike).
+  void change_members(std::uint64_t sequence) {
+    std::vector<int> leavers;
+    for (const departure& d : departures_)
+      if (d.at == sequence) leavers.push_back(d.world_rank);
+    if (leavers.empty()) return;
+    settle();
+    const std::vector<int> members = group_.world_ranks();
+    for (int world : leavers)
+      if (membership_)
+        membership_->farewell(group_, static_cast<int>(std::find(members.begin(), members.end(), world) -
+                                                       members.begin()));
+    group_ = group_.without(leavers);
+    std::erase_if(departures_, [&](const departure& d) { return d.at == sequence; });
+  }
+
+  // A member that stops tells the others that stopped in its last sync
+  // (its watch receives are gone; those going on let it go at its
+  // departure) and waits until every other has told it. A death now takes
+  // nothing from this worker: its model is final.
+  void say_farewells() {
+    if (!membership_) return;
+    const std::vector<double>& last = fragments_[last_synced_].report;
+    try {
+      for (int peer = 0; peer < group_.size(); ++peer)
+        if (peer != group_.rank() && last.at(member_states + static_cast<std::size_t>(peer)) != going_on)
+          membership_->farewell(group_, peer);
+      membership_->await_farewells(group_);
+    } catch (const error& failure) {
+      if (failure.category() != errc::peer_failure && failure.category() != errc::timeout) throw;
+      for (int peer = 0; peer < group_.size(); ++peer)
+        if (peer != group_.rank() && group_.peer_gone(peer)) losses_.record(group_.world_rank(peer), this->stats_.steps);
+    }
+  }
+
+  // -- Workers that die -----------------------------------------------------
+
+  // Runs `work`; a failure that the policy tolerates becomes a recovery
+  // (returns true then), any other is rethrown.
+  template <class Work>
+  bool surviving(Work&& work) {
+    try {
+      work();
+      return false;
+    } catch (const error& failure) {
+      if (!membership_ || (failure.category() != errc::peer_failure && failure.category() != errc::timeout)) throw;
+    }
+    recover();
+    return true;
+  }
+
+  // After a failure: the syncs that completed here are applied, the
+  // survivors agree (round_membership::agree), and the last sync's result
+  // goes from one that has it to those that do not. Retried while workers
+  // keep dying.
+  void recover() {
+    broken_.store(true, std::memory_order_release);
+    for (std::uint64_t sequence = completed_ + 1; sequence <= started_; ++sequence)
+      for (fragment_state& f : fragments_) {
+        if (!f.pending || !f.in_sync || f.sequence != sequence) continue;
+        f.pending = false;
+        bool done = false;
+        try {  // those after one that failed fail at once (broken_)
+          waiting([&] { f.request.wait(); });
+          done = true;
+        } catch (const error&) {}
+        if (done && sequence == completed_ + 1) {
+          this->stats_.bytes_sent += f.bytes_in_background;
+          this->stats_.messages_sent += f.messages_in_background;
+          apply_outer(f);
+        }
+      }
+    for (fragment_state& f : fragments_) f.watch.clear();
+    for (;;) {  // a failure to agree is final; one while handing over the last sync agrees again
+      round_verdict<Communicator> verdict = membership_->agree(group_, completed_);
+      if (verdict.excluded) {
+        if (leaving_) return finish_departure();
+        throw error(errc::peer_failure,
+                    "diloco: the other workers went on without this one (it reached their agreement after the "
+                    "communicator's timeout)",
+                    {group_.transport().rank(), -1, "diloco recovery"});
+      }
+      for (int world : verdict.lost) losses_.record(world, this->stats_.steps);
+      group_ = verdict.group;
+      try {
+        take_last_sync(verdict);
+        break;
+      } catch (const error& failure) {
+        if (failure.category() != errc::peer_failure && failure.category() != errc::timeout) throw;
+      }
+    }
+    restart_aborted();
+    broken_.store(false, std::memory_order_release);
+  }
+
+  // The syncs completed differ by at most one between members: the first
+  // member with the most sends that sync's fragment (theta, momentum) and
+  // the job's counters to every member; the others apply it as theirs.
+  void take_last_sync(const round_verdict<Communicator>& verdict) {
+    const std::uint64_t most = verdict.most();
+    if (most == verdict.least()) return;
+    const int donor = verdict.donor();
+    std::array<double, 3> header{static_cast<double>(last_synced_), static_cast<double>(job_samples_),
+                                 round_seconds_};
+    broadcast(group_, std::span<double>(header), donor);
+    fragment_state& f = fragments_.at(static_cast<std::size_t>(header[0]));
+    broadcast(group_, std::span<float>(f.global), donor);
+    if (!f.velocity.empty()) broadcast(group_, std::span<float>(f.velocity), donor);
+    if (completed_ == most) return;
+    job_samples_ = static_cast<std::uint64_t>(header[1]);
+    round_seconds_ = header[2];
+    last_synced_ = static_cast<std::size_t>(header[0]);
+    completed_ = most;
+    f.in_sync = false;
+    merge(f);
+  }
+
+  // The syncs that did not complete run again, in order, over the
+  // survivors: their samples count again, and each is due at once.
+  void restart_aborted() {
+    started_ = completed_;
+    departures_.clear();  // a leaver says so again
+    for (fragment_state& f : fragments_) {
+      if (!f.in_sync) continue;
+      f.in_sync = false;
+      f.samples += static_cast<std::uint64_t>(f.own_report[weight]);
+      samples_since_any_ += static_cast<std::uint64_t>(f.own_report[samples_since_any]);
+      f.due = f.due_before;
+    }
+    next_ = completed_ == 0 ? first_to_sync() : (last_synced_ + 1) % fragments_.size();
+  }
+
+  // A leaver the others went on without (they reached the agreement first):
+  // its last completed syncs stand.
+  void finish_departure() { departed_ = true; }
+
+  Communicator group_;  // the workers syncing now
   parameters model_;
   diloco_options options_;
   std::vector<fragment_state> fragments_;
   std::size_t next_ = 0;              // the fragment that syncs next (every rank the same order)
+  std::size_t last_synced_ = 0;       // the fragment of the last sync applied
+  std::uint64_t started_ = 0, completed_ = 0;  // syncs started, applied
   std::uint64_t samples_ = 0;         // this worker's
   std::uint64_t samples_since_any_ = 0;
   std::uint64_t job_samples_ = 0;
   double round_seconds_ = 0.0;        // T, the same bits on every rank
   double started_at_ = 0.0, waiting_ = 0.0;
-  bool stopping_ = false;
+  bool stopping_ = false, leaving_ = false, departed_ = false;
+  std::vector<departure> departures_;  // members that said they leave, and where
+  peer_losses losses_;
+  std::optional<round_membership<Communicator>> membership_;  // on_peer_failure = continue_
+  std::atomic<bool> broken_{false};   // a sync failed: the background starts no other
 };
 
 }  // namespace chorus::averaging

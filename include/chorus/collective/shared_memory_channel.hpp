@@ -271,16 +271,36 @@ class shared_memory_call {
     Communicator& comm = ex_.comm();
     const int peer = group_[static_cast<std::size_t>(owner)];
     bool gone = false;
+    int doomed = -1;
     const bool reached = comm.transport().poll_until(
-        [&] { return channel_->reached(owner, which, step) || (gone = comm.peer_gone(peer)); }, comm.deadline());
-    if (reached && !gone) return;
+        [&] {
+          return channel_->reached(owner, which, step) || (gone = comm.peer_gone(peer)) ||
+                 (doomed = doomed_peer(comm.transport())) >= 0;
+        },
+        comm.deadline());
+    if (reached && !gone && doomed < 0) return;
     comm.transport().abandon();
     const error_context where{comm.transport().rank(), comm.world_rank(peer), std::string(ex_.operation())};
     if (gone) throw error(errc::peer_failure, "a rank sharing this host's memory is gone", where);
+    if (doomed >= 0)
+      throw error(errc::peer_failure,
+                  "rank " + std::to_string(doomed) +
+                      " died with an operation of this rank in flight: what this step waits for may depend on it",
+                  {comm.transport().rank(), doomed, std::string(ex_.operation())});
     throw error(errc::timeout,
                 "waited " + std::to_string(comm.timeout().count()) + " ms (the communicator's timeout) for step " +
                     std::to_string(step) + " in shared memory",
                 where);
+  }
+
+  // The transport's dead peer with this rank's operations in flight (the
+  // UCX transport's doomed_peer()), or -1; -1 on a transport that keeps none.
+  template <class Transport>
+  static int doomed_peer(const Transport& transport) {
+    if constexpr (requires { transport.doomed_peer(); })
+      return transport.doomed_peer();
+    else
+      return -1;
   }
 
   void check_bytes(int owner) const {

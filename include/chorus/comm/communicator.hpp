@@ -433,6 +433,33 @@ class basic_communicator {
     return survivors;
   }
 
+  // The group of the members `members` (transport ranks, this process among
+  // them, in that order) under communicator id `id`, its sequence numbers
+  // afresh: what every member makes alike from a list they agreed on, where
+  // a failure left the old group's collectives at different points on
+  // different members (a message still in flight under the old id never
+  // matches the new one's). Not collective.
+  basic_communicator regrouped(std::uint32_t id, std::vector<int> members) const {
+    const auto self = std::find(members.begin(), members.end(), transport().rank());
+    if (self == members.end())
+      throw error(errc::invalid_argument, "regrouped: this process is not among the members",
+                  {transport().rank(), -1, "regrouped"});
+    basic_communicator group;
+    group.world_ = world_;
+    group.id_ = id;
+    group.rank_ = static_cast<int>(self - members.begin());
+    group.members_ = member_list(std::move(members));
+    group.open_ring();
+    return group;
+  }
+
+  // A communicator id that no live group holds, from the job's counter, as
+  // split() takes them. Not collective: the caller tells the members.
+  std::uint32_t fresh_id() const {
+    const std::int64_t counter = world_->store ? world_->store->add("chorus/communicator-ids", 1) : (world_->local_ids += 1);
+    return id_after(static_cast<std::uint32_t>((counter - 1) % tag::max_id), 0);
+  }
+
   // Whether this process joined the job while it ran (CHORUS_JOIN=1): its
   // world holds the ranks it found, but they never run a collective with
   // it; an asynchronous scheme admits it instead (averaging/admission.hpp).

@@ -212,6 +212,12 @@ class ucx_transport {
     return peers_.gone(peer);
   }
 
+  // A failed peer (transport rank) with operations still in flight, or -1:
+  // every wait on this transport then fails (wait_all), and so should a
+  // wait the network does not signal (a flag in shared memory), which may
+  // depend on a peer that depends on the dead one.
+  int doomed_peer() const noexcept { return peers_.doomed(); }
+
   // The failure UCX reported for a peer's endpoint, if any (none for -1,
   // the peer of a receive from any source that has not matched).
   std::optional<ucs_status_t> peer_failure(int peer) const noexcept {

@@ -63,10 +63,10 @@ class Scheme:
     def leave(self) -> None:
         """Leaves the job on purpose, between steps, instead of finish(): this worker's share goes to the
         others (GoSGD: its weight; a parameter-server worker: its pending pushes; asynchronous EASGD: a
-        last pull) and they finish() without it. The scheme is closed here afterwards."""
+        last pull; DiLoCo: its last round, each fragment synced once more) and they finish() without it. The scheme is closed here afterwards."""
         if not hasattr(self._impl, "leave"):
             raise InvalidArgument(f"{type(self).__name__} is synchronous: a worker cannot leave it "
-                                  "(GoSGD, EASGDAsync and ParameterServer workers can)")
+                                  "(GoSGD, EASGDAsync, ParameterServer and DiLoCo workers can)")
         self._impl.leave()
 
     def step(self, compute_gradients: Callable[[], Any], apply_update: Callable[[], Any]) -> None:
@@ -147,6 +147,11 @@ class DiLoCo(Scheme):
     in the round (`samples` of inner_step / end_step, 1 a step unless given); `job_samples` is the job's
     count so far, the same on every rank, for a learning-rate schedule by the job's progress.
 
+    Workers come and go: with `on_peer_failure="continue"` the others go on without a worker that dies
+    (the syncs it was in run again without it; `lost_peers()` lists it); `leave()` ends this worker's
+    round first and keeps the global model; a process started with `chorus.join()` (or `chorus-run
+    --join`) enters at a sync with the global model and the outer momentum its peers hold.
+
         scheme = chorus.averaging.DiLoCo(comm, model.parameters(), torch.optim.AdamW(model.parameters()),
                                          period=100, codec="fp4_e2m1")
         for x, y in batches:
@@ -159,11 +164,21 @@ class DiLoCo(Scheme):
     def __init__(self, comm: Communicator, params: Iterable[Any], inner_optimizer: Any = None, *,
                  period: int = 500, round_seconds: float = 0.0, round_samples: int = 0, outer_lr: float = 0.7,
                  outer_momentum: float = 0.9, nesterov: bool = True, codec: CodecLike = None, fragments: int = 1,
-                 overlap_steps: int = 0, mixing: float = 0.0) -> None:
+                 overlap_steps: int = 0, mixing: float = 0.0, on_peer_failure: str = "raise") -> None:
         arrays = _arrays(params)
         self.inner_optimizer = inner_optimizer
         super().__init__(_chorus.DiLoCo(comm._impl, arrays, period, round_seconds, round_samples, outer_lr,
-                                        outer_momentum, nesterov, codec, fragments, overlap_steps, mixing), arrays)
+                                        outer_momentum, nesterov, codec, fragments, overlap_steps, mixing,
+                                        on_peer_failure), arrays)
+
+    def lost_peers(self) -> List[dict]:
+        """The workers this one went on without (on_peer_failure="continue"): rank, step, seconds."""
+        return self._impl.lost_peers()
+
+    @property
+    def syncs(self) -> int:
+        """The syncs this worker completed (the same count on every survivor)."""
+        return self._impl.syncs
 
     def end_step(self, samples: int = 1) -> None:
         """After an inner step that processed `samples` samples (its weight in the round's average)."""

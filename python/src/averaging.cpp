@@ -242,7 +242,8 @@ void bind_averaging(nb::module_& m) {
           "__init__",
           [](on_host_side<avg::diloco>* self, nb::handle comm, model_list params, std::uint64_t period,
              double round_seconds, std::uint64_t round_samples, double outer_lr, double outer_momentum,
-             bool nesterov, nb::handle codec, std::size_t fragments, std::uint64_t overlap_steps, double mixing) {
+             bool nesterov, nb::handle codec, std::size_t fragments, std::uint64_t overlap_steps, double mixing,
+             const std::string& on_peer_failure) {
             avg::parameters model = parameters_of(params, "params");
             avg::diloco_options options{.period = period,
                                         .round_seconds = round_seconds,
@@ -251,13 +252,15 @@ void bind_averaging(nb::module_& m) {
                                         .codec = wire_of(codec),
                                         .fragments = fragments,
                                         .overlap_steps = overlap_steps,
-                                        .mixing = mixing};
+                                        .mixing = mixing,
+                                        .on_peer_failure = policy_named(on_peer_failure)};
             construct(self, comm, params, std::move(model), std::move(options));
           },
           nb::arg("comm"), nb::arg("params"), nb::arg("period") = 500, nb::arg("round_seconds") = 0.0,
           nb::arg("round_samples") = 0, nb::arg("outer_lr") = 0.7,
           nb::arg("outer_momentum") = 0.9, nb::arg("nesterov") = true, nb::arg("codec").none() = nb::none(),
-          nb::arg("fragments") = 1, nb::arg("overlap_steps") = 0, nb::arg("mixing") = 0.0)
+          nb::arg("fragments") = 1, nb::arg("overlap_steps") = 0, nb::arg("mixing") = 0.0,
+          nb::arg("on_peer_failure") = "raise")
       .def(
           "global_model",
           [](on_host_side<avg::diloco>& self, std::size_t fragment) {
@@ -271,7 +274,11 @@ void bind_averaging(nb::module_& m) {
           },
           nb::arg("samples"), "After an inner step that processed `samples` samples (its weight in the average).")
       .def_prop_ro("job_samples", [](on_host_side<avg::diloco>& self) { return self.get().job_samples(); })
-      .def_prop_ro("round_seconds", [](on_host_side<avg::diloco>& self) { return self.get().round_seconds(); });
+      .def_prop_ro("round_seconds", [](on_host_side<avg::diloco>& self) { return self.get().round_seconds(); })
+      .def_prop_ro("syncs", [](on_host_side<avg::diloco>& self) { return self.get().syncs(); })
+      .def(
+          "lost_peers", [](on_host_side<avg::diloco>& self) { return lost_of(self.get().lost_peers()); },
+          "The workers this one went on without (on_peer_failure='continue').");
 
   nb::class_<avg::job_progress>(m, "JobProgress", "The job's samples, counted in the job's store.")
       .def(

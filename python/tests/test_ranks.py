@@ -44,5 +44,25 @@ def test_workers_join_a_running_gosgd(tmp_path):
     assert everyone.count("(joined)") == 2, everyone[-6000:]
 
 
+def test_workers_join_and_leave_a_running_diloco(tmp_path):
+    """DiLoCo: a joiner through chorus-run --join and one through the job file enter with the global model
+    their peers hold at that sync, bit for bit; rank 1 leaves; the others finish on one model."""
+    originals, job_file = 3, tmp_path / "job.env"
+    worker = [sys.executable, str(WORKERS / "diloco_joining.py"), str(tmp_path), str(originals), "2"]
+    job = subprocess.Popen([str(chorus_run_path()), "-n", str(originals), "--join", "1@0.3", "--job-file",
+                            str(job_file), "--", *worker], env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while not job_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    outside = subprocess.run([*worker, str(job_file)], env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=180)
+    output = job.communicate(timeout=180)[0]
+    assert outside.returncode == 0 and job.returncode == 0, f"{output[-6000:]}\n{outside.stdout[-3000:]}"
+    everyone = output + outside.stdout
+    assert everyone.count(": ok after") == originals + 2, everyone[-6000:]
+    assert everyone.count("(joined)") == 2 and everyone.count("(left)") == 1, everyone[-6000:]
+
+
 def test_killed_rank_gives_survivors_an_exception():
     require_survivors_raised(spawn_chorus_ranks(3, "killed.py", "plain", env={"CHORUS_TIMEOUT": "20"}), within=60)

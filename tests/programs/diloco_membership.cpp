@@ -2,6 +2,7 @@
 //
 //   chorus-run -n N --keep-going diloco_membership die SEED [FRAGMENTS=1] [OVERLAP=0]
 //   chorus-run -n N diloco_membership leave RANKS [FRAGMENTS=1] [OVERLAP=0]
+//   chorus-run -n N --join K@S diloco_membership join - [FRAGMENTS=1] [OVERLAP=0]   (DILOCO_JOINERS=K)
 //
 // Every rank r minimises |x - r|^2 / 2 by plain gradient steps (rate 0.1)
 // on a model of three tensors of sizes that do not divide evenly, DiLoCo
@@ -17,6 +18,11 @@
 // leave: the ranks in RANKS call leave() at steps 20 + 7 k; the others
 // lose nobody, end without them, and every rank (leavers too) saw the
 // same global model after every sync count it shares with another.
+//
+// join: the ranks of the start train until the joiners have entered and
+// 16 steps more, each joiner 16 steps; the global model a joiner entered
+// with must be its peers' at that sync count, bit for bit, and every rank
+// ends in one group with the same syncs.
 //
 // Each rank publishes (sync count, hash of the global model) after every
 // step in the job's store; the check reads every other rank's.
@@ -123,7 +129,9 @@ int main(int argc, char** argv) {
   const std::size_t fragments = argc > 3 ? std::stoul(argv[3]) : 1;
   const std::uint64_t overlap = argc > 4 ? std::stoull(argv[4]) : 0;
   chorus::communicator comm = chorus::init();
-  const int rank = comm.rank(), size = comm.size();
+  const int rank = comm.transport().rank();                // a joiner's: the next free one
+  const int size = std::atoi(std::getenv("CHORUS_SIZE"));  // the ranks of the start
+  auto& store = *comm.store();
 
   std::mt19937 random(static_cast<unsigned>(mode == "die" ? std::stoul(argument) : 0));
   const int victim = std::uniform_int_distribution<int>(0, size - 1)(random);
@@ -142,8 +150,22 @@ int main(int argc, char** argv) {
   const auto started = std::chrono::steady_clock::now();
   history seen;
   const auto note = [&] { seen[scheme.syncs()] = hash_of(scheme); };
+  note();  // a joiner: the global model it entered with, the one its peers had then
+  if (comm.joined()) {
+    std::printf("rank %d: joined after sync %llu\n", rank, static_cast<unsigned long long>(scheme.syncs()));
+    store.set("diloco_membership/joined/" + std::to_string(rank), "1");
+  }
+  // join: the ranks of the start train until every joiner has entered, then 16 steps more; a joiner 16.
+  int last_step = mode == "join" ? (comm.joined() ? 16 : 4000) : steps;
+  const auto all_joined = [&] {
+    const int joiners = std::atoi(std::getenv("DILOCO_JOINERS") ? std::getenv("DILOCO_JOINERS") : "1");
+    int entered = 0;
+    for (int r = size; r < size + 16; ++r) entered += store.get("diloco_membership/joined/" + std::to_string(r)).has_value();
+    return entered >= joiners;
+  };
   bool left = false;
-  for (int step = 0; step < steps && !left; ++step) {
+  for (int step = 0; step < last_step && !left; ++step) {
+    if (mode == "join" && !comm.joined() && last_step == 4000 && all_joined()) last_step = step + 16;
     if (mode == "die" && rank == victim && step == kill_step) {
       std::printf("rank %d: dies %d us into step %d\n", rank, kill_delay_us, step);
       std::fflush(stdout);
@@ -167,12 +189,13 @@ int main(int argc, char** argv) {
   note();
   const double seconds = seconds_since(started);
 
-  auto& store = *comm.store();
   store.set("diloco_membership/" + std::to_string(rank), text_of(seen));
   int wrong = 0;
-  std::vector<int> others;  // whose histories must agree with this one's
+  std::vector<int> others;  // whose histories must agree with this one's: those of the start, and its group's
   for (int r = 0; r < size; ++r)
     if (r != rank && !(mode == "die" && r == victim)) others.push_back(r);
+  for (int r : scheme.group().world_ranks())
+    if (r != rank && std::find(others.begin(), others.end(), r) == others.end()) others.push_back(r);
   for (int other : others) {
     const history theirs = parse(poll(store, "diloco_membership/" + std::to_string(other), comm.timeout()));
     wrong += compare(rank, seen, other, theirs);
@@ -195,7 +218,8 @@ int main(int argc, char** argv) {
     std::printf("rank %d: WRONG: it lost %zu peers, though none died\n", rank, lost.size());
     ++wrong;
   }
-  const int expected_size = size - static_cast<int>(mode == "die" ? 1 : leavers.size());
+  const int joiners = mode == "join" ? std::atoi(std::getenv("DILOCO_JOINERS") ? std::getenv("DILOCO_JOINERS") : "1") : 0;
+  const int expected_size = size + joiners - static_cast<int>(mode == "die" ? 1 : leavers.size());
   if (!left && scheme.group().size() != expected_size) {
     std::printf("rank %d: WRONG: it ended in a group of %d, not %d\n", rank, scheme.group().size(), expected_size);
     ++wrong;

@@ -60,6 +60,7 @@
 // momentum takes the average as it is: local SGD, bit for bit.
 #pragma once
 
+#include <chorus/averaging/admission.hpp>
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/peer_loss.hpp>
@@ -78,6 +79,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <span>
@@ -117,21 +119,32 @@ template <class Communicator>
 class diloco : public scheme_base<diloco<Communicator>> {
  public:
   // Collective: every rank starts from rank 0's parameters (written into
-  // the model), which are the first global model.
+  // the model), which are the first global model. In a process that joined
+  // the running job (CHORUS_JOIN): admitted by the group's rank 0, it
+  // starts from the global model and the outer optimizer's state as they
+  // are at the sync it enters.
   diloco(Communicator& comm, parameters model, diloco_options options = {})
-      : group_(comm), model_(std::move(model)), options_(std::move(options)), losses_(options_.on_peer_failure) {
+      : group_(comm.joined() ? admission::enter(comm, "diloco") : comm.split(0, comm.rank())),
+        model_(std::move(model)),
+        options_(std::move(options)),
+        losses_(options_.on_peer_failure) {
     check_options();
     if (!options_.clock) options_.clock = [] {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
       };
     std::vector<float> start = model_.snapshot();
-    broadcast(group_, std::span<float>(start), 0);
-    model_.copy_from(start);
+    if (!comm.joined()) broadcast(group_, std::span<float>(start), 0);
     make_fragments(start);
-    if (losses_.tolerated())
-      membership_.emplace(group_, [&](std::uint64_t& instance) {
-        broadcast(group_, std::span<std::uint64_t>(&instance, 1), 0);
-      });
+    if (comm.joined()) {
+      join(comm);
+    } else {
+      model_.copy_from(start);
+      if (losses_.tolerated())
+        membership_.emplace(group_, [&](std::uint64_t& instance) {
+          broadcast(group_, std::span<std::uint64_t>(&instance, 1), 0);
+        });
+      open_to_joiners();
+    }
     started_at_ = options_.clock();
   }
 
@@ -154,6 +167,7 @@ class diloco : public scheme_base<diloco<Communicator>> {
     samples_ += samples;
     samples_since_any_ += samples;
     for (fragment_state& f : fragments_) f.samples += samples;
+    take_introductions();
     surviving([&] {
       for (fragment_state* f = sync_numbered(completed_ + 1); f && f->pending && this->stats_.steps >= f->merge_at;
            f = sync_numbered(completed_ + 1))
@@ -228,10 +242,10 @@ class diloco : public scheme_base<diloco<Communicator>> {
   std::vector<lost_peer> lost_peers() const { return losses_.list(); }
 
  private:
-  // The report each sync sums first, fp64 (exact for counts below 2^53),
-  // then each member's state (only it writes its entry): going on, leaving
+  // The report each sync sums first, fp64 (exact for counts below 2^53):
+  // ..., a joiner rank 0 admits (its transport rank + 1), then each member's state (only it writes its entry): going on, leaving
   // or finishing.
-  enum report_entry : std::size_t { samples_since_any, weight, samples_per_second, stopping, member_states };
+  enum report_entry : std::size_t { samples_since_any, weight, samples_per_second, stopping, joiner, member_states };
   static constexpr double going_on = 0.0, leaving = 1.0, finishing = 2.0;
 
   struct fragment_state {
@@ -388,6 +402,7 @@ class diloco : public scheme_base<diloco<Communicator>> {
     f.report[weight] = static_cast<double>(f.samples);
     f.report[samples_per_second] = seconds > 0.0 ? static_cast<double>(f.samples) / seconds : 0.0;
     f.report[stopping] = stopping_ ? 1.0 : 0.0;
+    if (!introduced_.empty()) f.report[joiner] = static_cast<double>(introduced_.front()) + 1.0;
     f.report[member_states + static_cast<std::size_t>(group_.rank())] =
         leaving_ ? leaving : stopping_ ? finishing : going_on;
     f.own_report = f.report;
@@ -484,6 +499,7 @@ class diloco : public scheme_base<diloco<Communicator>> {
     if (options_.round_samples > 0 && f.report[samples_per_second] > 0.0)
       round_seconds_ = static_cast<double>(options_.round_samples) / f.report[samples_per_second];
     note_departures(f);
+    note_arrival(f);
     if (f.report[weight] > 0.0) step_global(f);
     merge(f);
   }
@@ -529,21 +545,142 @@ class diloco : public scheme_base<diloco<Communicator>> {
     return std::nullopt;
   }
 
-  // Before sync `sequence`: the members leaving there are let go (every
-  // pending sync completes first, on every member alike).
+  // Before sync `sequence`: the members leaving there are let go and the
+  // joiners entering there taken in (every pending sync completes first,
+  // on every member alike; rank 0 welcomes each joiner).
   void change_members(std::uint64_t sequence) {
-    std::vector<int> leavers;
+    std::vector<int> leavers, joiners;
     for (const departure& d : departures_)
       if (d.at == sequence) leavers.push_back(d.world_rank);
-    if (leavers.empty()) return;
+    for (const departure& a : arrivals_)
+      if (a.at == sequence) joiners.push_back(a.world_rank);
+    if (leavers.empty() && joiners.empty()) return;
     settle();
     const std::vector<int> members = group_.world_ranks();
     for (int world : leavers)
       if (membership_)
         membership_->farewell(group_, static_cast<int>(std::find(members.begin(), members.end(), world) -
                                                        members.begin()));
-    group_ = group_.without(leavers);
+    if (!leavers.empty()) group_ = group_.without(leavers);
+    for (int world : joiners) {
+      group_.admit(world);
+      group_ = group_.with(world);
+      if (group_.rank() == 0) welcome(group_.size() - 1);
+      std::erase(introduced_, world);
+    }
     std::erase_if(departures_, [&](const departure& d) { return d.at == sequence; });
+    std::erase_if(arrivals_, [&](const departure& a) { return a.at == sequence; });
+    open_to_joiners();
+  }
+
+  // -- Workers that join ----------------------------------------------------
+
+  static constexpr int state_tag = 4012;  // the welcome's models, beside admission::welcome_tag's words
+
+  // Rank 0 of the group keeps the desk where joiners introduce themselves,
+  // and the store names this group to them (admission.hpp).
+  // Again when the group's id or its rank 0 changed (a recovery, a
+  // departure), not otherwise: an introduction on the old desk's receive
+  // would be lost.
+  void open_to_joiners() {
+    if (group_.store() == nullptr || group_.rank() != 0) return desk_.reset();
+    if (desk_ && desk_group_ == group_.id()) return;
+    admission::open(group_, "diloco");
+    desk_.emplace();
+    desk_->open(group_);
+    desk_group_ = group_.id();
+  }
+
+  // Rank 0, between steps: joiners that introduced themselves; each is
+  // named in a sync's report (one a sync) and enters P syncs later.
+  void take_introductions() {
+    if (!desk_) return;
+    while (const std::optional<int> arrived = desk_->next(group_)) introduced_.push_back(*arrived);
+  }
+
+  void note_arrival(const fragment_state& f) {
+    if (f.report[joiner] == 0.0) return;
+    const int world = static_cast<int>(f.report[joiner]) - 1;
+    if (std::none_of(arrivals_.begin(), arrivals_.end(), [&](const departure& a) { return a.world_rank == world; }))
+      arrivals_.push_back({world, f.sequence + fragments_.size()});
+  }
+
+  // The welcome, as 64-bit words: the group (id, next sequence number,
+  // members but the joiner), the agreement's instance and generation, the
+  // syncs so far, and the counters every member holds alike; then every
+  // fragment's theta and outer momentum.
+  void welcome(int newcomer) {
+    std::vector<std::int64_t> words{group_.id(), group_.sequence(),
+                                    static_cast<std::int64_t>(membership_ ? membership_->instance() : 0),
+                                    static_cast<std::int64_t>(membership_ ? membership_->generation() : 0),
+                                    static_cast<std::int64_t>(completed_), static_cast<std::int64_t>(last_synced_),
+                                    static_cast<std::int64_t>(job_samples_), bits_of(round_seconds_)};
+    for (int member = 0; member < newcomer; ++member) words.push_back(group_.world_rank(member));
+    std::vector<float> state;
+    for (const fragment_state& f : fragments_) {
+      state.insert(state.end(), f.global.begin(), f.global.end());
+      state.insert(state.end(), f.velocity.begin(), f.velocity.end());
+    }
+    std::array<typename Communicator::request, 2> sent{
+        group_.isend(std::span<const std::int64_t>(words), newcomer, admission::welcome_tag),
+        group_.isend(std::span<const float>(state), newcomer, state_tag)};
+    group_.wait_all(sent, "diloco: the welcome of a joiner");
+  }
+
+  // The joiner's side: introduced to the group's rank 0, it waits for the
+  // welcome (sent when it enters: P syncs after rank 0 named it).
+  void join(Communicator& world) {
+    std::vector<std::int64_t> words(8 + static_cast<std::size_t>(world.transport().capacity()));
+    std::vector<float> state;
+    for (const fragment_state& f : fragments_) state.resize(state.size() + f.global.size() + f.velocity.size());
+    this->metered(group_, "diloco join", [&] {
+      std::array<typename Communicator::request, 3> admission{
+          group_.irecv(std::span(words), 0, admission::welcome_tag), group_.irecv(std::span(state), 0, state_tag),
+          admission::introduce(group_, 0)};
+      group_.wait_all(admission, "diloco join, waiting for the welcome of the group's rank 0 (it admits joiners)");
+      words.resize(admission[0].received_bytes() / sizeof(std::int64_t));
+    });
+    if (words.size() < 9)
+      throw error(errc::mismatch, "diloco join: rank 0's welcome is cut short",
+                  {world.transport().rank(), group_.world_rank(0), "diloco join"});
+    group_ = world.joined_group(static_cast<std::uint32_t>(words[0]), std::vector<int>(words.begin() + 8, words.end()),
+                                static_cast<std::uint32_t>(words[1]));
+    for (int peer = 0; peer + 1 < group_.size(); ++peer) group_.admit(group_.world_rank(peer));
+    if (losses_.tolerated())
+      membership_.emplace(static_cast<std::uint64_t>(words[2]), static_cast<std::uint64_t>(words[3]));
+    completed_ = started_ = static_cast<std::uint64_t>(words[4]);
+    last_synced_ = static_cast<std::size_t>(words[5]);
+    job_samples_ = static_cast<std::uint64_t>(words[6]);
+    round_seconds_ = double_of(words[7]);
+    std::size_t at = 0;
+    for (fragment_state& f : fragments_) {
+      std::copy_n(state.begin() + static_cast<std::ptrdiff_t>(at), f.global.size(), f.global.begin());
+      at += f.global.size();
+      std::copy_n(state.begin() + static_cast<std::ptrdiff_t>(at), f.velocity.size(), f.velocity.begin());
+      at += f.velocity.size();
+      f.model.copy_from(f.global);
+    }
+    // Its next sync is the job's next; the others follow it a fraction of a round apart.
+    next_ = (last_synced_ + 1) % fragments_.size();
+    for (std::size_t k = 0; k < fragments_.size(); ++k) {
+      fragment_state& f = fragments_[(next_ + k) % fragments_.size()];
+      const double share = static_cast<double>(k) / static_cast<double>(fragments_.size());
+      f.timed = round_seconds_ > 0.0;
+      f.due = by_steps() ? 1.0 + share * static_cast<double>(options_.period)
+              : f.timed  ? share * round_seconds_
+                         : share * samples_per_worker();
+    }
+  }
+
+  static std::int64_t bits_of(double value) {
+    std::int64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+  }
+  static double double_of(std::int64_t bits) {
+    double value = 0;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
   }
 
   // A member that stops tells the others that stopped in its last sync
@@ -614,6 +751,7 @@ class diloco : public scheme_base<diloco<Communicator>> {
       }
       for (int world : verdict.lost) losses_.record(world, this->stats_.steps);
       group_ = verdict.group;
+      open_to_joiners();
       try {
         take_last_sync(verdict);
         break;
@@ -651,7 +789,8 @@ class diloco : public scheme_base<diloco<Communicator>> {
   // survivors: their samples count again, and each is due at once.
   void restart_aborted() {
     started_ = completed_;
-    departures_.clear();  // a leaver says so again
+    departures_.clear();  // a leaver says so again, rank 0 names a joiner again
+    arrivals_.clear();
     for (fragment_state& f : fragments_) {
       if (!f.in_sync) continue;
       f.in_sync = false;
@@ -680,6 +819,10 @@ class diloco : public scheme_base<diloco<Communicator>> {
   double started_at_ = 0.0, waiting_ = 0.0;
   bool stopping_ = false, leaving_ = false, departed_ = false;
   std::vector<departure> departures_;  // members that said they leave, and where
+  std::vector<departure> arrivals_;    // joiners named in a report, and where they enter
+  std::optional<admission::desk<Communicator>> desk_;  // rank 0's, for joiners' introductions
+  std::uint32_t desk_group_ = 0;                       // the group id it serves
+  std::vector<int> introduced_;       // rank 0: joiners (transport ranks) not yet welcomed
   peer_losses losses_;
   std::optional<round_membership<Communicator>> membership_;  // on_peer_failure = continue_
   std::atomic<bool> broken_{false};   // a sync failed: the background starts no other

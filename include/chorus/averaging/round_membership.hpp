@@ -88,8 +88,16 @@ class round_membership {
     if (group.rank() == 0 && group.store() != nullptr)
       instance = static_cast<std::uint64_t>(group.store()->add("chorus/rounds/instances", 1));
     announce(instance);
+    instance_ = instance;
     prefix_ = "chorus/rounds/" + std::to_string(instance) + "/";
   }
+
+  // A member that joined later: the instance and generation from its welcome.
+  round_membership(std::uint64_t instance, std::uint64_t generation)
+      : prefix_("chorus/rounds/" + std::to_string(instance) + "/"), instance_(instance), generation_(generation) {}
+
+  std::uint64_t instance() const noexcept { return instance_; }
+  std::uint64_t generation() const noexcept { return generation_; }
 
   // Before a round: a receive from every other member, dropped (cancelled)
   // when the returned list is cleared or destroyed.
@@ -196,6 +204,7 @@ class round_membership {
   }
 
   std::string prefix_;
+  std::uint64_t instance_ = 0;
   std::uint64_t generation_ = 0;  // the recoveries so far: the keys' next round
 };
 

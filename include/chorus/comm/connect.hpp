@@ -268,7 +268,14 @@ inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::
       if (failure.category() != errc::peer_failure) throw;  // a peer gone since: its failure when addressed
     }
   }
-  world.hosts = std::make_shared<const std::vector<int>>(number_hosts(host_keys, world.config.ranks_per_host));
+  // The job's own host table, as its ranks hold it: every rank above the
+  // job's (each joiner, this one too) is then a host of its own in every
+  // process (communicator::host), so the members of a group that took
+  // joiners in work out one layout and choose the same algorithms.
+  std::optional<std::vector<int>> hosts;
+  if (const std::optional<std::string> table = store.get(hosts_key)) hosts = decode_hosts(*table, info.size);
+  world.hosts = std::make_shared<const std::vector<int>>(
+      hosts ? std::move(*hosts) : number_hosts(host_keys, world.config.ranks_per_host));
   log::debug(info.rank,
              "joined a running job of " + std::to_string(info.size) + " ranks as rank " + std::to_string(info.rank));
 }

@@ -556,11 +556,17 @@ class diloco : public scheme_base<diloco<Communicator>> {
       if (a.at == sequence) joiners.push_back(a.world_rank);
     if (leavers.empty() && joiners.empty()) return;
     settle();
+    // A leaver says farewell to those stopping in its last sync, the one
+    // just settled: a member that was takes it here.
     const std::vector<int> members = group_.world_ranks();
-    for (int world : leavers)
-      if (membership_)
-        membership_->farewell(group_, static_cast<int>(std::find(members.begin(), members.end(), world) -
-                                                       members.begin()));
+    const bool stopping_then =
+        fragments_[last_synced_].report.at(member_states + static_cast<std::size_t>(group_.rank())) != going_on;
+    for (int world : leavers) {
+      if (!membership_) break;
+      const auto leaver = static_cast<int>(std::find(members.begin(), members.end(), world) - members.begin());
+      membership_->farewell(group_, leaver);
+      if (stopping_then) membership_->await_farewell(group_, leaver);
+    }
     if (!leavers.empty()) group_ = group_.without(leavers);
     for (int world : joiners) {
       group_.admit(world);

@@ -115,6 +115,13 @@ class round_membership {
     group.wait(sent, "a farewell to a member that stops");
   }
 
+  // A member that let a stopping one go while stopping itself takes the
+  // farewell that one sends it.
+  void await_farewell(Communicator& group, int stopping) const {
+    request received = group.irecv(std::span<std::byte>{}, stopping, round_farewell_tag);
+    group.wait(received, "the farewell of a member that leaves");
+  }
+
   // A stopping member waits for every other member's farewell.
   void await_farewells(Communicator& group) const {
     std::vector<request> receives;

@@ -40,8 +40,8 @@ def wait_for(pattern: str, count: int) -> list:
 
 
 def publish(name: str, values: np.ndarray) -> None:
-    (flags / f"{name}.tmp").write_bytes(values.tobytes())
-    (flags / f"{name}.tmp").rename(flags / name)
+    (flags / f".{name}.tmp").write_bytes(values.tobytes())  # hidden from the globs until whole
+    (flags / f".{name}.tmp").rename(flags / name)
 
 
 model = np.zeros(1001, dtype=np.float32)

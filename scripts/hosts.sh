@@ -8,6 +8,8 @@
 #   hosts_exec I command...                   # run in host I
 #   hosts_shape I RATE                        # host I alone behind a link of RATE
 #   hosts_address I                           # SUBNET.(I+1)
+#   hosts_rank_env R N PORT TOKEN             # chorus::init()'s environment for rank R (or join) of N, a host each
+#   hosts_wire_bytes                          # bytes every host's wire has sent so far, summed
 #   hosts_cleanup                             # removes them (also on EXIT once created)
 # Needs root and iproute2; RATE (e.g. 1gbit) shapes both ends of each wire
 # with tc's token bucket, like a NIC of that speed; hosts_shape gives one
@@ -71,4 +73,27 @@ hosts_exec() {
   local i="$1"
   shift
   ip netns exec "${hosts_prefix}h$i" "$@"
+}
+
+# What chorus::init() reads for rank R of N with a host per rank (no
+# launcher: the store on host 0 at PORT), over TCP on the wire. R `join`:
+# a process that joins the running job (CHORUS_JOIN=1, the next free rank).
+hosts_rank_env() {
+  local r="$1" n="$2" port="$3" token="$4" who
+  who="CHORUS_RANK=$r"
+  [[ $r == join ]] && who="CHORUS_JOIN=1"
+  echo "$who" CHORUS_SIZE="$n" CHORUS_LOCAL_RANK=0 CHORUS_LOCAL_SIZE=1 \
+    CHORUS_ADDR="$(hosts_address 0):$port" CHORUS_TOKEN="$token" UCX_TLS=tcp,self UCX_NET_DEVICES=wire \
+    UCX_WARN_UNUSED_ENV_VARS=n
+}
+
+# The bytes all hosts have sent on their wires (the veths' counters):
+# what crossed the network, headers and retransmissions included.
+hosts_wire_bytes() {
+  local i total=0 sent
+  for ((i = 0; i < hosts_count; i++)); do
+    sent="$(ip -n "${hosts_prefix}h$i" -s link show wire | awk '/TX:/ { getline; print $1; exit }')"
+    total=$((total + sent))
+  done
+  echo "$total"
 }

@@ -3,7 +3,8 @@
 // collective, type and op against serial references; the grouped plans;
 // the unique-id bootstrap through the store; the bounded wait, abort and
 // error mapping; host memory through UCX; the schemes on an NCCL
-// communicator, compared with the same schemes on a chorus communicator.
+// communicator, compared with the same schemes on a chorus communicator
+// (D-PSGD and DiLoCo with models in device memory too).
 #include "collective_cases.hpp"
 #include "expect_error.hpp"
 #include "fake_compute.hpp"
@@ -779,19 +780,43 @@ TEST_CASE("asynchronous schemes on an NCCL communicator keep their messages on i
   CHECK(wrong.load() == 0);
 }
 
+namespace {
+
+// A model of three tensors, one empty, for the schemes with a device model:
+// rank r's start and the update it applies at a step.
+constexpr std::size_t model_sizes[] = {5, 0, 1003};
+constexpr std::size_t model_total = 1008;
+
+float start_value(int rank, std::size_t k) {
+  return static_cast<float>((rank * 31 + static_cast<int>(k) * 7) % 23) * 0.37f - 3.0f;
+}
+
+std::vector<float> update_of(int rank, int step) {
+  std::vector<float> update(model_total);
+  for (std::size_t k = 0; k < model_total; ++k)
+    update[k] = static_cast<float>((rank * 5 + step * 11 + static_cast<int>(k) * 3) % 19) * 0.013f - 0.1f;
+  return update;
+}
+
+// The model's tensors laid out from `base` (host or fake-device memory).
+chorus::averaging::parameters tensors_from(float* base) {
+  std::vector<std::span<float>> parts;
+  std::size_t offset = 0;
+  for (std::size_t size : model_sizes) {
+    parts.emplace_back(base + offset, size);
+    offset += size;
+  }
+  return chorus::averaging::parameters(parts);
+}
+
+}  // namespace
+
 TEST_CASE("D-PSGD with a device model on an NCCL communicator: mixes on the device, the same bits as on the host") {
   fake_gpu_with_nccl gpu_setup;
   fake_device& fake = gpu_setup.fake;
   chorus_test::fake_compute& kernels = gpu_setup.kernels;
   const auto& nccl_on_fake = gpu_setup.nccl;
-  constexpr std::size_t sizes[] = {5, 0, 1003};  // three tensors, one empty
-  constexpr std::size_t total = 1008;
-  const auto start_value = [](int rank, std::size_t k) {
-    return static_cast<float>((rank * 31 + static_cast<int>(k) * 7) % 23) * 0.37f - 3.0f;
-  };
-  const auto gradient = [](int rank, int step, std::size_t k) {
-    return static_cast<float>((rank * 5 + step * 11 + static_cast<int>(k) * 3) % 19) * 0.013f - 0.1f;
-  };
+  constexpr std::size_t total = model_total;
   const chorus::codec::any_codec wires[] = {chorus::codec::any_codec(), chorus::codec::by_name("fp16"),
                                             chorus::codec::any_codec(chorus::codec::int8{64})};
   for (const chorus::codec::any_codec& wire : wires) {
@@ -809,22 +834,12 @@ TEST_CASE("D-PSGD with a device model on an NCCL communicator: mixes on the devi
             for (std::size_t k = 0; k < total; ++k) host[k] = start_value(comm.rank(), k);
             auto* device = static_cast<float*>(fake.allocate_device(total * sizeof(float)));
             fake.write(device, std::span<const float>(host));
-            const auto tensors = [&](float* base) {
-              std::vector<std::span<float>> parts;
-              std::size_t offset = 0;
-              for (std::size_t size : sizes) {
-                parts.emplace_back(base + offset, size);
-                offset += size;
-              }
-              return chorus::averaging::parameters(parts);
-            };
             nccl::communicator gpus(comm, nccl_on_fake);
             {
-              chorus::averaging::dpsgd on_host(comm, tensors(host.data()), options);
-              chorus::averaging::dpsgd on_device(gpus, tensors(device), options);
+              chorus::averaging::dpsgd on_host(comm, tensors_from(host.data()), options);
+              chorus::averaging::dpsgd on_device(gpus, tensors_from(device), options);
               for (int step = 0; step < 4; ++step) {
-                std::vector<float> grads(total);
-                for (std::size_t k = 0; k < total; ++k) grads[k] = gradient(comm.rank(), step, k);
+                const std::vector<float> grads = update_of(comm.rank(), step);
                 on_host.step([] {},
                              [&] {
                                for (std::size_t k = 0; k < total; ++k) host[k] -= grads[k];
@@ -843,6 +858,61 @@ TEST_CASE("D-PSGD with a device model on an NCCL communicator: mixes on the devi
           quick());
       CHECK(wrong.load() == 0);
       CHECK(kernels.launches.load() > reductions_before);  // the mixing ran on the device
+    }
+  }
+}
+
+TEST_CASE("DiLoCo with a device model on an NCCL communicator: syncs on its chorus side, the host run's bits") {
+  fake_gpu_with_nccl gpu_setup;
+  fake_device& fake = gpu_setup.fake;
+  // Plain DiLoCo; streaming (two fragments, tau 1, alpha 0.5); int8 outer gradients.
+  const chorus::averaging::diloco_options shapes[] = {
+      {.period = 3},
+      {.period = 4, .fragments = 2, .fragment_of = {0, 1, 1}, .overlap_steps = 1, .mixing = 0.5},
+      {.period = 3, .codec = chorus::codec::any_codec(chorus::codec::int8{64})},
+  };
+  for (const chorus::averaging::diloco_options& options : shapes) {
+    for (int n : {2, 3}) {
+      CAPTURE(options.fragments);
+      CAPTURE(options.codec.name());
+      CAPTURE(n);
+      std::atomic<std::size_t> wrong{0};
+      chorus::run_threads(
+          n,
+          [&](communicator& comm) {
+            std::vector<float> host(model_total);
+            for (std::size_t k = 0; k < model_total; ++k) host[k] = start_value(comm.rank(), k);
+            auto* device = static_cast<float*>(fake.allocate_device(model_total * sizeof(float)));
+            fake.write(device, std::span<const float>(host));
+            nccl::communicator gpus(comm, gpu_setup.nccl);
+            {
+              chorus::averaging::diloco on_host(comm, tensors_from(host.data()), options);
+              chorus::averaging::diloco on_device(gpus, tensors_from(device), options);
+              static_assert(std::is_same_v<decltype(on_device), chorus::averaging::diloco<communicator>>);
+              // rank 0's start everywhere, on the device too
+              wrong += count_different(fake.read(device, model_total), host);
+              for (int step = 0; step < 9; ++step) {
+                const std::vector<float> update = update_of(comm.rank(), step);
+                for (std::size_t k = 0; k < model_total; ++k) host[k] -= update[k];
+                on_host.end_step();
+                std::vector<float> now = fake.read(device, model_total);
+                for (std::size_t k = 0; k < model_total; ++k) now[k] -= update[k];
+                fake.write(device, std::span<const float>(now));
+                on_device.end_step();
+              }
+              on_host.finish();
+              on_device.finish();
+              wrong += on_device.syncs() == 0 || on_device.syncs() != on_host.syncs();
+              wrong += count_different(fake.read(device, model_total), host);
+            }
+            // every rank ends on the same global model
+            std::vector<float> all(model_total * static_cast<std::size_t>(n));
+            chorus::allgather(comm, std::span<const float>(host), std::span(all));
+            for (std::size_t k = 0; k < all.size(); ++k) wrong += all[k] != all[k % model_total];
+            fake.free_device(device);
+          },
+          quick());
+      CHECK(wrong.load() == 0);
     }
   }
 }

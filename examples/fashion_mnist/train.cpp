@@ -13,7 +13,9 @@
 // bytes it has sent, and at the end the accuracy of the model a user would
 // keep after finish(): the average (local SGD, D-PSGD), the centre (EASGD),
 // the root's (TreeEASGD), the servers' (parameter server) or the consensus
-// (GoSGD).
+// (GoSGD). Every rank prints the seconds it computed and its utilisation
+// (computing over wall time, rank 0's evaluations not counted); the CSV
+// keeps rank 0's.
 #include <chorus/chorus.hpp>
 
 #include "dataset.hpp"
@@ -94,14 +96,15 @@ const char* const scheme_names =
          "Trains an MLP on Fashion-MNIST with one averaging scheme, e.g.\n"
          "  chorus-run -n 4 fashion_mnist --scheme gosgd --epochs 12 --csv gosgd.csv\n"
          "With --kill-rank R (not 0: it reports) rank R kills itself at step S, to show training that survives\n"
-         "a lost worker (gosgd, one-sided-gossip, easgd, ssp, downpour; run under chorus-run --keep-going).\n"
+         "a lost worker (gosgd, one-sided-gossip, easgd, ssp, downpour, diloco, streaming-diloco; run under\n"
+         "chorus-run --keep-going).\n"
          "--slow R:F makes rank R's steps take F times as long (a sleep of F - 1 times its compute after each);\n"
          "--jitter adds a heavy-tailed delay to every rank's steps; --seed S (default 1234) seeds the jitter and\n"
          "the shuffles, so a run is reproducible. --leave R:E: rank R leaves on purpose after epoch E (gosgd,\n"
-         "easgd; its share goes to the others, who finish without it). A process started into the running job\n"
-         "(chorus-run --join K@SECONDS; gosgd, easgd, ssp, downpour) trains the last --join-epochs N epochs\n"
-         "(default half) of the schedule, starting from the model the job hands it. DiLoCo with --round-seconds T\n"
-         "or --round-samples N ends its rounds by compute time or by the job's samples: a fast rank takes more\n"
+         "easgd, diloco; its share goes to the others, who finish without it). A process started into the running\n"
+         "job (chorus-run --join K@SECONDS; gosgd, easgd, ssp, downpour, diloco) trains the last --join-epochs N\n"
+         "epochs (default half) of the schedule, starting from the model the job hands it. DiLoCo with\n"
+         "--round-seconds T or --round-samples N ends its rounds by compute time or by the job's samples: a fast rank takes more\n"
          "steps, each model counts by its samples, and an epoch ends when the job has processed the training set.\n"
          "--epochs-of job does the same for gosgd, one-sided-gossip and easgd, counting the job's samples in the\n"
          "job's store (averaging/job_progress.hpp); the learning rate's cosine then follows the job's samples.\n";
@@ -215,6 +218,8 @@ struct trainer {
   std::mt19937_64 random;
   avg::step_delays delays;  // this rank's slowdown and jitter
   std::uint64_t samples = 0;
+  double compute_seconds = 0;     // in its own steps: the batch, the model's pass, the optimiser (not the scheme)
+  double evaluating_seconds = 0;  // rank 0: the epochs' test evaluations
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::ofstream csv;
 
@@ -230,7 +235,7 @@ struct trainer {
       shard.push_back(i);
     if (comm.rank() == 0 && !config.csv.empty()) {
       csv.open(config.csv);
-      csv << "scheme,codec,ranks,epoch,wall_s,test_accuracy,test_loss,bytes_sent_rank0\n";
+      csv << "scheme,codec,ranks,epoch,wall_s,test_accuracy,test_loss,bytes_sent_rank0,utilisation_rank0\n";
     }
   }
 
@@ -261,17 +266,19 @@ struct trainer {
       if constexpr (requires { scheme.set_learning_rate(rate); }) scheme.set_learning_rate(rate);
     };
     const auto train_step = [&](std::size_t first) {
-      for (std::size_t b = 0; b < config.batch; ++b) {
-        const std::size_t sample = shard[first + b];
-        std::copy_n(train.images.begin() + static_cast<std::ptrdiff_t>(sample * fashion_mnist::pixels),
-                    fashion_mnist::pixels, images.begin() + static_cast<std::ptrdiff_t>(b * fashion_mnist::pixels));
-        labels[b] = train.labels[sample];
-      }
+      timed(compute_seconds, [&] {
+        for (std::size_t b = 0; b < config.batch; ++b) {
+          const std::size_t sample = shard[first + b];
+          std::copy_n(train.images.begin() + static_cast<std::ptrdiff_t>(sample * fashion_mnist::pixels),
+                      fashion_mnist::pixels, images.begin() + static_cast<std::ptrdiff_t>(b * fashion_mnist::pixels));
+          labels[b] = train.labels[sample];
+        }
+      });
       if (comm.rank() == config.kill_rank && steps++ == config.kill_at_step) die();
       scheme.begin_step();
-      delays.around([&] { model.train_batch(images, labels); });
+      timed(compute_seconds, [&] { delays.around([&] { model.train_batch(images, labels); }); });
       scheme.reduce_gradients();
-      if (local_step) optimiser.apply(gradients);
+      if (local_step) timed(compute_seconds, [&] { optimiser.apply(gradients); });
       if constexpr (requires { scheme.job_samples(); })
         scheme.end_step(config.batch);  // DiLoCo weighs each model by its samples
       else
@@ -350,10 +357,26 @@ struct trainer {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   void report_throughput(double wall) const {
-    std::printf("rank %d: %llu samples in %.1f s, %.0f samples/s, slept %.1f s (slowdown %.1fx)\n", comm.rank(),
-                static_cast<unsigned long long>(samples), wall, static_cast<double>(samples) / wall,
-                delays.slept_seconds(), delays.factor());
+    std::printf(
+        "rank %d: %llu samples in %.1f s, %.0f samples/s, slept %.1f s (slowdown %.1fx), computed %.1f s "
+        "(utilisation %.3f)\n",
+        comm.rank(), static_cast<unsigned long long>(samples), wall, static_cast<double>(samples) / wall,
+        delays.slept_seconds(), delays.factor(), compute_seconds, utilisation(wall));
     std::fflush(stdout);
+  }
+
+  // The share of the wall time (less rank 0's evaluations) this rank spent
+  // computing rather than waiting on the scheme.
+  double utilisation(double wall) const {
+    const double working = wall - evaluating_seconds;
+    return working > 0 ? compute_seconds / working : 0.0;
+  }
+
+  template <class Work>
+  static void timed(double& seconds, Work&& work) {
+    const auto before = std::chrono::steady_clock::now();
+    std::forward<Work>(work)();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
   }
 
   // The fault demonstration: a crash, no cleanup, no goodbye.
@@ -380,7 +403,9 @@ struct trainer {
   }
 
   double report(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats) {
-    const auto [correct, loss] = model.evaluate(parameters, test.images, test.labels);
+    std::pair<std::size_t, double> evaluated;
+    timed(evaluating_seconds, [&] { evaluated = model.evaluate(parameters, test.images, test.labels); });
+    const auto [correct, loss] = evaluated;
     const double accuracy = static_cast<double>(correct) / static_cast<double>(test.size());
     const double wall = seconds_since_start();
     std::printf("epoch %-5s  test accuracy %.4f  loss %.4f  wall %7.1f s  sent %8.1f MB  (%s, %s, %d ranks)\n",
@@ -389,7 +414,8 @@ struct trainer {
     std::fflush(stdout);
     if (csv.is_open())
       csv << config.scheme << ',' << config.codec << ',' << comm.size() << ',' << epoch << ',' << wall << ','
-          << accuracy << ',' << loss / static_cast<double>(test.size()) << ',' << stats.bytes_sent << '\n'
+          << accuracy << ',' << loss / static_cast<double>(test.size()) << ',' << stats.bytes_sent << ','
+          << utilisation(wall) << '\n'
           << std::flush;
     return accuracy;
   }
@@ -426,13 +452,15 @@ void train(chorus::communicator& comm, const settings& config) {
       config.on_peer_failure == "continue" ? avg::peer_failure_policy::continue_ : avg::peer_failure_policy::raise;
   const bool tolerant = config.scheme == "gosgd" || config.scheme == "easgd" || config.scheme == "ssp" ||
                         config.scheme == "downpour" || config.scheme == "downpour-get" ||
-                        config.scheme == "downpour-accumulate" || config.scheme == "one-sided-gossip";
-  if (config.leave_rank >= 0 && config.scheme != "gosgd" && config.scheme != "easgd")
-    usage("--leave: " + config.scheme + " cannot be left here (gosgd, easgd)");
+                        config.scheme == "downpour-accumulate" || config.scheme == "one-sided-gossip" ||
+                        config.scheme == "diloco" || config.scheme == "streaming-diloco";
+  if (config.leave_rank >= 0 && config.scheme != "gosgd" && config.scheme != "easgd" && config.scheme != "diloco" &&
+      config.scheme != "streaming-diloco")
+    usage("--leave: " + config.scheme + " cannot be left here (gosgd, easgd, diloco, streaming-diloco)");
   if (config.leave_rank >= comm.size()) usage("--leave: no rank " + std::to_string(config.leave_rank));
   if (on_failure == avg::peer_failure_policy::continue_ && !tolerant)
     usage("--on-peer-failure continue: " + config.scheme +
-          " raises on a lost rank (gosgd, one-sided-gossip, easgd, ssp, downpour go on)");
+          " raises on a lost rank (gosgd, one-sided-gossip, easgd, ssp, downpour, diloco, streaming-diloco go on)");
   if (config.scheme == "allreduce") {
     avg::allreduce_sgd_options options{.codec = wire};
     if (const std::optional<std::size_t> rank = powersgd_rank(config.codec)) {
@@ -457,7 +485,8 @@ void train(chorus::communicator& comm, const settings& config) {
                         .outer = {.learning_rate = config.outer_lr, .momentum = config.outer_momentum},
                         .codec = wire,
                         .fragments = streaming ? std::min(config.fragments, tensors) : 1,
-                        .overlap_steps = streaming ? std::min(config.overlap, config.period - 1) : 0});
+                        .overlap_steps = streaming ? std::min(config.overlap, config.period - 1) : 0,
+                        .on_peer_failure = on_failure});
     job.run(scheme, local_model);
   } else if (config.scheme == "dpsgd" || config.scheme == "dpsgd-window") {
     avg::dpsgd scheme(comm, model, {.codec = wire, .one_sided = config.scheme == "dpsgd-window"});

@@ -1,13 +1,15 @@
 // DiLoCo with workers that die or leave (on_peer_failure = continue_).
 //
-//   chorus-run -n N --keep-going diloco_membership die SEED [FRAGMENTS=1] [OVERLAP=0]
-//   chorus-run -n N diloco_membership leave RANKS [FRAGMENTS=1] [OVERLAP=0]
-//   chorus-run -n N --join K@S diloco_membership join - [FRAGMENTS=1] [OVERLAP=0]   (DILOCO_JOINERS=K)
+//   chorus-run -n N --keep-going diloco_membership die SEED [FRAGMENTS=1] [OVERLAP=0] [CODEC]
+//   chorus-run -n N diloco_membership leave RANKS [FRAGMENTS=1] [OVERLAP=0] [CODEC]
+//   chorus-run -n N --join K@S diloco_membership join - [FRAGMENTS=1] [OVERLAP=0] [CODEC]   (DILOCO_JOINERS=K)
 //
 // Every rank r minimises |x - r|^2 / 2 by plain gradient steps (rate 0.1)
 // on a model of three tensors of sizes that do not divide evenly, DiLoCo
 // syncing every 4 steps (outer rate 0.7, Nesterov momentum 0.9), 60 steps,
-// then finish().
+// then finish(). CODEC (codec::by_name: int8, fp4_e2m1, ...) sends the outer
+// gradients through it with error feedback, whose residual of the part of
+// the sum each rank encodes must follow the group as it changes.
 //
 // die: the victim (SEED picks it, any rank) SIGKILLs itself at a random
 // step, a random number of microseconds into it (so in its compute, its
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
   const std::string argument = argc > 2 ? argv[2] : "1";
   const std::size_t fragments = argc > 3 ? std::stoul(argv[3]) : 1;
   const std::uint64_t overlap = argc > 4 ? std::stoull(argv[4]) : 0;
+  const chorus::codec::any_codec codec = argc > 5 ? chorus::codec::by_name(argv[5]) : chorus::codec::any_codec();
   chorus::communicator comm = chorus::init();
   const int rank = comm.transport().rank();                // a joiner's: the next free one
   const int size = std::atoi(std::getenv("CHORUS_SIZE"));  // the ranks of the start
@@ -144,6 +147,7 @@ int main(int argc, char** argv) {
   std::vector<float> a(100'003, 0.0f), b(7, 0.0f), c(65'537, 0.0f);
   scheme_t scheme(comm, avg::parameters{std::span<float>(a), std::span<float>(b), std::span<float>(c)},
                   {.period = 4,
+                   .codec = codec,
                    .fragments = fragments,
                    .overlap_steps = overlap,
                    .on_peer_failure = avg::peer_failure_policy::continue_});

@@ -58,6 +58,11 @@
 // gradient goes through the codec with error feedback (what one round loses
 // is sent in the next), as low-bit DiLoCo does. Outer SGD with rate 1 and no
 // momentum takes the average as it is: local SGD, bit for bit.
+//
+// Models in GPU memory: given a chorus::nccl::communicator, DiLoCo syncs on
+// its chorus side (the syncs are rare and small beside the inner steps;
+// theta and the outer momentum are host memory, as OpenDiLoCo keeps them),
+// staging the device tensors through the parameters at each sync.
 #pragma once
 
 #include <chorus/averaging/admission.hpp>
@@ -77,6 +82,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -118,6 +124,14 @@ struct diloco_options {
 template <class Communicator>
 class diloco : public scheme_base<diloco<Communicator>> {
  public:
+  // On an NCCL communicator: its host side (scheme.hpp, host_side). theta
+  // and the outer momentum stay in host memory, as OpenDiLoCo keeps them; a
+  // device model is staged through the parameters at each sync.
+  template <class Other>
+    requires(!std::same_as<Other, Communicator> && std::same_as<host_side_t<Other>, Communicator>)
+  diloco(Other& comm, parameters model, diloco_options options = {})
+      : diloco(host_side<Other>::of(comm), std::move(model), std::move(options)) {}
+
   // Collective: every rank starts from rank 0's parameters (written into
   // the model), which are the first global model. In a process that joined
   // the running job (CHORUS_JOIN): admitted by the group's rank 0, it
@@ -567,16 +581,26 @@ class diloco : public scheme_base<diloco<Communicator>> {
       membership_->farewell(group_, leaver);
       if (stopping_then) membership_->await_farewell(group_, leaver);
     }
-    if (!leavers.empty()) group_ = group_.without(leavers);
+    if (!leavers.empty()) regroup(group_.without(leavers));
     for (int world : joiners) {
       group_.admit(world);
-      group_ = group_.with(world);
+      regroup(group_.with(world));
       if (group_.rank() == 0) welcome(group_.size() - 1);
       std::erase(introduced_, world);
     }
     std::erase_if(departures_, [&](const departure& d) { return d.at == sequence; });
     std::erase_if(arrivals_, [&](const departure& a) { return a.at == sequence; });
     open_to_joiners();
+  }
+
+  // The syncs run on `next` from now. A codec's error feedback keeps, in
+  // slot 1, the residual of the part of the sum this rank encoded: laid out
+  // by the group's size, it cannot carry over to another group (slot 0,
+  // this worker's own outer gradient, does).
+  void regroup(Communicator next) {
+    group_ = std::move(next);
+    for (fragment_state& f : fragments_)
+      if (f.feedback) f.feedback->visit([](auto& feedback) { feedback.reset(1); });
   }
 
   // -- Workers that join ----------------------------------------------------
@@ -756,7 +780,7 @@ class diloco : public scheme_base<diloco<Communicator>> {
                     {group_.transport().rank(), -1, "diloco recovery"});
       }
       for (int world : verdict.lost) losses_.record(world, this->stats_.steps);
-      group_ = verdict.group;
+      regroup(verdict.group);
       open_to_joiners();
       try {
         take_last_sync(verdict);
@@ -833,5 +857,8 @@ class diloco : public scheme_base<diloco<Communicator>> {
   std::optional<round_membership<Communicator>> membership_;  // on_peer_failure = continue_
   std::atomic<bool> broken_{false};   // a sync failed: the background starts no other
 };
+
+template <class C>
+diloco(C&, parameters, diloco_options = {}) -> diloco<host_side_t<C>>;
 
 }  // namespace chorus::averaging

@@ -70,6 +70,13 @@ class error_feedback {
     for (auto& residual : residuals_) residual.clear();
     for (auto& residual : elsewhere_) residual = {};
   }
+  // One slot's residual only: slot 1's is laid out by the group's size (the
+  // part of the sum this rank encodes), so it goes when the group changes.
+  void reset(std::size_t slot) {
+    check_slot(slot);
+    residuals_[slot].clear();
+    elsewhere_[slot] = {};
+  }
 
   // Memory of `bytes` that holds zeros when first used and is freed with its
   // last owner (the direct path: device memory).

@@ -11,7 +11,7 @@ host (one-sided gossip, D-PSGD over a window) refuse device parameters.
 With the argument `nccl` the device runs go through chorus.nccl.connect's
 communicator (chorus's NCCL host adapter on the fake device, as the C++
 tests run it): allreduce-SGD, local SGD, EASGD and D-PSGD run on NCCL
-(D-PSGD mixing on the device), the others on its chorus side, and the
+(D-PSGD mixing on the device), the others (DiLoCo too) on its chorus side, and the
 synchronous ones still end with the bits of the host run on the chorus
 communicator."""
 
@@ -128,6 +128,10 @@ synchronous("D-PSGD on an exponential graph with int8",
             lambda space, model: averaging.DPSGD(space.comm, model, topology=chorus.Topology.exponential(size),
                                                  codec="int8"))
 synchronous("EASGD", lambda space, model: averaging.EASGD(space.comm, model, alpha=0.25, tau=1))
+synchronous("DiLoCo", lambda space, model: averaging.DiLoCo(space.comm, model, period=2), count=5)
+synchronous("Streaming DiLoCo with fp4 outer gradients",
+            lambda space, model: averaging.DiLoCo(space.comm, model, period=3, fragments=2, overlap_steps=1,
+                                                  mixing=0.5, codec="fp4_e2m1"), count=7)
 
 for name, make in (("GoSGD", lambda m: averaging.GoSGD(gpus, m, push_probability=1.0, seed=3)),
                    ("async EASGD", lambda m: averaging.EASGDAsync(gpus, m, alpha=0.5, tau=1, server=size - 1)),

@@ -1,0 +1,98 @@
+"""Summary and plot of run_slow_links: DIR/CONDITION/SCHEME.{csv,log,wire}.
+
+    plot_slow_links.py DIR OUT.png > summary.md
+
+Per condition, a table: wall time to 0.85 and 0.88 test accuracy (rank 0's
+model, interpolated between epochs), the final accuracy (the model kept
+after finish(), or the last epoch's where the run hit its cap), the MB all
+hosts' wires sent, how many times fewer than allreduce-SGD's at 1 Gbit/s,
+the MB rank 0's scheme sent, and each rank's utilisation (its computing
+over its wall time); and a panel per condition of accuracy against time.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from plot_heterogeneous import read_run, seconds, time_to
+
+CONDITIONS = {
+    "1gbit": "every link 1 Gbit/s",
+    "100mbit": "every link 100 Mbit/s",
+    "10mbit": "every link 10 Mbit/s",
+    "slow4": "1 Gbit/s, rank 3 4x slower (rounds by the job's samples)",
+    "churn": "1 Gbit/s, rank 3 killed at mid-training, a fifth worker joins",
+}
+THRESHOLDS = (0.85, 0.88)
+
+
+def read(csv_path: Path) -> dict:
+    run = read_run(csv_path)
+    log = csv_path.with_suffix(".log").read_text(errors="replace") if csv_path.with_suffix(".log").exists() else ""
+    wire = csv_path.with_suffix(".wire")
+    run["wire_mb"] = int(wire.read_text().strip() or 0) / 1e6 if wire.exists() else None
+    run["utilisation"] = [float(u) for u in re.findall(r"\(utilisation ([\d.]+)\)", log)]
+    run["capped"] = run["final"] != run["final"]  # NaN: no final row, the cap stopped it
+    if run["capped"] and run["accuracy"]:
+        run["final"] = run["accuracy"][-1]
+    return run
+
+
+def main() -> None:
+    root, picture = Path(sys.argv[1]), Path(sys.argv[2])
+    runs = {}
+    for condition in CONDITIONS:
+        folder = root / condition
+        if folder.is_dir():
+            runs[condition] = {p.stem: read(p) for p in sorted(folder.glob("*.csv"))}
+    baseline = runs.get("1gbit", {}).get("allreduce", {}).get("wire_mb")
+    print("# Training across slow links: Fashion-MNIST MLP, 4 ranks, a host each\n")
+    for condition, by_scheme in runs.items():
+        print(f"## {CONDITIONS[condition]} ({condition})\n")
+        print("| scheme | to 0.85 (s) | to 0.88 (s) | final accuracy | MB on the wire | x fewer than allreduce "
+              "at 1 Gbit/s | MB rank 0 sent | utilisation per rank |")
+        print("|---|---|---|---|---|---|---|---|")
+        for scheme, run in by_scheme.items():
+            wire = run["wire_mb"]
+            fewer = f"{baseline / wire:.0f}" if baseline and wire else "-"
+            final = f"{run['final']:.4f}" + (" (capped)" if run["capped"] else "")
+            use = " / ".join(f"{u:.2f}" for u in run["utilisation"]) or "-"
+            print(f"| {scheme} | {seconds(time_to(run, THRESHOLDS[0]))} | {seconds(time_to(run, THRESHOLDS[1]))} | "
+                  f"{final} | {'-' if wire is None else f'{wire:.1f}'} | {fewer} | {run['mb']:.1f} | {use} |")
+        print()
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: no plot)", file=sys.stderr)
+        return
+    count = max(len(runs), 1)
+    columns = min(count, 3)
+    rows = (count + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
+    schemes = sorted({scheme for by_scheme in runs.values() for scheme in by_scheme})
+    palette = plt.get_cmap("tab10")
+    colour = {scheme: palette(k % 10) for k, scheme in enumerate(schemes)}
+    for panel, (condition, by_scheme) in zip(axes.flat, runs.items()):
+        for scheme, run in by_scheme.items():
+            panel.plot(run["wall"], run["accuracy"], marker=".", label=scheme, color=colour[scheme])
+        for threshold in THRESHOLDS:
+            panel.axhline(threshold, color="grey", linewidth=0.5, linestyle=":")
+        panel.set_title(CONDITIONS[condition], fontsize=10)
+        panel.set_xscale("log")
+        panel.set_xlabel("wall time (s, log)")
+        panel.set_ylabel("test accuracy (rank 0's model)")
+        panel.set_ylim(0.80, 0.90)
+        panel.legend(fontsize=7)
+    for panel in list(axes.flat)[len(runs):]:
+        panel.axis("off")
+    figure.tight_layout()
+    figure.savefig(picture, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -104,8 +104,9 @@ const char* const scheme_names =
          "easgd, diloco; its share goes to the others, who finish without it). A process started into the running\n"
          "job (chorus-run --join K@SECONDS; gosgd, easgd, ssp, downpour, diloco) trains the last --join-epochs N\n"
          "epochs (default half) of the schedule, starting from the model the job hands it. DiLoCo with\n"
-         "--round-seconds T or --round-samples N ends its rounds by compute time or by the job's samples: a fast rank takes more\n"
-         "steps, each model counts by its samples, and an epoch ends when the job has processed the training set.\n"
+         "--round-seconds T or --round-samples N ends its rounds by compute time or by the job's samples: a fast\n"
+         "rank takes more steps, each model counts by its samples, and an epoch ends when the job has processed\n"
+         "the training set.\n"
          "--epochs-of job does the same for gosgd, one-sided-gossip and easgd, counting the job's samples in the\n"
          "job's store (averaging/job_progress.hpp); the learning rate's cosine then follows the job's samples.\n";
   std::exit(problem.empty() ? 0 : 2);

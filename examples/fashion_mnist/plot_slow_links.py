@@ -57,7 +57,8 @@ def main() -> None:
         for scheme, run in by_scheme.items():
             wire = run["wire_mb"]
             fewer = f"{baseline / wire:.0f}" if baseline and wire else "-"
-            final = f"{run['final']:.4f}" + (" (capped)" if run["capped"] else "")
+            final = "-" if run["final"] != run["final"] else f"{run['final']:.4f}"
+            final += " (capped)" if run["capped"] else ""
             use = " / ".join(f"{u:.2f}" for u in run["utilisation"]) or "-"
             print(f"| {scheme} | {seconds(time_to(run, THRESHOLDS[0]))} | {seconds(time_to(run, THRESHOLDS[1]))} | "
                   f"{final} | {'-' if wire is None else f'{wire:.1f}'} | {fewer} | {run['mb']:.1f} | {use} |")

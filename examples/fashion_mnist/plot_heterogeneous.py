@@ -20,6 +20,7 @@ CONDITIONS = {
     "equal": "all equal",
     "slow2": "rank 3 2x slower",
     "slow4": "rank 3 4x slower",
+    "slow4job": "rank 3 4x slower, epochs by the job's samples",
     "jitter": "Pareto jitter (1 ms, 1.5)",
     "link100": "rank 3 behind 100 Mbit/s (others 1 Gbit/s)",
     "leave": "rank 3 leaves at mid-training",

@@ -63,6 +63,42 @@ def seconds(value) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def plot_panels(runs: dict, titles: dict, picture: Path, log_time: bool = False) -> None:
+    """A panel per condition of rank 0's test accuracy against wall time, one colour per scheme in every
+    panel, whichever schemes a condition runs."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: no plot)", file=sys.stderr)
+        return
+    count = max(len(runs), 1)
+    columns = min(count, 3)
+    rows = (count + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
+    schemes = sorted({scheme for by_scheme in runs.values() for scheme in by_scheme})
+    palette = plt.get_cmap("tab10")
+    colour = {scheme: palette(k % 10) for k, scheme in enumerate(schemes)}
+    for panel, (condition, by_scheme) in zip(axes.flat, runs.items()):
+        for scheme, run in by_scheme.items():
+            panel.plot(run["wall"], run["accuracy"], marker=".", label=scheme, color=colour[scheme])
+        for threshold in THRESHOLDS:
+            panel.axhline(threshold, color="grey", linewidth=0.5, linestyle=":")
+        panel.set_title(titles[condition], fontsize=10)
+        if log_time:
+            panel.set_xscale("log")
+        panel.set_xlabel("wall time (s, log)" if log_time else "wall time (s)")
+        panel.set_ylabel("test accuracy (rank 0's model)")
+        panel.set_ylim(0.80, 0.90)
+        panel.legend(fontsize=7)
+    for panel in list(axes.flat)[len(runs):]:
+        panel.axis("off")
+    figure.tight_layout()
+    figure.savefig(picture, dpi=110)
+
+
 def main() -> None:
     root, picture = Path(sys.argv[1]), Path(sys.argv[2])
     runs = {}
@@ -83,36 +119,7 @@ def main() -> None:
             print(f"| {scheme} | {seconds(time_to(run, 0.85))} | {seconds(time_to(run, 0.88))} | {run['final']:.4f} | "
                   f"{run['total_wall']:.1f} | {run['mb']:.1f} | {pace} | {stale} |")
         print()
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no matplotlib: no plot)", file=sys.stderr)
-        return
-    count = max(len(runs), 1)
-    columns = min(count, 3)
-    rows = (count + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
-    # One colour per scheme in every panel, whichever schemes a condition runs.
-    schemes = sorted({scheme for by_scheme in runs.values() for scheme in by_scheme})
-    palette = plt.get_cmap("tab10")
-    colour = {scheme: palette(k % 10) for k, scheme in enumerate(schemes)}
-    for panel, (condition, by_scheme) in zip(axes.flat, runs.items()):
-        for scheme, run in by_scheme.items():
-            panel.plot(run["wall"], run["accuracy"], marker=".", label=scheme, color=colour[scheme])
-        for threshold in THRESHOLDS:
-            panel.axhline(threshold, color="grey", linewidth=0.5, linestyle=":")
-        panel.set_title(CONDITIONS[condition], fontsize=10)
-        panel.set_xlabel("wall time (s)")
-        panel.set_ylabel("test accuracy (rank 0's model)")
-        panel.set_ylim(0.80, 0.90)
-        panel.legend(fontsize=7)
-    for panel in list(axes.flat)[len(runs):]:
-        panel.axis("off")
-    figure.tight_layout()
-    figure.savefig(picture, dpi=110)
+    plot_panels(runs, CONDITIONS, picture)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from plot_heterogeneous import read_run, seconds, time_to
+from plot_heterogeneous import THRESHOLDS, plot_panels, read_run, seconds, time_to
 
 CONDITIONS = {
     "1gbit": "every link 1 Gbit/s",
@@ -25,8 +25,6 @@ CONDITIONS = {
     "slow4": "1 Gbit/s, rank 3 4x slower (rounds by the job's samples)",
     "churn": "1 Gbit/s, rank 3 killed at mid-training, a fifth worker joins",
 }
-THRESHOLDS = (0.85, 0.88)
-
 
 def read(csv_path: Path) -> dict:
     run = read_run(csv_path)
@@ -63,36 +61,7 @@ def main() -> None:
             print(f"| {scheme} | {seconds(time_to(run, THRESHOLDS[0]))} | {seconds(time_to(run, THRESHOLDS[1]))} | "
                   f"{final} | {'-' if wire is None else f'{wire:.1f}'} | {fewer} | {run['mb']:.1f} | {use} |")
         print()
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no matplotlib: no plot)", file=sys.stderr)
-        return
-    count = max(len(runs), 1)
-    columns = min(count, 3)
-    rows = (count + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
-    schemes = sorted({scheme for by_scheme in runs.values() for scheme in by_scheme})
-    palette = plt.get_cmap("tab10")
-    colour = {scheme: palette(k % 10) for k, scheme in enumerate(schemes)}
-    for panel, (condition, by_scheme) in zip(axes.flat, runs.items()):
-        for scheme, run in by_scheme.items():
-            panel.plot(run["wall"], run["accuracy"], marker=".", label=scheme, color=colour[scheme])
-        for threshold in THRESHOLDS:
-            panel.axhline(threshold, color="grey", linewidth=0.5, linestyle=":")
-        panel.set_title(CONDITIONS[condition], fontsize=10)
-        panel.set_xscale("log")
-        panel.set_xlabel("wall time (s, log)")
-        panel.set_ylabel("test accuracy (rank 0's model)")
-        panel.set_ylim(0.80, 0.90)
-        panel.legend(fontsize=7)
-    for panel in list(axes.flat)[len(runs):]:
-        panel.axis("off")
-    figure.tight_layout()
-    figure.savefig(picture, dpi=110)
+    plot_panels(runs, CONDITIONS, picture, log_time=True)
 
 
 if __name__ == "__main__":

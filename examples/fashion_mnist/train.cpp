@@ -13,9 +13,11 @@
 // bytes it has sent, and at the end the accuracy of the model a user would
 // keep after finish(): the average (local SGD, D-PSGD), the centre (EASGD),
 // the root's (TreeEASGD), the servers' (parameter server) or the consensus
-// (GoSGD). Every rank prints the seconds it computed and its utilisation
-// (computing over wall time, rank 0's evaluations not counted); the CSV
-// keeps rank 0's.
+// (GoSGD). Rank 0 evaluates each epoch's model on a thread and a model of
+// its own, as an evaluator beside the job would, so that no rank waits on
+// the evaluation at the next sync; a row's wall time is when its epoch
+// ended. Every rank prints the seconds it computed and its utilisation
+// (computing over wall time); the CSV keeps rank 0's.
 #include <chorus/chorus.hpp>
 
 #include "dataset.hpp"
@@ -30,6 +32,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iostream>
 #include <numeric>
 #include <optional>
@@ -55,6 +58,7 @@ struct settings {
   double outer_momentum = 0.9;               // ... its Nesterov momentum
   std::size_t fragments = 4;                 // streaming-diloco's P
   std::uint64_t overlap = 1;                 // streaming-diloco's tau
+  double mixing = 0.0;                       // streaming-diloco's alpha: the local share of a merged fragment
   double round_seconds = 0;                  // DiLoCo's rounds by compute time ...
   std::uint64_t round_samples = 0;           // ... or by the job's samples; the epochs are then the job's
   bool job_epochs = false;                   // --epochs-of job: an asynchronous scheme's epochs are the job's
@@ -87,7 +91,8 @@ const char* const scheme_names =
          " [--codec none|fp16|bf16|int8|fp8_e4m3|fp4_e2m1|onebit|topk:R|randomk:R|powersgd:R] [--epochs N]"
          " [--batch B] [--lr X] "
          "[--momentum X]"
-         " [--period H] [--outer-lr X] [--outer-momentum X] [--fragments P] [--overlap T] [--round-seconds T]"
+         " [--period H] [--outer-lr X] [--outer-momentum X] [--fragments P] [--overlap T] [--mixing A]"
+         " [--round-seconds T]"
          " [--round-samples N] [--epochs-of rank|job] [--alpha X] [--tau T] [--p "
          "X] [--staleness S] [--push-every N] [--fetch-every N]"
          " [--fanout D] [--on-peer-failure raise|continue] [--kill-rank R --kill-at-step S]"
@@ -144,6 +149,8 @@ void set(settings& chosen, const std::string& flag, const std::string& value) {
   }
   else if (flag == "--overlap")
     chosen.overlap = std::stoul(value);
+  else if (flag == "--mixing")
+    chosen.mixing = std::stod(value);
   else if (flag == "--alpha")
     chosen.alpha = std::stod(value);
   else if (flag == "--tau")
@@ -220,9 +227,10 @@ struct trainer {
   avg::step_delays delays;  // this rank's slowdown and jitter
   std::uint64_t samples = 0;
   double compute_seconds = 0;     // in its own steps: the batch, the model's pass, the optimiser (not the scheme)
-  double evaluating_seconds = 0;  // rank 0: the epochs' test evaluations
+  fashion_mnist::mlp evaluator{2026};  // rank 0: the epochs' test evaluations, on a thread of their own
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::ofstream csv;
+  std::future<void> evaluating;  // the evaluation in flight (after csv: destroyed, so joined, first)
 
   trainer(chorus::communicator& c, const settings& s)
       : comm(c),
@@ -319,7 +327,7 @@ struct trainer {
           cursor += config.batch;
         }
       }
-      if (comm.rank() == 0) report(std::to_string(epoch), held(), scheme.stats());
+      if (comm.rank() == 0) report_in_background(std::to_string(epoch), held(), scheme.stats());
       if (comm.rank() == config.leave_rank && epoch == config.leave_after_epoch) return leave(scheme);
     }
     const double trained = seconds_since_start();
@@ -366,12 +374,9 @@ struct trainer {
     std::fflush(stdout);
   }
 
-  // The share of the wall time (less rank 0's evaluations) this rank spent
-  // computing rather than waiting on the scheme.
-  double utilisation(double wall) const {
-    const double working = wall - evaluating_seconds;
-    return working > 0 ? compute_seconds / working : 0.0;
-  }
+  // The share of the wall time this rank spent computing rather than
+  // waiting on the scheme.
+  double utilisation(double wall) const { return wall > 0 ? compute_seconds / wall : 0.0; }
 
   template <class Work>
   static void timed(double& seconds, Work&& work) {
@@ -403,26 +408,59 @@ struct trainer {
         scheme.worker_stats().waited_seconds, static_cast<unsigned long long>(scheme.worker_stats().pulls));
   }
 
-  double report(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats) {
-    std::pair<std::size_t, double> evaluated;
-    timed(evaluating_seconds, [&] { evaluated = model.evaluate(parameters, test.images, test.labels); });
-    const auto [correct, loss] = evaluated;
-    const double accuracy = static_cast<double>(correct) / static_cast<double>(test.size());
+  // The epoch's row once the evaluator thread has scored `parameters` (the
+  // previous evaluation finishes first, so rows come in order).
+  void report_in_background(std::string epoch, std::vector<float> parameters, avg::averaging_stats stats) {
+    if (evaluating.valid()) evaluating.get();
     const double wall = seconds_since_start();
+    const double used = utilisation(wall);
+    evaluating =
+        std::async(std::launch::async, [this, epoch = std::move(epoch), parameters = std::move(parameters), stats, wall,
+                                        used] { write_row(epoch, parameters, stats, wall, used); });
+  }
+
+  double report(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats) {
+    if (evaluating.valid()) evaluating.get();
+    const double wall = seconds_since_start();
+    return write_row(epoch, parameters, stats, wall, utilisation(wall));
+  }
+
+  double write_row(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats,
+                   double wall, double used) {
+    const auto [correct, loss] = evaluator.evaluate(parameters, test.images, test.labels);
+    const double accuracy = static_cast<double>(correct) / static_cast<double>(test.size());
     std::printf("epoch %-5s  test accuracy %.4f  loss %.4f  wall %7.1f s  sent %8.1f MB  (%s, %s, %d ranks)\n",
                 epoch.c_str(), accuracy, loss / static_cast<double>(test.size()), wall,
                 static_cast<double>(stats.bytes_sent) / 1e6, config.scheme.c_str(), config.codec.c_str(), comm.size());
     std::fflush(stdout);
     if (csv.is_open())
       csv << config.scheme << ',' << config.codec << ',' << comm.size() << ',' << epoch << ',' << wall << ','
-          << accuracy << ',' << loss / static_cast<double>(test.size()) << ',' << stats.bytes_sent << ','
-          << utilisation(wall) << '\n'
+          << accuracy << ',' << loss / static_cast<double>(test.size()) << ',' << stats.bytes_sent << ',' << used
+          << '\n'
           << std::flush;
     return accuracy;
   }
 };
 
 std::vector<float> copy_of(std::span<const float> values) { return {values.begin(), values.end()}; }
+
+// The tensors cut into pieces of at most about 1/parts of the model, so
+// that the strided fragments come out even: W1 holds 85% of the MLP, and a
+// fragment holding it whole would carry almost every sync's bytes. DiLoCo
+// is elementwise, so a piece (a view of the same memory) syncs like a tensor.
+std::vector<std::span<float>> even_pieces(const std::vector<std::span<float>>& tensors, std::size_t parts) {
+  std::size_t total = 0;
+  for (const auto& tensor : tensors) total += tensor.size();
+  parts = std::max<std::size_t>(parts, 1);
+  const std::size_t most = std::max<std::size_t>(1, (total + parts - 1) / parts);
+  std::vector<std::span<float>> pieces;
+  for (const auto& tensor : tensors) {
+    const std::size_t count = std::max<std::size_t>(1, (tensor.size() + most - 1) / most);
+    const auto edge = [&](std::size_t i) { return tensor.size() * i / count; };
+    for (std::size_t i = 0; i < count; ++i) pieces.push_back(tensor.subspan(edge(i), edge(i + 1) - edge(i)));
+  }
+  return pieces;
+}
 
 // "powersgd:R": PowerSGD at rank R (compressed/powersgd.hpp) instead of a codec.
 std::optional<std::size_t> powersgd_rank(const std::string& codec) {
@@ -476,10 +514,13 @@ void train(chorus::communicator& comm, const settings& config) {
     job.run(scheme, local_model);
   } else if (config.scheme == "diloco" || config.scheme == "streaming-diloco") {
     // DiLoCo: --period inner steps with the trainer's SGD, then the outer step; the outer gradients through
-    // --codec with error feedback. Streaming: --fragments strided fragments, each sync overlapping --overlap steps.
+    // --codec with error feedback. Streaming: --fragments strided fragments of even size (even_pieces), each
+    // sync overlapping --overlap steps and merged with --mixing.
     const bool streaming = config.scheme == "streaming-diloco";
-    const std::size_t tensors = model.tensors().size();
-    avg::diloco scheme(comm, model,
+    const avg::parameters pieces =
+        streaming ? avg::parameters(even_pieces(job.model.tensors(), config.fragments)) : model;
+    const std::size_t tensors = pieces.tensors().size();
+    avg::diloco scheme(comm, pieces,
                        {.period = config.period,
                         .round_seconds = config.round_seconds,
                         .round_samples = config.round_samples,
@@ -487,6 +528,7 @@ void train(chorus::communicator& comm, const settings& config) {
                         .codec = wire,
                         .fragments = streaming ? std::min(config.fragments, tensors) : 1,
                         .overlap_steps = streaming ? std::min(config.overlap, config.period - 1) : 0,
+                        .mixing = streaming ? config.mixing : 0.0,
                         .on_peer_failure = on_failure});
     job.run(scheme, local_model);
   } else if (config.scheme == "dpsgd" || config.scheme == "dpsgd-window") {

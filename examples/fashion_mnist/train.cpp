@@ -226,7 +226,7 @@ struct trainer {
   std::mt19937_64 random;
   avg::step_delays delays;  // this rank's slowdown and jitter
   std::uint64_t samples = 0;
-  double compute_seconds = 0;     // in its own steps: the batch, the model's pass, the optimiser (not the scheme)
+  double compute_seconds = 0;          // in its own steps: the batch, the model's pass, the optimiser (not the scheme)
   fashion_mnist::mlp evaluator{2026};  // rank 0: the epochs' test evaluations, on a thread of their own
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::ofstream csv;
@@ -445,9 +445,10 @@ struct trainer {
 std::vector<float> copy_of(std::span<const float> values) { return {values.begin(), values.end()}; }
 
 // The tensors cut into pieces of at most about 1/parts of the model, so
-// that the strided fragments come out even: W1 holds 85% of the MLP, and a
-// fragment holding it whole would carry almost every sync's bytes. DiLoCo
-// is elementwise, so a piece (a view of the same memory) syncs like a tensor.
+// that no strided fragment holds most of it: W1 holds 85% of the MLP, and a
+// fragment holding it whole would carry almost every sync's bytes (cut, the
+// largest of 4 holds 35%: a piece of W1 and W2). DiLoCo is elementwise, so
+// a piece (a view of the same memory) syncs like a tensor.
 std::vector<std::span<float>> even_pieces(const std::vector<std::span<float>>& tensors, std::size_t parts) {
   std::size_t total = 0;
   for (const auto& tensor : tensors) total += tensor.size();
@@ -514,7 +515,7 @@ void train(chorus::communicator& comm, const settings& config) {
     job.run(scheme, local_model);
   } else if (config.scheme == "diloco" || config.scheme == "streaming-diloco") {
     // DiLoCo: --period inner steps with the trainer's SGD, then the outer step; the outer gradients through
-    // --codec with error feedback. Streaming: --fragments strided fragments of even size (even_pieces), each
+    // --codec with error feedback. Streaming: --fragments strided fragments of the tensors' pieces (even_pieces), each
     // sync overlapping --overlap steps and merged with --mixing.
     const bool streaming = config.scheme == "streaming-diloco";
     const avg::parameters pieces =

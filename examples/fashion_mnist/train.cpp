@@ -408,34 +408,43 @@ struct trainer {
         scheme.worker_stats().waited_seconds, static_cast<unsigned long long>(scheme.worker_stats().pulls));
   }
 
+  // What a row reports beside the evaluation, read on the training thread
+  // (the evaluator thread touches nothing of the job's).
+  struct row_context {
+    double wall;
+    double used;  // utilisation
+    int ranks;
+  };
+  row_context row_now() const {
+    const double wall = seconds_since_start();
+    return {wall, utilisation(wall), comm.size()};
+  }
+
   // The epoch's row once the evaluator thread has scored `parameters` (the
   // previous evaluation finishes first, so rows come in order).
   void report_in_background(std::string epoch, std::vector<float> parameters, avg::averaging_stats stats) {
     if (evaluating.valid()) evaluating.get();
-    const double wall = seconds_since_start();
-    const double used = utilisation(wall);
-    evaluating =
-        std::async(std::launch::async, [this, epoch = std::move(epoch), parameters = std::move(parameters), stats, wall,
-                                        used] { write_row(epoch, parameters, stats, wall, used); });
+    const row_context at = row_now();
+    evaluating = std::async(std::launch::async, [this, epoch = std::move(epoch), parameters = std::move(parameters),
+                                                 stats, at] { write_row(epoch, parameters, stats, at); });
   }
 
   double report(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats) {
     if (evaluating.valid()) evaluating.get();
-    const double wall = seconds_since_start();
-    return write_row(epoch, parameters, stats, wall, utilisation(wall));
+    return write_row(epoch, parameters, stats, row_now());
   }
 
   double write_row(const std::string& epoch, std::span<const float> parameters, const avg::averaging_stats& stats,
-                   double wall, double used) {
+                   const row_context& at) {
     const auto [correct, loss] = evaluator.evaluate(parameters, test.images, test.labels);
     const double accuracy = static_cast<double>(correct) / static_cast<double>(test.size());
     std::printf("epoch %-5s  test accuracy %.4f  loss %.4f  wall %7.1f s  sent %8.1f MB  (%s, %s, %d ranks)\n",
-                epoch.c_str(), accuracy, loss / static_cast<double>(test.size()), wall,
-                static_cast<double>(stats.bytes_sent) / 1e6, config.scheme.c_str(), config.codec.c_str(), comm.size());
+                epoch.c_str(), accuracy, loss / static_cast<double>(test.size()), at.wall,
+                static_cast<double>(stats.bytes_sent) / 1e6, config.scheme.c_str(), config.codec.c_str(), at.ranks);
     std::fflush(stdout);
     if (csv.is_open())
-      csv << config.scheme << ',' << config.codec << ',' << comm.size() << ',' << epoch << ',' << wall << ','
-          << accuracy << ',' << loss / static_cast<double>(test.size()) << ',' << stats.bytes_sent << ',' << used
+      csv << config.scheme << ',' << config.codec << ',' << at.ranks << ',' << epoch << ',' << at.wall << ','
+          << accuracy << ',' << loss / static_cast<double>(test.size()) << ',' << stats.bytes_sent << ',' << at.used
           << '\n'
           << std::flush;
     return accuracy;

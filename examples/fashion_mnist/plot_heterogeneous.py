@@ -63,6 +63,12 @@ def seconds(value) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def read_runs(root: Path, conditions: dict, read=read_run) -> dict:
+    """{condition: {scheme: run}} for each condition with a folder under root, a run per CSV read by `read`."""
+    return {condition: {p.stem: read(p) for p in sorted((root / condition).glob("*.csv"))}
+            for condition in conditions if (root / condition).is_dir()}
+
+
 def plot_panels(runs: dict, titles: dict, picture: Path, log_time: bool = False) -> None:
     """A panel per condition of rank 0's test accuracy against wall time, one colour per scheme in every
     panel, whichever schemes a condition runs."""
@@ -101,11 +107,7 @@ def plot_panels(runs: dict, titles: dict, picture: Path, log_time: bool = False)
 
 def main() -> None:
     root, picture = Path(sys.argv[1]), Path(sys.argv[2])
-    runs = {}
-    for condition in CONDITIONS:
-        folder = root / condition
-        if folder.is_dir():
-            runs[condition] = {p.stem: read_run(p) for p in sorted(folder.glob("*.csv"))}
+    runs = read_runs(root, CONDITIONS)
     print("# Heterogeneous training: Fashion-MNIST MLP, 4 ranks\n")
     for condition, by_scheme in runs.items():
         print(f"## {CONDITIONS[condition]} ({condition})\n")

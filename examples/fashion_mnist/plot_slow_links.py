@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from plot_heterogeneous import THRESHOLDS, plot_panels, read_run, seconds, time_to
+from plot_heterogeneous import THRESHOLDS, plot_panels, read_run, read_runs, seconds, time_to
 
 CONDITIONS = {
     "1gbit": "every link 1 Gbit/s",
@@ -40,11 +40,7 @@ def read(csv_path: Path) -> dict:
 
 def main() -> None:
     root, picture = Path(sys.argv[1]), Path(sys.argv[2])
-    runs = {}
-    for condition in CONDITIONS:
-        folder = root / condition
-        if folder.is_dir():
-            runs[condition] = {p.stem: read(p) for p in sorted(folder.glob("*.csv"))}
+    runs = read_runs(root, CONDITIONS, read)
     baseline = runs.get("1gbit", {}).get("allreduce", {}).get("wire_mb")
     print("# Training across slow links: Fashion-MNIST MLP, 4 ranks, a host each\n")
     for condition, by_scheme in runs.items():

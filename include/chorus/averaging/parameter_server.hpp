@@ -70,6 +70,7 @@
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/collective/broadcast.hpp>
+#include <chorus/comm/poller_mutex.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/window/window.hpp>
@@ -447,7 +448,7 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
     return true;
   }
 
-  static std::unique_lock<std::mutex> locked(std::mutex& mutex, bool may_wait) {
+  static std::unique_lock<poller_mutex> locked(poller_mutex& mutex, bool may_wait) {
     if (may_wait) return std::unique_lock(mutex);
     return std::unique_lock(mutex, std::try_to_lock);
   }
@@ -646,11 +647,11 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
   // the worker's thread and the server's (progress thread) under push_lock_;
   // the workers writing to this rank's server; those found with new pushes.
   std::unique_ptr<window<Communicator>> push_window_;
-  std::mutex push_lock_;
+  poller_mutex push_lock_;
   std::atomic<bool> server_waiting_{false};  // the server found push_lock_ held
   std::vector<float> push_part_;
   std::vector<int> pushers_, landed_;
-  std::mutex own_shard_;
+  poller_mutex own_shard_;
   std::vector<float> published_;
   std::uint64_t published_version_ = 0;
   std::atomic<std::uint64_t> served_bytes_{0};

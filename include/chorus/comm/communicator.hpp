@@ -124,6 +124,8 @@ struct world_state {
       record::dump(*journal, journal->failure().empty() ? "exit" : "error");
     if (failing && transport) transport->abandon();
     background.reset();  // finishes queued collectives while the transport lives
+    if constexpr (requires(T& t) { t.poll_in_waits(nullptr); })
+      if (transport) transport->poll_in_waits(nullptr);
     progress.reset();
     if (journal) record::write_trace(*journal);                          // CHORUS_TRACE: every call has ended
     if constexpr (requires(T& t) { t.look_up_contacts_with(nullptr); })  // the lookup reads this store
@@ -250,12 +252,17 @@ class basic_communicator {
   // the caller computes; see progress_thread.hpp.
   chorus::progress_thread& progress_thread() {
     std::lock_guard lock(world_->background_mutex);
-    if (!world_->progress)
+    if (world_->progress) return *world_->progress;
+    if constexpr (requires(T& t) { t.poll_in_waits(std::function<bool()>{}); }) {  // a simulated rank
+      world_->progress = std::make_unique<chorus::progress_thread>(chorus::progress_thread::in_waits);
+      world_->transport->poll_in_waits([progress = world_->progress.get()] { return progress->poll(); });
+    } else {
       world_->progress = std::make_unique<chorus::progress_thread>(
           [network = world_->transport.get()](const std::function<bool()>& done, std::chrono::milliseconds slice) {
             T::set_thread_progress_mode(transport::progress_mode::block);
             network->progress_until(done, transport::clock::now() + slice);
           });
+    }
     return *world_->progress;
   }
 
@@ -456,7 +463,8 @@ class basic_communicator {
   // A communicator id that no live group holds, from the job's counter, as
   // split() takes them. Not collective: the caller tells the members.
   std::uint32_t fresh_id() const {
-    const std::int64_t counter = world_->store ? world_->store->add("chorus/communicator-ids", 1) : (world_->local_ids += 1);
+    const std::int64_t counter =
+        world_->store ? world_->store->add("chorus/communicator-ids", 1) : (world_->local_ids += 1);
     return id_after(static_cast<std::uint32_t>((counter - 1) % tag::max_id), 0);
   }
 
@@ -468,19 +476,25 @@ class basic_communicator {
   // store: what a joiner sends the ranks that admit it.
   std::span<const std::byte> introduction() const noexcept { return std::as_bytes(std::span(world_->introduction)); }
 
+  // Whether the transport can reach a process that joins the running job.
+  static constexpr bool admits_joiners = requires(T& t, int peer) { t.connected(peer); };
   // Makes a joiner (transport rank `world_rank`) reachable from this
   // process, from the introduction it sent. Any thread.
   void admit(int world_rank, std::span<const std::byte> introduction) {
+    if constexpr (!admits_joiners)
+      throw error(errc::unavailable, "this transport runs a fixed set of ranks (a simulation): nobody joins",
+                  {transport().rank(), world_rank, "admit"});
     const auto parts =
         detail::parse_introduction({reinterpret_cast<const char*>(introduction.data()), introduction.size()});
     if (!parts)
       throw error(errc::mismatch, "a joiner's introduction does not parse", {transport().rank(), world_rank, "admit"});
-    transport().admit(world_rank, parts->process, parts->address);
+    if constexpr (admits_joiners) transport().admit(world_rank, parts->process, parts->address);
   }
   // The same from what the joiner published in the job's store, unless
   // this process reaches it already.
   void admit(int world_rank) {
-    if (transport().connected(world_rank)) return;
+    if constexpr (admits_joiners)
+      if (transport().connected(world_rank)) return;
     if (store() == nullptr)
       throw error(errc::invalid_argument, "admitting a joiner needs the job's store",
                   {transport().rank(), world_rank, "admit"});

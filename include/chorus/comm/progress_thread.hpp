@@ -11,6 +11,13 @@
 // this thread only, one at a time; a registration's destructor waits until
 // its poller is no longer running and will not be called again. A poller that
 // throws is removed and its error kept for its owner (`rethrow_if_failed`).
+//
+// A simulated rank is a coroutine on the one thread every rank shares
+// (sim/run.hpp): a thread beside it would race the simulation. There the
+// progress thread has no thread of its own (`in_waits`): its transport
+// calls poll() from its rank's waits, outside any poller, so the pollers
+// run whenever the rank waits, which in a simulation, where local work
+// costs no time, is whenever it is not done.
 #pragma once
 
 #include <chrono>
@@ -69,9 +76,14 @@ class progress_thread {
   explicit progress_thread(progress_function progress) : progress_(std::move(progress)) {
     thread_ = std::thread([this] { run(); });
   }
+  // Without a thread: whoever drives the network calls poll() (above).
+  struct in_waits_t {};
+  static constexpr in_waits_t in_waits{};
+  explicit progress_thread(in_waits_t) noexcept {}
   progress_thread(const progress_thread&) = delete;
   progress_thread& operator=(const progress_thread&) = delete;
   ~progress_thread() {
+    if (!thread_.joinable()) return;
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
@@ -81,7 +93,19 @@ class progress_thread {
   }
 
   // Whether the caller is this thread (a poller, then).
-  bool is_this_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+  bool is_this_thread() const noexcept {
+    return thread_.joinable() ? std::this_thread::get_id() == thread_.get_id() : polling_;
+  }
+
+  // Without a thread: one pass over the pollers, unless one of them is
+  // running (its own waits call this); true if one of them did work.
+  bool poll() {
+    if (polling_) return false;
+    polling_ = true;
+    const bool worked = poll_all();
+    polling_ = false;
+    return worked;
+  }
 
   [[nodiscard]] registration add(poller work) {
     std::lock_guard lock(mutex_);
@@ -99,9 +123,11 @@ class progress_thread {
   static constexpr std::chrono::milliseconds slice{2};  // how often `stopping_` is looked at
 
   // Waits until the poller is not running, forgets it, returns its failure.
+  // Without a thread the caller is the one that runs pollers, so none is
+  // running (a poller never removes itself: the thread would wait for it).
   std::exception_ptr remove(std::uint64_t id) {
     std::unique_lock lock(mutex_);
-    idle_.wait(lock, [&] { return running_ != id; });
+    if (thread_.joinable()) idle_.wait(lock, [&] { return running_ != id; });
     const auto found = pollers_.find(id);
     if (found == pollers_.end()) return nullptr;
     std::exception_ptr failure = found->second.failure;
@@ -171,6 +197,7 @@ class progress_thread {
   std::uint64_t last_id_ = 0;
   std::uint64_t running_ = 0;
   bool stopping_ = false;
+  bool polling_ = false;  // without a thread: inside poll()
   std::thread thread_;
 };
 

@@ -26,11 +26,9 @@
 // memory is mapped once (transport/shared_segment.hpp).
 //
 // The network model is SimGrid's CM02: latency plus bandwidth shared
-// max-min among the transfers on a link, without LV08's TCP factors (a
-// latency 13 times the link's, 97% of its bandwidth). Calibrated on this
-// machine's namespace hosts with token-bucket links (bench/sim/simulate
-// calibrate), CM02 is within 11% of every measured row and LV08 twice as
-// slow as measured for 1 MiB; --cfg=network/model:LV08 asks for it.
+// max-min among the transfers on a link, without LV08's TCP factors, which
+// the shaped links it was calibrated against do not have (docs/scale.md,
+// "Calibration"); --cfg=network/model:LV08 asks for it.
 #pragma once
 
 #include <chorus/comm/communicator.hpp>
@@ -139,6 +137,7 @@ void run(const std::vector<simgrid::s4u::Host*>& host_of, Body body, options giv
   auto inboxes = std::make_shared<std::vector<simgrid::s4u::Mailbox*>>();
   for (int rank = 0; rank < ranks; ++rank)
     inboxes->push_back(simgrid::s4u::Mailbox::by_name("chorus-" + std::to_string(rank)));
+  const auto host_table = std::make_shared<const std::vector<simgrid::s4u::Host*>>(host_of);
   int per_host = 1;
   const auto hosts = std::make_shared<const std::vector<int>>(number_hosts(host_of, per_host));
   const std::shared_ptr<const host_groups> grouped_hosts = host_layout::group(*hosts);
@@ -151,7 +150,7 @@ void run(const std::vector<simgrid::s4u::Host*>& host_of, Body body, options giv
       try {
         auto world = std::make_shared<world_state<simgrid_transport>>();
         world->config = resolve(given, per_host);
-        world->transport = std::make_shared<simgrid_transport>(rank, inboxes);
+        world->transport = std::make_shared<simgrid_transport>(rank, inboxes, host_table);
         world->store = std::make_unique<memory_store>(table, world->config.timeout, rank);
         world->hosts = hosts;
         world->grouped_hosts = grouped_hosts;

@@ -33,6 +33,7 @@
 
 #include <chorus/core/error.hpp>
 #include <chorus/core/memory_kind.hpp>
+#include <chorus/transport/one_sided.hpp>
 #include <chorus/transport/peer_process.hpp>
 #include <chorus/transport/transport.hpp>
 #include <chorus/transport/ucx/context.hpp>
@@ -81,6 +82,11 @@ using contact_lookup = std::function<std::optional<peer_contact>(int peer)>;
 class ucx_transport {
  public:
   using request = ucx::request;
+  using exposed_memory = ucx::exposed_memory;
+  using remote_memory = ucx::remote_memory;
+  // Over TCP UCX emulates RMA with active messages the target's worker
+  // answers (one_sided.hpp).
+  static constexpr bool remote_access_needs_target_progress = true;
 
   explicit ucx_transport(const config& settings)
       : rank_(checked_rank(settings)),
@@ -275,11 +281,9 @@ class ucx_transport {
     return handle;
   }
 
-  // One-sided access (ucx/remote_memory.hpp): a region this rank exposes,
-  // a peer's region reached through its card, and the operations on it.
-  // Puts, gets and atomics complete locally (their buffers are free again);
-  // fence() orders this worker's earlier operations before its later ones
-  // at every target; flush(peer) completes once they all landed there.
+  // One-sided access (one_sided.hpp; ucx/remote_memory.hpp): a region this
+  // rank exposes, a peer's region reached through its card, and the
+  // operations on it.
   exposed_memory expose(std::size_t bytes) {
     std::lock_guard lock(mutex_);
     return exposed_memory::allocate(context_.handle(), bytes, rank_);
@@ -680,6 +684,6 @@ inline void request::reset() noexcept {
   owner_ = nullptr;
 }
 
-static_assert(transport::Transport<ucx_transport>);
+static_assert(transport::OneSided<ucx_transport>);
 
 }  // namespace chorus::ucx

@@ -1,11 +1,12 @@
 // The device half of a window whose slots live in device memory (window.hpp:
 // "Device slots"): the payloads of this rank's published tensor and of each
-// source's slot, in one allocation of device memory registered with UCX,
-// and each neighbour's such region, reached by UCX RMA (cuda_ipc between
-// processes on one GPU). The counters and entry headers stay in the host
-// region (slot.hpp), so the slot protocol is unchanged; a payload put is
-// flushed before the counter that makes it visible (a flush, not a fence:
-// the payload and the counter travel different transports).
+// source's slot, in one allocation of device memory registered with the
+// transport, and each neighbour's such region, reached by its one-sided
+// operations (UCX RMA: cuda_ipc between processes on one GPU). The
+// counters and entry headers stay in the host region (slot.hpp), so the
+// slot protocol is unchanged; a payload put is flushed before the counter
+// that makes it visible (a flush, not a fence: the payload and the counter
+// travel different transports).
 //
 //   [ published entry 1 | published entry 2 ][ source 0: entry 1 | entry 2 ] ...
 //
@@ -37,7 +38,9 @@ struct device_layout {
   std::size_t published_entry() const noexcept { return round_up(tensor_bytes, granule); }
   std::size_t slot_entry() const noexcept { return round_up(payload_bytes, granule); }
   // The first entry's offset of the slot at `position` (sources ascending).
-  std::size_t slot_at(std::size_t position) const noexcept { return 2 * published_entry() + position * 2 * slot_entry(); }
+  std::size_t slot_at(std::size_t position) const noexcept {
+    return 2 * published_entry() + position * 2 * slot_entry();
+  }
   std::size_t bytes(std::size_t sources) const noexcept { return slot_at(sources); }
   static std::size_t entry_at(std::size_t base, std::size_t entry_bytes, std::uint64_t number) noexcept {
     return base + (number % 2) * entry_bytes;
@@ -48,7 +51,7 @@ struct device_layout {
   }
 };
 
-template <class Transport>
+template <transport::OneSided Transport>
 class device_region {
  public:
   using link_type = peer_region<Transport>;
@@ -58,8 +61,8 @@ class device_region {
   device_region(local_arithmetic& where, Transport& network, std::size_t bytes)
       : memory_(where.kept(bytes)),
         network_(&network),
-        exposed_(network.expose(std::span(static_cast<std::byte*>(where.network_address(memory_.get())), bytes),
-                                memory_)) {}
+        exposed_(
+            network.expose(std::span(static_cast<std::byte*>(where.network_address(memory_.get())), bytes), memory_)) {}
 
   device_region(const device_region&) = delete;
   device_region& operator=(const device_region&) = delete;
@@ -73,8 +76,8 @@ class device_region {
   // A neighbour's region, from its card: always by RMA (device memory is
   // never mapped into the host, not even a peer's on this host).
   void reach(int rank, int world_rank, std::span<const std::byte> card) {
-    links_.emplace(rank, std::make_unique<link_type>(*network_, world_rank, network_->reach(world_rank, card),
-                                                     reach::rma));
+    links_.emplace(rank,
+                   std::make_unique<link_type>(*network_, world_rank, network_->reach(world_rank, card), reach::rma));
   }
   link_type& link(int rank) { return *links_.at(rank); }
   bool reaches(int rank) const { return links_.contains(rank); }
@@ -93,14 +96,14 @@ class device_region {
     try {
       network_->retire(std::move(exposed_));
     } catch (...) {  // out of memory for the list: leak it rather than free it under a writer
-      new ucx::exposed_memory(std::move(exposed_));
+      new typename Transport::exposed_memory(std::move(exposed_));
     }
   }
 
  private:
   std::shared_ptr<void> memory_;
   Transport* network_;
-  ucx::exposed_memory exposed_;
+  typename Transport::exposed_memory exposed_;
   std::map<int, std::unique_ptr<link_type>> links_;
 };
 

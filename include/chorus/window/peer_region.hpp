@@ -1,20 +1,20 @@
 // A peer's exposed window memory, as this rank reaches it: mapped into this
 // process when the peer is on this host (plain loads and stores, atomics
 // for the counters), else by chorus messages its owner's progress thread
-// applies (relay.hpp), or by UCX RMA where asked (CHORUS_WINDOW_NETWORK=rma).
+// applies (relay.hpp), or by the transport's one-sided operations
+// (transport/one_sided.hpp: UCX RMA where asked, CHORUS_WINDOW_NETWORK=rma).
 // The slot protocol (slot.hpp) is written once against these few operations.
 //
 // Ordering: increment() and write() take effect at the peer in the order
 // they are called (a release atomic here; the owner's order of ops over
-// messages; a UCX fence before each one over RMA); load() and read()
+// messages; the transport's fence before each one over RMA); load() and read()
 // complete before they return, in order. Writes over the network complete
 // locally later: wait() before the bytes written may change, flush() before
 // they must have landed.
 #pragma once
 
 #include <chorus/core/error.hpp>
-#include <chorus/transport/transport.hpp>
-#include <chorus/transport/ucx/remote_memory.hpp>
+#include <chorus/transport/one_sided.hpp>
 #include <chorus/window/relay.hpp>
 #include <chorus/window/slot.hpp>
 
@@ -31,14 +31,15 @@ namespace chorus::windows {
 // How a neighbour's region is reached.
 enum class reach { mapped, messages, rma };
 
-template <class Transport>
+template <transport::OneSided Transport>
 class peer_region {
  public:
   using request = typename Transport::request;
+  using remote_memory = typename Transport::remote_memory;
 
   // `memory`: the peer's card, reached (its mapping is used only when `how`
   // is mapped); `tags`: the relay's, when `how` is messages.
-  peer_region(Transport& network, int world_peer, ucx::remote_memory memory, reach how, relay_tags tags = {})
+  peer_region(Transport& network, int world_peer, remote_memory memory, reach how, relay_tags tags = {})
       : network_(&network),
         peer_(world_peer),
         memory_(std::move(memory)),
@@ -191,7 +192,7 @@ class peer_region {
 
   Transport* network_;
   int peer_;
-  ucx::remote_memory memory_;
+  remote_memory memory_;
   std::byte* direct_;
   reach how_;
   relay_tags tags_;

@@ -27,11 +27,13 @@
 //
 // Elements are float, a flat vector (a model's tensors concatenated: the
 // averaging schemes flatten). The window's own communicator is split off
-// the one it is given; its memory is registered with UCX once, and the
-// keys are exchanged at creation. Peers on this host are reached by loads
-// and stores into the mapped memory, others by messages the owner's
-// progress thread applies to its memory (relay.hpp; UCX RMA with
-// CHORUS_WINDOW_NETWORK=rma). Costs: a put writes one entry (header + encoded
+// the one it is given; its memory is registered with the transport once
+// (transport/one_sided.hpp), and the keys are exchanged at creation. Peers
+// on this host are reached by loads and stores into the mapped memory,
+// others by messages the owner's progress thread applies to its memory
+// (relay.hpp; UCX RMA with CHORUS_WINDOW_NETWORK=rma), or by the
+// transport's one-sided operations where they need no help from the target
+// (the simulated transport). Costs: a put writes one entry (header + encoded
 // tensor) per target; a read copies at most two entries per source; memory
 // per rank: 2 entries per source and 2 for the published tensor, plus a
 // decoded view per source and a pending tensor per target.
@@ -787,7 +789,7 @@ class window {
     neighbours.erase(std::unique(neighbours.begin(), neighbours.end()), neighbours.end());
     const std::uint32_t sequence = comm_.next_sequence();
     std::vector<std::vector<std::byte>> cards = trade_cards(neighbours, region_.card(), comm_.wire_tag(sequence, 0));
-    std::vector<ucx::remote_memory> memories;
+    std::vector<typename transport_type::remote_memory> memories;
     for (std::size_t k = 0; k < neighbours.size(); ++k)
       memories.push_back(network.reach(comm_.world_rank(neighbours[k]), cards[k]));
     if (device_) {
@@ -809,12 +811,15 @@ class window {
     // Over the network a neighbour's ops are messages this rank's progress
     // thread applies (or UCX's emulated RMA its worker answers): keep the
     // network moving while the trainer computes.
-    if (!relayed.empty()) {
-      relay_.emplace(network, std::span(region_.data(), region_.size()), tags, relayed, comm_.world_rank(comm_.rank()));
-      progress_ = comm_.progress_thread().add([this] { return relay_->serve(); });
-      relay_thread_ = &comm_.progress_thread();
-    } else if (std::find(ways.begin(), ways.end(), windows::reach::rma) != ways.end()) {
-      progress_ = comm_.progress_thread().add([] { return false; });
+    if constexpr (transport_type::remote_access_needs_target_progress) {
+      if (!relayed.empty()) {
+        relay_.emplace(network, std::span(region_.data(), region_.size()), tags, relayed,
+                       comm_.world_rank(comm_.rank()));
+        progress_ = comm_.progress_thread().add([this] { return relay_->serve(); });
+        relay_thread_ = &comm_.progress_thread();
+      } else if (std::find(ways.begin(), ways.end(), windows::reach::rma) != ways.end()) {
+        progress_ = comm_.progress_thread().add([] { return false; });
+      }
     }
   }
 
@@ -835,9 +840,11 @@ class window {
   // How each neighbour is reached: mapped when each of the pair maps the
   // other's memory (each tells the other), else by messages or RMA
   // (CHORUS_WINDOW_NETWORK): a pair must agree, since a relayed neighbour
-  // needs this rank to serve it.
+  // needs this rank to serve it. A transport whose remote accesses need no
+  // help from the target gains nothing from a relay: RMA.
   std::vector<windows::reach> agree_on_reach(const std::vector<int>& neighbours,
-                                             const std::vector<ucx::remote_memory>& memories, transport::tag_t tag) {
+                                             const std::vector<typename transport_type::remote_memory>& memories,
+                                             transport::tag_t tag) {
     std::vector<std::uint8_t> mine(neighbours.size()), theirs(neighbours.size());
     std::vector<typename Communicator::request> requests;
     for (std::size_t k = 0; k < neighbours.size(); ++k) {
@@ -846,7 +853,9 @@ class window {
       requests.push_back(comm_.isend_bytes(std::as_bytes(std::span(&mine[k], 1)), neighbours[k], tag));
     }
     comm_.wait_all(requests, "window create");
-    const windows::reach remote = variables::window_rma() ? windows::reach::rma : windows::reach::messages;
+    const windows::reach remote = !transport_type::remote_access_needs_target_progress || variables::window_rma()
+                                      ? windows::reach::rma
+                                      : windows::reach::messages;
     std::vector<windows::reach> ways;
     for (std::size_t k = 0; k < neighbours.size(); ++k)
       ways.push_back(mine[k] != 0 && theirs[k] != 0 ? windows::reach::mapped : remote);
@@ -896,7 +905,7 @@ class window {
     try {
       comm_.transport().retire(std::move(region_));
     } catch (...) {  // out of memory for the list: leak the region rather than free it under a writer
-      new ucx::exposed_memory(std::move(region_));
+      new typename transport_type::exposed_memory(std::move(region_));
     }
   }
 
@@ -1045,8 +1054,7 @@ class window {
   template <class T, class Body>
   void on_host(std::span<T> values, buffer_use use, Body&& body) {
     if (memory_router* router = routed(values))
-      return through_host(
-          *router, comm_, [&](std::span<T> host) { body(host); }, staged(values, use));
+      return through_host(*router, comm_, [&](std::span<T> host) { body(host); }, staged(values, use));
     body(values);
   }
 
@@ -1600,9 +1608,9 @@ class window {
   Communicator comm_;  // its own: the card exchange and barrier meet no one else's tags
   std::size_t elements_;
   codec::any_codec codec_;
-  windows::slot_layout slot_;       // source slots: encoded tensors
-  windows::slot_layout published_;  // the published tensor: floats
-  ucx::exposed_memory region_;      // [published][slot of each source, ascending]
+  windows::slot_layout slot_;                       // source slots: encoded tensors
+  windows::slot_layout published_;                  // the published tensor: floats
+  typename transport_type::exposed_memory region_;  // [published][slot of each source, ascending]
   // Device slots: the router, the codec as its kernels know it, the device
   // payloads' layout and region, and the arithmetic of the call under way.
   memory_router* router_ = nullptr;

@@ -8,15 +8,16 @@
 //
 // Shared-memory transports can detect a dead peer (they check that its
 // process is alive) but UCX hides that unless asked; without it the PEER
-// error mode pushes intra-node traffic onto TCP, 30x slower. The keepalive
+// error mode pushes intra-node traffic onto TCP (docs/configuration.md
+// has the cost). The keepalive
 // that runs the check defaults to 20 s, longer than users wait for an
 // error; 1 s costs one tiny message per endpoint per second.
 //
 // When the user restricts UCX_TLS to tcp (and self), large messages go
 // eager in 64 KiB fragments. A rendezvous handshake queues behind bulk data
-// on a busy link: on a shaped 1 Gbit/s network that cost the encode-once
-// compressed allreduce 10-25% (docs/performance.md), and TCP copies through
-// the kernel either way. The eager fragments are copied (bcopy), never
+// on a busy link, which slowed the encode-once compressed allreduce on a
+// shaped network (docs/performance.md, "Rendezvous handshakes"), and TCP
+// copies through the kernel either way. The eager fragments are copied (bcopy), never
 // zero-copy: UCX 1.13's TCP transport completes a zero-copy send twice when
 // the socket fails under it (a peer died) and aborts on its own assertion
 // (the cross-host kill test saw it in 2 of 68 jobs); on loopback TCP the

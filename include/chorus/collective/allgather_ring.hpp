@@ -21,8 +21,8 @@
 namespace chorus::collective {
 
 // Larger segments than the reduce pass: with no reduction to overlap, a
-// segment only buys earlier forwarding, and each costs a message (about
-// 3 us here: 6% of a 256 KiB segment's transfer, 1.5% of a 1 MiB one).
+// segment only buys earlier forwarding, and each costs a message's alpha,
+// a share of a segment's transfer that shrinks as the segment grows.
 inline constexpr ring_settings allgather_ring_settings{1u << 20, 4};
 
 // `data` holds n blocks of `block` elements; this rank's own block is filled.

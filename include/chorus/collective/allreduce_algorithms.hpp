@@ -1,22 +1,15 @@
 // Allreduce's algorithms: its list, its defaults and its dispatch.
 //
-// Defaults, measured by bench/sweep on the development machine (2 cores,
-// UCX shared memory; docs/decision_table.md has the sweeps for 2, 3, 4 and
-// 8 ranks): inside one host the one-slot shared-memory form below 16 KiB
-// (one flag wait per call: 1.2-2x ahead of recursive doubling at 1-8 KiB
-// on 2-4 ranks) and the chunked one from 16 KiB, where reducing only its
-// 1/n share pays for the extra flags; across hosts that hold several ranks
-// each the hierarchical form from 16 KiB (below it the network algorithms'
-// few small messages are as fast). Over the
-// network latency dominates through 8 KiB (4 KiB at 2 ranks), where
-// recursive doubling's log2(n) rounds win at every rank count (2x the ring
-// at 4); 2 ranks: the ring above that (pipelined segments beat one big
-// swap); 3+ ranks: Rabenseifner to 2 MiB (bandwidth-optimal with log(n)
-// latency where the ring pays 2(n-1)), the ring from 2 MiB, whose
-// pipelining keeps both directions busy (15-50% ahead of Rabenseifner at 4
-// and 8 ranks). The sweeps measure powers of two, so a rule starts at the
-// first measured size its algorithm won (8K at 2 ranks, 16K at 3+), as
-// bench/sweep writes them.
+// Defaults (bench/sweep writes them; docs/decision_table.md has the sweeps
+// behind each rule): inside one host the one-slot shared-memory form for
+// small messages (one flag wait per call) and the chunked one above, where
+// reducing only a 1/n share pays for the extra flags; across hosts holding
+// several ranks each the hierarchical form. Over the network latency
+// dominates small messages, where recursive doubling's log2(n) rounds win;
+// above, 2 ranks take the ring (pipelined segments beat one big swap), 3+
+// Rabenseifner (bandwidth-optimal with log(n) latency where the ring pays
+// 2(n-1)) and, for the largest, the ring, whose pipelining keeps both
+// directions busy.
 //
 // Adding an algorithm: its header (its type, as algorithm_list.hpp says)
 // and a line in the list below; a default rule if the sweep says it wins

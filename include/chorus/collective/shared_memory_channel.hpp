@@ -50,9 +50,8 @@ class shared_memory_channel {
  public:
   enum class stage { posted = 0, reduced = 1, consumed = 2 };
   // Two slots of this many bytes per rank: large enough that the per-step
-  // flag round trips (about a microsecond) vanish next to the copies, small
-  // enough that a step's slots stay in the caches.
-  // (Measured at 2 ranks: 256 KiB and 1 MiB slots were 15-35% slower at 1 MiB.)
+  // flag round trips vanish next to the copies, small enough that a step's
+  // slots stay in the caches (docs/decision_table.md, "Inside one host").
   static constexpr std::size_t default_slot_bytes = std::size_t{512} << 10;
   static constexpr std::size_t setup_steps = 2;
 

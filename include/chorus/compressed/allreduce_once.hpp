@@ -42,17 +42,17 @@
 
 namespace chorus::compressed {
 
-// Allgather segments: whole parts up to 4M elements. Over UCX's TCP
-// transport with rendezvous, cutting an int8 part of 4 MiB into 1 MiB
-// segments made the 64 MiB allreduce 15% slower on the shaped network
-// (bench/ratelimited); sent eager, smaller segments were within the noise.
+// Allgather segments: whole parts up to 4M elements; each segment of a
+// part costs a message's latency (and, under rendezvous, a handshake),
+// which smaller segments did not win back (docs/performance.md, "Pipelined
+// chunks").
 inline constexpr std::size_t once_segment_elements = 1u << 22;
 
 // Pipelining: at most once_max_chunks chunks, and the reduce-scatters of
-// once_in_flight of them on the wire at a time. On the shaped network
-// (bench/ratelimited, int8, 64 MiB, 4 ranks) one chunk took 259-265 ms, four
-// with one in flight 238-246 ms, four with two 227-233 ms; eight gained
-// nothing over four.
+// once_in_flight of them on the wire at a time, so that a chunk is summed,
+// encoded and gathered while the next one's reduce-scatter runs; each chunk
+// adds the reduce-scatter's n-1 latencies (the sweep behind these numbers:
+// docs/performance.md, "Pipelined chunks").
 inline constexpr std::size_t once_max_chunks = 4;
 inline constexpr std::size_t once_in_flight = 2;
 

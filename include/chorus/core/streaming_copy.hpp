@@ -6,8 +6,8 @@
 // traffic to write S bytes. A streaming store writes the line without
 // reading it: S. An out-of-place collective whose output does not fit in
 // the last-level cache pays that read on every output line, so its copies
-// out stream instead (bench: out of place 1.3-1.8x slower than in place at
-// 4-256 MiB, 2 ranks, before this). Below the cache size a streamed line
+// out stream instead (docs/performance.md, "Out of place past the cache").
+// Below the cache size a streamed line
 // would be evicted that the caller is about to read, so small calls store
 // as usual.
 //
@@ -37,7 +37,7 @@ namespace chorus {
 
 // Bytes of the last-level cache of CPU 0, read from sysfs, or `fallback`
 // where it cannot be read (sysconf's _SC_LEVEL3_CACHE_SIZE can be wrong in
-// a virtual machine: 320 MiB against sysfs's 32 MiB on the one measured).
+// a virtual machine: ten times sysfs's figure on the development one).
 inline std::size_t last_level_cache_bytes(std::size_t fallback = std::size_t{32} << 20) {
   static const std::size_t found = [fallback] {
     std::size_t largest = 0;
@@ -63,9 +63,9 @@ inline std::size_t last_level_cache_bytes(std::size_t fallback = std::size_t{32}
 // Whether a call that writes `footprint` bytes of fresh output on this
 // host (over all its ranks, with their inputs) should stream them:
 // CHORUS_STREAMING_STORES `always` or `never` where set, else when they
-// fill the last-level cache anyway (measured: 2 ranks stream from
-// 8 MiB, where a plain store out of place cost 1.5-2x in place, and not at
-// 4 MiB, where streaming lost).
+// fill the last-level cache anyway: below it the output's lines may be
+// cached already, and streaming them lost (docs/performance.md, "Out of
+// place past the cache").
 inline bool streaming_pays(std::size_t footprint) {
   static const std::size_t choice =
       env::get_choice("CHORUS_STREAMING_STORES", variables::streaming_store_choices).value_or(0);

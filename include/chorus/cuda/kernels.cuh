@@ -24,10 +24,9 @@
 // Cost: each kernel reads and writes its bytes once (onebit and int8 encode
 // read a block once per warp); memory bound, so the target is the
 // device-to-device copy bandwidth (bench/gpu_kernels.cu measures both).
-// Reaching it takes bytes in flight: about bandwidth x latency, 3.4 TB/s x
-// ~1 us on an H200, over the ~270k threads resident at once. One 4-byte
-// load per thread is a third of that (the one-element-per-thread codecs ran
-// at 45-48% of the copy, the reductions' two loads at 88%), so every thread
+// Reaching it takes bytes in flight: about bandwidth x latency, spread
+// over the threads resident at once. One 4-byte load per thread falls short
+// of that (docs/gpu.md has what the first kernels reached), so every thread
 // reads all its `per_thread` elements before it writes any (an element
 // step's value() only reads, its write() only writes: the compiler may not
 // move a load above a store it cannot prove apart), and the block codecs'
@@ -91,8 +90,7 @@ CHORUS_HD void one_turn(std::size_t first, std::size_t step, std::size_t end, co
 //   CHORUS_HD void write(std::size_t i, V) const;  // writes only
 template <class F>
 CHORUS_HD void each_of_tile(const F& f, std::size_t first, std::size_t step, std::size_t n) {
-  one_turn(
-      first, step, n, [&](std::size_t i) { return f.value(i); }, [&](std::size_t i, auto v) { f.write(i, v); });
+  one_turn(first, step, n, [&](std::size_t i) { return f.value(i); }, [&](std::size_t i, auto v) { f.write(i, v); });
 }
 
 // Every element of [0, n), a tile of per_thread x blockDim elements per
@@ -297,8 +295,7 @@ struct two_byte_decode {
 template <class F>
 CHORUS_HD void each_strided(const float* x, std::size_t first, std::size_t step, std::size_t count, const F& f) {
   for (std::size_t base = first; base < count; base += per_thread * step)
-    one_turn(
-        base, step, count, [&](std::size_t k) { return x[k]; }, f);
+    one_turn(base, step, count, [&](std::size_t k) { return x[k]; }, f);
 }
 
 __device__ inline float warp_largest(float value) {
@@ -378,9 +375,7 @@ struct minifloat_encode : by_block_largest<minifloat_encode<Codec>> {
 };
 
 template <class Codec>
-inline constexpr bool is_minifloat = requires {
-  Codec::format;
-};
+inline constexpr bool is_minifloat = requires { Codec::format; };
 
 // --- onebit ------------------------------------------------------------------------
 

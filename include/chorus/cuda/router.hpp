@@ -211,8 +211,8 @@ class router final : public memory_router {
   void copy(void* to, const void* from, std::size_t bytes, waiter wait) override {
     if (bytes == 0) return;
     // Chunks on several streams keep the host link's copy engines busy;
-    // within the device one copy already runs at full bandwidth (an H200's
-    // 128 MiB: 143 us in 4 MiB chunks, 75 us whole, as NCCL's copy).
+    // within the device one copy already runs at full bandwidth, and chunks
+    // would only add launches (docs/gpu.md has the measurement).
     const bool within_device =
         on_.kind_of(to) == memory_kind::cuda_device && on_.kind_of(from) == memory_kind::cuda_device;
     stager copies(on_, within_device ? staging_options{bytes, 1} : options_, current_stream());

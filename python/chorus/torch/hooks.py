@@ -37,7 +37,10 @@ import torch
 import torch.distributed as dist
 
 from .. import _chorus
-from . import ProcessGroupChorus, _call, _future_with_callback, _Route, communicator_for
+from .communicators import communicator_for
+from .process_group import ProcessGroupChorus
+from .route import _Route
+from .works import _call, _future_with_callback
 
 __all__ = ["PowerSGDState", "State", "compressed_allreduce", "fp16", "bf16", "int8", "onebit", "powersgd"]
 

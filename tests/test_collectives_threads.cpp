@@ -7,7 +7,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -1371,6 +1373,78 @@ TEST_CASE("selection: the cost model decides where no rule matches, among the al
   const chorus::workload large{.ranks = 8, .bytes = std::size_t{64} << 20, .hosts = 8, .ranks_per_host = 1};
   CHECK(allreduce.find(chorus::algo::ring)->seconds(large, {}) <
         allreduce.find(chorus::algo::tree)->seconds(large, {}));
+}
+
+// A program's tuner edits the cost table before the least is taken (as
+// NCCL's tuner plugin does); while one is installed the defaults' rules,
+// measured on another machine, are passed over.
+TEST_CASE("selection: a cost tuner edits the table, takes algorithms out, and the defaults return without it") {
+  const chorus::collective_entry& allreduce = chorus::registered("allreduce");
+  const chorus::workload w{.ranks = 5, .bytes = std::size_t{1} << 20, .hosts = 5, .ranks_per_host = 1};
+  const chorus::choice before = chorus::choose(allreduce, w, chorus::algorithm::automatic, {}, {});
+  CHECK(!before.reason.starts_with("cost model"));  // a default rule
+  std::vector<std::string> seen;
+  CHECK(!chorus::install_cost_tuner(
+      [&](std::string_view collective, const chorus::workload& asked, std::span<chorus::algorithm_cost> table) {
+        seen.emplace_back(collective);
+        CHECK(asked.bytes == w.bytes);
+        for (chorus::algorithm_cost& row : table) {
+          // The model's own figure on the call's path, before the tuner edits it.
+          CHECK(row.seconds == doctest::Approx(allreduce.find(row.id)->seconds(asked, chorus::machine{})));
+          row.seconds = row.id == chorus::algo::tree ? 0.0 : 1.0;
+        }
+      }));
+  const chorus::choice tuned = chorus::choose(allreduce, w, chorus::algorithm::automatic, {}, {});
+  CHECK(tuned.chosen == chorus::algo::tree);
+  CHECK(tuned.reason == "cost model (tuned), 0 us");
+  CHECK(seen == std::vector<std::string>{"allreduce"});
+  // The caller's choice still wins over the model.
+  CHECK(chorus::choose(allreduce, w, chorus::algo::ring, {}, {}).chosen == chorus::algo::ring);
+  // A tuner that takes every algorithm out is an error that says so.
+  const chorus::cost_tuner previous = chorus::install_cost_tuner(
+      [](std::string_view, const chorus::workload&, std::span<chorus::algorithm_cost> table) {
+        for (chorus::algorithm_cost& row : table) row.seconds = std::numeric_limits<double>::infinity();
+      });
+  CHECK(previous);
+  expect_error([&] { chorus::choose(allreduce, w, chorus::algorithm::automatic, {}, {}); },
+               chorus::errc::invalid_argument, "the cost tuner took out every one");
+  chorus::install_cost_tuner({});
+  const chorus::choice after = chorus::choose(allreduce, w, chorus::algorithm::automatic, {}, {});
+  CHECK(after.chosen == before.chosen);
+  CHECK(after.reason == before.reason);
+}
+
+// A calibrated machine prices each path with its own figures: the choice
+// is the least on the call's path under that machine's constants, and the
+// reason gives the model's seconds.
+TEST_CASE("selection: the cost model prices the call's path with the machine it is given") {
+  const chorus::collective_entry& allreduce = chorus::registered("allreduce");
+  chorus::machine_model slow_messages;  // a millisecond a message between hosts, bytes almost free
+  slow_messages.between_hosts = {1e-3, 1e-15};
+  const auto cheapest = [&](const chorus::workload& w, const chorus::machine& constants) {
+    std::pair<double, chorus::algorithm> best{1e300, {}};
+    for (const chorus::algorithm_facts& row : allreduce.algorithms)
+      if (row.chosen_by_default_for(w) && row.seconds(w, constants) < best.first)
+        best = {row.seconds(w, constants), row.id};
+    return best;
+  };
+  const auto in_reason = [](double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", seconds * 1e6);
+    return std::string(text) + " us";
+  };
+  const chorus::workload across{.ranks = 8, .bytes = std::size_t{64} << 20, .hosts = 8, .ranks_per_host = 1};
+  const auto [least, best] = cheapest(across, slow_messages.on_path(true));
+  const chorus::choice made = chorus::detail::by_cost_model(allreduce, across, slow_messages, nullptr, true);
+  CHECK(made.chosen == best);
+  CHECK(made.reason == "cost model (CHORUS_MACHINE), " + in_reason(least));
+  CHECK(least != doctest::Approx(cheapest(across, chorus::machine{}).first));
+  // Within one host the model's within_host path (the defaults here) prices the call.
+  const chorus::workload inside{.ranks = 8, .bytes = std::size_t{64} << 20, .hosts = 1, .ranks_per_host = 8};
+  const auto [least_inside, best_inside] = cheapest(inside, chorus::machine{});
+  const chorus::choice here = chorus::detail::by_cost_model(allreduce, inside, slow_messages, nullptr, true);
+  CHECK(here.chosen == best_inside);
+  CHECK(here.reason == "cost model (CHORUS_MACHINE), " + in_reason(least_inside));
 }
 
 TEST_CASE("selection: the caller, then CHORUS_TUNE, then CHORUS_ALLREDUCE_ALGO, then the defaults") {

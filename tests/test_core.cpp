@@ -3,6 +3,7 @@
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/core/machine.hpp>
 #include <chorus/core/memory_kind.hpp>
 #include <chorus/core/rank_local.hpp>
 #include <chorus/core/reduce_op.hpp>
@@ -15,10 +16,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -358,4 +361,63 @@ TEST_CASE("rank_local: one value per thread and tag by default, one per rank und
   const bool ours_replaced = chorus::install_rank_state_source(previous) == &running_state;
   CHECK(ours_replaced);
   CHECK(&chorus::rank_local<int, first_tag>() == &first);
+}
+
+TEST_CASE("machine file: what text() writes parses back; a name left out keeps its default; every mistake named") {
+  chorus::machine_model measured;
+  measured.within_host = {2.5e-6, 1.25e-10};
+  measured.between_hosts = {4.75e-5, 8.5e-9};
+  measured.gamma = 1.5e-10;
+  measured.memory_beta = 9.5e-11;
+  measured.flag = 6.25e-7;
+  const chorus::machine_model back = chorus::machine_model::parse(measured.text(), "test");
+  CHECK(back.within_host.alpha == doctest::Approx(2.5e-6).epsilon(1e-5));
+  CHECK(back.within_host.beta == doctest::Approx(1.25e-10).epsilon(1e-5));
+  CHECK(back.between_hosts.alpha == doctest::Approx(4.75e-5).epsilon(1e-5));
+  CHECK(back.between_hosts.beta == doctest::Approx(8.5e-9).epsilon(1e-5));
+  CHECK(back.gamma == doctest::Approx(1.5e-10).epsilon(1e-5));
+  CHECK(back.memory_beta == doctest::Approx(9.5e-11).epsilon(1e-5));
+  CHECK(back.flag == doctest::Approx(6.25e-7).epsilon(1e-5));
+  // Each path's constants are what an algorithm's formula sees on it.
+  CHECK(back.on_path(true).alpha == back.between_hosts.alpha);
+  CHECK(back.on_path(false).beta == back.within_host.beta);
+  CHECK(back.on_path(true).flag == back.flag);
+
+  const chorus::machine_model partial =
+      chorus::machine_model::parse("# a comment\n\n  gamma = 2e-10  # reduced\n", "t");
+  CHECK(partial.gamma == 2e-10);
+  CHECK(partial.within_host.alpha == chorus::machine{}.alpha);
+  CHECK(partial.between_hosts.beta == chorus::machine{}.beta);
+  CHECK(partial.flag == chorus::machine{}.flag);
+
+  for (const auto& [text, message] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"gamma 2e-10", "t line 1: expected `name = value`"},
+           {"\ngama = 2e-10", "t line 2: unknown name `gama`"},
+           {"flag = fast", "t line 1: flag: `fast` is not a number of seconds above zero"},
+           {"flag = -1e-6", "is not a number of seconds above zero"},
+           {"flag = 0", "is not a number of seconds above zero"},
+           {"flag = 1e-6s", "is not a number of seconds above zero"},
+           {"flag = inf", "is not a number of seconds above zero"},
+           {"flag =", "is not a number of seconds above zero"}}) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(chorus::machine_model::parse(text, "t"), doctest::Contains(message), chorus::error);
+  }
+}
+
+TEST_CASE("fit_path: least squares through a path's times recovers its alpha and beta") {
+  const std::vector<double> bytes = {8, 32, 128, 512, 2048, 8192};
+  std::vector<double> seconds;
+  for (double b : bytes) seconds.push_back(3e-6 + b * 2e-10);
+  const chorus::path_cost exact = chorus::fit_path(bytes, seconds);
+  CHECK(exact.alpha == doctest::Approx(3e-6).epsilon(1e-9));
+  CHECK(exact.beta == doctest::Approx(2e-10).epsilon(1e-9));
+  // Noise that cancels in pairs leaves the slope, and a negative intercept
+  // (noise at small sizes) is clamped to zero.
+  std::vector<double> noisy = seconds;
+  for (std::size_t k = 0; k < noisy.size(); ++k) noisy[k] += (k % 2 == 0 ? 1 : -1) * 1e-7;
+  CHECK(chorus::fit_path(bytes, noisy).beta == doctest::Approx(2e-10).epsilon(0.05));
+  const std::vector<double> steep = {1e-9, 2e-6};  // through (8, 1 ns) and (32, 2 us): below zero at 0
+  CHECK(chorus::fit_path(std::vector<double>{8, 32}, steep).alpha == 0.0);
+  CHECK_THROWS_AS(chorus::fit_path(std::vector<double>{8}, std::vector<double>{1e-6}), chorus::error);
+  CHECK_THROWS_AS(chorus::fit_path(std::vector<double>{8, 8}, std::vector<double>{1e-6, 2e-6}), chorus::error);
 }

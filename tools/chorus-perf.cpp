@@ -12,6 +12,10 @@
 //       [--backend ucx|nccl|both]  (with --device cuda: chorus over UCX, over an NCCL
 //                               communicator, or both tables in one run, UCX's first)
 //
+//   chorus-run -n N chorus-perf calibrate [--out FILE] [--rounds R] [--max BYTES]
+//       measures this machine's latencies, bandwidths and reduction cost and
+//       writes the file CHORUS_MACHINE reads (perf/calibrate.cpp)
+//
 // Collectives: allreduce, broadcast, reduce, allgather, reduce_scatter,
 // alltoall, gather, scatter, and sendrecv (point-to-point: each rank sends to
 // the next, as nccl-tests' sendrecv_perf).
@@ -22,6 +26,7 @@
 // own file, perf/<collective>.cpp, which says its sizes, bus factor, in-place
 // form, call and check (perf/collective.hpp says how). To add a collective:
 // write its file, list it below and in tools/CMakeLists.txt.
+#include "perf/calibrate.hpp"
 #include "perf/collective.hpp"
 
 #include <chorus/codec/any_codec.hpp>
@@ -249,6 +254,17 @@ const perf::collective& parse(int argc, char** argv, perf::options& parsed) {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") usage("");
+  if (argc > 1 && std::string_view(argv[1]) == "calibrate") {
+    try {
+      chorus::communicator comm = chorus::init();
+      return perf::calibrate(comm, argc, argv);
+    } catch (const std::invalid_argument& problem) {
+      usage(problem.what());
+    } catch (const std::exception& failure) {
+      std::fprintf(stderr, "chorus-perf calibrate: %s\n", failure.what());
+      return 1;
+    }
+  }
   perf::options config;
   const perf::collective* chosen = nullptr;
   try {

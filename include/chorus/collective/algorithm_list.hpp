@@ -23,10 +23,13 @@
 //
 // Costs: n ranks, S bytes, alpha per message, beta per byte moved, gamma
 // per byte reduced; p = the power of two at or below n (the others fold).
+// The constants are the machine's (core/machine.hpp: the defaults, or a
+// calibration's, on the call's path).
 #pragma once
 
 #include <chorus/core/algorithm.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/core/machine.hpp>
 
 #include <array>
 #include <bit>
@@ -47,19 +50,6 @@ struct workload {
   int ranks_per_host = 0;       // ranks on each host when all hold the same number, else 0 (1 host: any)
   bool host_memory = true;      // false for device buffers: the defaults keep them off shared memory
   bool between_hosts = false;   // the group inside a hierarchical collective: one rank per host, the network only
-};
-
-// The constants of the cost model, in seconds: a message's latency, a byte
-// over the network, a byte reduced, a byte through a host's memory, and a
-// flag round trip between a host's ranks. Rough figures for UCX shared
-// memory on a 2-core development machine; where the cost model decides
-// (no rule matched), only their ratios matter.
-struct machine {
-  double alpha = 3e-6;
-  double beta = 1.0 / 3e9;
-  double gamma = 1.0 / 6e9;
-  double memory_beta = 1.0 / 8e9;
-  double flag = 1e-6;
 };
 
 namespace cost {

@@ -7,7 +7,12 @@
 //      bench/sweep, each taken only where its algorithm suits the call
 //      (shared memory on one host, the hierarchical form on several);
 //   5. where no default matches, the cost model: the algorithm whose
-//      formula (its `seconds`) is least for this call.
+//      formula (its `seconds`) is least for this call, priced with the
+//      machine's constants (core/machine.hpp), after a program's tuner
+//      (install_cost_tuner) has edited the table, as NCCL's tuner plugin
+//      edits NCCL's.
+// A calibrated machine (CHORUS_MACHINE) or an installed tuner passes over
+// step 4: the defaults' rules were measured on another machine.
 // Every call says what ran and why: the collective returns the algorithm,
 // chorus::choose() predicts it with its reason ("caller", the rule's text,
 // "CHORUS_ALLREDUCE_ALGO", "cost model ..."), and CHORUS_DEBUG=1 logs a
@@ -25,8 +30,13 @@
 #include <chorus/record/call.hpp>
 
 #include <array>
+#include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -77,23 +87,78 @@ struct choice {
   const algorithm_facts* facts = nullptr;  // its registry row (null for a backend)
 };
 
+// A row of the cost table a tuner edits: an algorithm that may run the
+// call, and what the model says it costs. A tuner may change `seconds`
+// (infinity or NaN takes the algorithm out); the least wins.
+struct algorithm_cost {
+  algorithm id;
+  double seconds = 0;
+};
+using cost_tuner = std::function<void(std::string_view collective, const workload&, std::span<algorithm_cost>)>;
+
 namespace detail {
 
-inline choice by_cost_model(const collective_entry& entry, const workload& work) {
-  const machine constants;
+struct installed_tuner {
+  std::atomic<bool> any{false};  // every choice asks: no lock while none is installed
+  std::mutex lock;
+  std::shared_ptr<const cost_tuner> tuner;
+};
+inline installed_tuner& tuner_slot() {
+  static installed_tuner slot;
+  return slot;
+}
+inline std::shared_ptr<const cost_tuner> current_tuner() {
+  installed_tuner& slot = tuner_slot();
+  if (!slot.any.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard guard(slot.lock);
+  return slot.tuner;
+}
+
+}  // namespace detail
+
+// Installs `tuner` for every choice the process makes from now on (an
+// empty one: none); returns the one it replaces. It runs on the calling
+// rank's thread, with the candidates of one call, and must give every rank
+// the same answer for the same call.
+inline cost_tuner install_cost_tuner(cost_tuner tuner) {
+  detail::installed_tuner& slot = detail::tuner_slot();
+  std::shared_ptr<const cost_tuner> given = tuner ? std::make_shared<const cost_tuner>(std::move(tuner)) : nullptr;
+  std::lock_guard guard(slot.lock);
+  std::swap(slot.tuner, given);
+  slot.any.store(slot.tuner != nullptr, std::memory_order_release);
+  return given ? *given : cost_tuner{};
+}
+
+namespace detail {
+
+// The least of the candidates' costs on the call's path, after the tuner.
+inline choice by_cost_model(const collective_entry& entry, const workload& work, const machine_model& model,
+                            const cost_tuner* tuner, bool calibrated) {
+  const machine constants = model.on_path(work.hosts > 1 || work.between_hosts);
+  std::array<algorithm_cost, 32> table;
+  std::array<const algorithm_facts*, 32> rows{};
+  std::size_t candidates = 0;
+  for (const algorithm_facts& row : entry.algorithms) {
+    if (!row.chosen_by_default_for(work) || candidates == table.size()) continue;
+    rows[candidates] = &row;
+    table[candidates++] = {row.id, row.seconds(work, constants)};
+  }
+  if (tuner != nullptr && candidates > 0) (*tuner)(entry.name, work, std::span(table.data(), candidates));
   const algorithm_facts* best = nullptr;
   double least = 0;
-  for (const algorithm_facts& row : entry.algorithms) {
-    if (!row.chosen_by_default_for(work)) continue;
-    const double seconds = row.seconds(work, constants);
-    if (best == nullptr || seconds < least) best = &row, least = seconds;
-  }
+  for (std::size_t k = 0; k < candidates; ++k)
+    if (std::isfinite(table[k].seconds) && (best == nullptr || table[k].seconds < least))
+      best = rows[k], least = table[k].seconds;
   if (best == nullptr)
     throw error(errc::invalid_argument, std::string(entry.name) + " has no algorithm for " +
-                                            std::to_string(work.ranks) + " ranks here (it has " + entry.list() + ")");
+                                            std::to_string(work.ranks) + " ranks here (it has " + entry.list() +
+                                            (candidates > 0 ? "; the cost tuner took out every one" : "") + ")");
   char modelled[32];
   std::snprintf(modelled, sizeof modelled, "%.3g", least * 1e6);
-  return {best->id, "cost model, " + std::string(modelled) + " us", best->moves_host_memory, best};
+  const std::string how = std::string(calibrated ? " (CHORUS_MACHINE" : "") +
+                          (tuner != nullptr ? (calibrated ? ", tuned" : " (tuned") : "") +
+                          (calibrated || tuner != nullptr ? ")" : "");
+  return {best->id, "cost model" + how + ", " + std::string(modelled) + " us", best->moves_host_memory, best};
 }
 
 }  // namespace detail
@@ -123,13 +188,17 @@ inline choice choose(const collective_entry& entry, const workload& work, algori
     const algorithm_facts& configured = entry.offered(configured_allreduce, "CHORUS_ALLREDUCE_ALGO");
     if (!work.between_hosts || configured.feasible(work)) return made(configured, "CHORUS_ALLREDUCE_ALGO");
   }
+  const machine_model* calibrated = calibrated_machine();
+  const std::shared_ptr<const cost_tuner> tuner = detail::current_tuner();
   const auto suits = [&](const algorithm& named) {
     row = &entry.offered(named, "the defaults");
     return row->chosen_by_default_for(work);
   };
-  if (const tuning_rule* rule = entry.default_rules.match(entry.name, work.ranks, work.bytes, suits))
-    return made(*row, rule->text);
-  return detail::by_cost_model(entry, work);
+  if (calibrated == nullptr && tuner == nullptr)
+    if (const tuning_rule* rule = entry.default_rules.match(entry.name, work.ranks, work.bytes, suits))
+      return made(*row, rule->text);
+  return detail::by_cost_model(entry, work, calibrated != nullptr ? *calibrated : machine_model{}, tuner.get(),
+                               calibrated != nullptr);
 }
 
 // The choice a communicator makes: its settings hold CHORUS_TUNE and

@@ -10,6 +10,7 @@
 #include <chorus/core/algorithm.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/core/error.hpp>
+#include <chorus/core/machine.hpp>
 #include <chorus/core/tuning.hpp>
 
 #include <unistd.h>  // environ
@@ -52,7 +53,7 @@ inline void any_value() {}
 
 // The launcher's variables (rank, size, address) are parsed by bootstrap's
 // discover(), which init() also runs; here they only count as known names.
-inline constexpr std::array<variable, 25> catalogue{{
+inline constexpr std::array<variable, 26> catalogue{{
     {"CHORUS_BOOTSTRAP", any_value,
      "where rank, size and the peers' addresses come from: `pmix` (the launcher's PMIx server: `srun --mpi=pmix`, "
      "`mpirun`), `store` (the variables below and the rendezvous store), `auto`; `torch` is the torch backend's",
@@ -107,6 +108,11 @@ inline constexpr std::array<variable, 25> catalogue{{
      "`auto`"},
     {"CHORUS_TUNE", [] { tuning_from_environment(); },
      "rules that override the defaults: `collective[@ranks]:low-high:algorithm,...;...` (collectives.md)", "none"},
+    {"CHORUS_MACHINE", [] { calibrated_machine(); },
+     "a machine file (`chorus-perf calibrate` writes one): the cost model prices every algorithm with its measured "
+     "latencies, bandwidths and reduction cost, in place of the defaults' rules (collectives.md, \"A machine's own "
+     "figures\")",
+     "unset: the defaults' rules, then the cost model with rough constants"},
     {"CHORUS_CODEC_SIMD", [] { env::get_choice("CHORUS_CODEC_SIMD", codec_simd_choices); },
      "`portable`: codecs use their portable loops even where AVX2/F16C exist (same bits)", "`auto`"},
     {"CHORUS_STREAMING_STORES", [] { env::get_choice("CHORUS_STREAMING_STORES", streaming_store_choices); },

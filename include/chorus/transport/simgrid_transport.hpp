@@ -267,12 +267,19 @@ class simgrid_transport {
     auto copied = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
     std::byte* at = to.region->bytes.data() + offset;
     bytes_sent_ += data.size();
-    return send_remote(peer, to, data.size(), [at, copied] { std::memcpy(at, copied->data(), copied->size()); });
+    return send_remote(peer, to, data.size(), [at, copied] {
+      if (!copied->empty()) std::memcpy(at, copied->data(), copied->size());
+    });
   }
   request get(int peer, const reached_region& from, std::size_t offset, std::span<std::byte> out) {
     check_range(from, offset, out.size(), peer, "window get");
     const std::byte* at = from.region->bytes.data() + offset;
-    return send_remote(peer, from, 0, [at, out] { std::memcpy(out.data(), at, out.size()); }, out.size());
+    return send_remote(
+        peer, from, 0,
+        [at, out] {
+          if (!out.empty()) std::memcpy(out.data(), at, out.size());
+        },
+        out.size());
   }
   request atomic_add(int peer, const reached_region& to, std::size_t offset, const std::uint64_t& value,
                      std::uint64_t* fetched = nullptr) {

@@ -208,7 +208,7 @@ std::size_t pushes_held(const std::vector<float>& x, int worker) {
 }
 void downpour_by_get(communicator& comm, int servers, std::vector<int>& steps_taken) {
   namespace avg = chorus::averaging;
-  const std::string what = "downpour by get, " + std::to_string(servers) + " dedicated servers";
+  const std::string what = std::string("downpour by get, ") + std::to_string(servers) + " dedicated servers";
   const int workers = comm.size() - servers, worker = comm.rank() - servers;
   std::vector<float> x(static_cast<std::size_t>(workers) * block + 2, 1.0f), g(x.size(), 0.0f);
   if (worker >= 0)
@@ -307,7 +307,8 @@ int main(int argc, char** argv) {
   }
   std::size_t total = 0;
   for (const auto& [name, bad] : wrong) {
-    std::printf("  %-36s %s\n", name.c_str(), bad == 0 ? "right" : ("WRONG: " + std::to_string(bad)).c_str());
+    std::printf("  %-36s %s\n", name.c_str(),
+                bad == 0 ? "right" : (std::string("WRONG: ") + std::to_string(bad)).c_str());
     total += bad;
   }
   std::printf("sim_windows: %s\n", total == 0 ? "all right" : "FAILED");

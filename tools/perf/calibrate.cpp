@@ -165,7 +165,7 @@ int calibrate(chorus::communicator& comm, int argc, char** argv) {
     notes += "# flag: rank 0 is alone on its host; the default is kept\n";
   if (comm.rank() != 0) return 0;
   const int hosts = comm.layout().hosts;
-  const std::string text = "# chorus-perf calibrate: " + std::to_string(comm.size()) + " ranks on " +
+  const std::string text = std::string("# chorus-perf calibrate: ") + std::to_string(comm.size()) + " ranks on " +
                            std::to_string(hosts) + (hosts == 1 ? " host\n" : " hosts\n") + notes + measured.text();
   std::fputs(text.c_str(), stdout);
   if (!given.out.empty()) {

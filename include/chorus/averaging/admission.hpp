@@ -49,7 +49,7 @@ template <class Communicator>
 void open(const Communicator& group, std::string_view scheme) {
   if (group.rank() != 0 || group.store() == nullptr) return;
   std::string record = std::to_string(group.id());
-  for (int member : group.world_ranks()) record += " " + std::to_string(member);
+  for (int member : group.world_ranks()) (record += ' ') += std::to_string(member);  // appended: GCC 12 -Wrestrict
   group.store()->set(record_key(scheme), record);
 }
 

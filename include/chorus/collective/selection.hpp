@@ -158,7 +158,8 @@ inline choice by_cost_model(const collective_entry& entry, const workload& work,
   const std::string how = std::string(calibrated ? " (CHORUS_MACHINE" : "") +
                           (tuner != nullptr ? (calibrated ? ", tuned" : " (tuned") : "") +
                           (calibrated || tuner != nullptr ? ")" : "");
-  return {best->id, "cost model" + how + ", " + std::string(modelled) + " us", best->moves_host_memory, best};
+  return {best->id, std::string("cost model") + how + ", " + std::string(modelled) + " us", best->moves_host_memory,
+          best};
 }
 
 }  // namespace detail

@@ -250,7 +250,7 @@ class simgrid_transport {
     check_peer(peer, "window");
     std::uint64_t fields[2] = {};
     if (card.size() != sizeof fields)
-      throw error(errc::mismatch, "a window card of " + std::to_string(card.size()) + " bytes",
+      throw error(errc::mismatch, std::string("a window card of ") + std::to_string(card.size()) + " bytes",
                   {rank_, peer, "window"});
     std::memcpy(fields, card.data(), sizeof fields);
     reached_region theirs{exposed_table::instance().find(fields[0]), host_of(peer)};
@@ -285,7 +285,8 @@ class simgrid_transport {
                      std::uint64_t* fetched = nullptr) {
     check_range(to, offset, sizeof(std::uint64_t), peer, "window atomic");
     if (offset % alignof(std::uint64_t) != 0)
-      throw error(errc::invalid_argument, "an atomic at offset " + std::to_string(offset) + ", not 8-byte aligned",
+      throw error(errc::invalid_argument,
+                  std::string("an atomic at offset ") + std::to_string(offset) + ", not 8-byte aligned",
                   {rank_, peer, "window atomic"});
     auto* word = reinterpret_cast<std::uint64_t*>(to.region->bytes.data() + offset);
     const auto land = [word, add = value, fetched] {

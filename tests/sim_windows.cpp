@@ -17,6 +17,8 @@
 #include <chorus/sim/run.hpp>
 #include <chorus/window/window.hpp>
 
+#include "window_values.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -25,35 +27,19 @@
 
 using chorus::neighbour_weight;
 using chorus::sim::communicator;
+using chorus_test::ring_sources;
+using chorus_test::value_of;
+using chorus_test::values_of;
 
 namespace {
 
 const std::vector<std::size_t> sizes = {0, 1, 7, 1001};
-
-float value_of(int rank, int round, std::size_t k) {
-  return std::sin(0.37f * static_cast<float>(rank + 1) + 0.011f * static_cast<float>(k)) *
-             static_cast<float>(1 + rank) +
-         0.25f * static_cast<float>(round);
-}
-std::vector<float> values_of(int rank, int round, std::size_t n) {
-  std::vector<float> values(n);
-  for (std::size_t k = 0; k < n; ++k) values[k] = value_of(rank, round, k);
-  return values;
-}
 
 // Wrong elements by case, over every job (ranks are coroutines on one
 // thread: no lock).
 std::map<std::string, std::size_t> wrong;
 void expect_close(const std::string& what, double got, double expected, double tolerance = 1e-5) {
   wrong[what] += std::fabs(got - expected) > tolerance * (1.0 + std::fabs(expected)) ? 1 : 0;
-}
-
-// Sources of a ring with both neighbours (distinct ranks).
-std::vector<int> ring_sources(int rank, int n) {
-  std::vector<int> sources;
-  for (int peer : {(rank + n - 1) % n, (rank + 1) % n})
-    if (peer != rank && (sources.empty() || sources.front() != peer)) sources.push_back(peer);
-  return sources;
 }
 
 // Each rank puts x with weight 1/2 + t/8 to target t, then updates with

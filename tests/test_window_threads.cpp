@@ -10,6 +10,7 @@
 
 #include "expect_error.hpp"
 #include "support.hpp"
+#include "window_values.hpp"
 
 #include <doctest/doctest.h>
 
@@ -30,30 +31,13 @@ using chorus::communicator;
 using chorus::neighbour_weight;
 using chorus_test::expect_error;
 using chorus_test::quick;
+using chorus_test::ring_sources;
+using chorus_test::value_of;
+using chorus_test::values_of;
 
 namespace {
 
 const std::vector<std::size_t> sizes = {0, 1, 7, 4099};
-
-float value_of(int rank, int round, std::size_t k) {
-  return std::sin(0.37f * static_cast<float>(rank + 1) + 0.011f * static_cast<float>(k)) *
-             static_cast<float>(1 + rank) +
-         0.25f * static_cast<float>(round);
-}
-
-std::vector<float> values_of(int rank, int round, std::size_t n) {
-  std::vector<float> values(n);
-  for (std::size_t k = 0; k < n; ++k) values[k] = value_of(rank, round, k);
-  return values;
-}
-
-// Sources of a ring with both neighbours (distinct ranks).
-std::vector<int> ring_sources(int rank, int n) {
-  std::vector<int> sources;
-  for (int peer : {(rank + n - 1) % n, (rank + 1) % n})
-    if (peer != rank && std::find(sources.begin(), sources.end(), peer) == sources.end()) sources.push_back(peer);
-  return sources;
-}
 
 std::atomic<int> wrong{0};
 
@@ -435,7 +419,8 @@ TEST_CASE("codecs on accumulates: each slot holds what a serial error-feedback e
   const int n = 3;
   const std::size_t size = 4099;
   const int rounds = 6;
-  for (const std::string name : {"fp16", "bf16", "int8", "fp8_e5m2", "fp4_e2m1", "onebit", "topk:0.1", "randomk:0.1:7"}) {
+  for (const std::string name :
+       {"fp16", "bf16", "int8", "fp8_e5m2", "fp4_e2m1", "onebit", "topk:0.1", "randomk:0.1:7"}) {
     CAPTURE(name);
     wrong = 0;
     chorus::run_threads(

@@ -14,7 +14,7 @@
 #include <chorus/core/reduce_op.hpp>
 
 #include <chorus/transport/transport.hpp>
-#include <chorus/transport/ucx_transport.hpp>
+#include <chorus/transport/network.hpp>
 
 #include <chorus/bootstrap/environment.hpp>
 #include <chorus/bootstrap/store_open.hpp>

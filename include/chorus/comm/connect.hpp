@@ -9,7 +9,7 @@
 // publishes which ranks share a host; the others read that one value and
 // the addresses of their own host's ranks, whose processes they watch);
 // finish with a barrier so that every rank is known to be reachable.
-// Endpoints are made on a peer's first use (transport/ucx_transport.hpp),
+// Endpoints are made on a peer's first use (the network transport: transport/network.hpp),
 // from the addresses in the store: O(n) store requests in all, not O(n^2),
 // and O(1) or O(log n) endpoints per rank for a ring or a tree, not n.
 // CHORUS_CONNECT=eager makes every endpoint before the barrier instead.
@@ -52,7 +52,7 @@ inline constexpr std::string_view capacity_key = "chorus/capacity";  // ranks th
 inline constexpr std::string_view joiners_key = "chorus/joiners";    // processes that took a rank by joining
 inline constexpr std::string_view hosts_key = "chorus/hosts";        // the host table (host_layout.hpp's text)
 
-inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
+inline void join_store(world_state<network::transport>& world, const bootstrap::launch_info& info) {
   if (info.size == 1 && !info.store) return;
   if (!info.store && !(info.rendezvous && info.rank != 0))
     throw error(errc::invalid_argument, "no store address for a job of " + std::to_string(info.size) + " ranks",
@@ -84,19 +84,19 @@ inline void join_store(world_state<ucx::ucx_transport>& world, const bootstrap::
 
 // This rank's introduction, "<process identity>\n<UCX worker address>",
 // kept in the world (a joiner hands it to the ranks that admit it).
-inline const std::string& introduce(world_state<ucx::ucx_transport>& world) {
+inline const std::string& introduce(world_state<network::transport>& world) {
   const auto own = world.transport->address();
   world.introduction = transport::process_identity::self().encode() + "\n";
   world.introduction.append(reinterpret_cast<const char*>(own.data()), own.size());
   return world.introduction;
 }
 
-inline void publish_address(world_state<ucx::ucx_transport>& world, int rank) {
+inline void publish_address(world_state<network::transport>& world, int rank) {
   world.store->set(address_key(rank), introduce(world));
 }
 
 // A rank's introduction as the transport takes it.
-inline ucx::peer_contact contact_of(const std::string& introduction, int rank, int peer) {
+inline network::peer_contact contact_of(const std::string& introduction, int rank, int peer) {
   const auto parts = parse_introduction(introduction);
   if (!parts)
     throw error(errc::mismatch, "the address rank " + std::to_string(peer) + " published does not parse",
@@ -109,7 +109,7 @@ inline ucx::peer_contact contact_of(const std::string& introduction, int rank, i
 // before any endpoint is made: a rank that died during start-up is the
 // store's peer_failure naming it on every rank, not a failed connect to a
 // survivor that gave up on it first.
-inline std::vector<int> learn_hosts(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
+inline std::vector<int> learn_hosts(world_state<network::transport>& world, const bootstrap::launch_info& info) {
   store::connection& store = *world.store;
   if (info.rank == 0) {
     std::vector<std::string> host_keys(static_cast<std::size_t>(info.size));
@@ -131,16 +131,16 @@ inline std::vector<int> learn_hosts(world_state<ucx::ucx_transport>& world, cons
 // and with CHORUS_CONNECT=eager reach every rank now. The lookup holds
 // `world`: its destructor removes it before the bootstrap goes.
 template <class IntroductionOf>
-void reach_peers_through(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info,
+void reach_peers_through(world_state<network::transport>& world, const bootstrap::launch_info& info,
                          IntroductionOf introduction_of) {
-  ucx::ucx_transport& transport = *world.transport;
+  network::transport& transport = *world.transport;
   const std::vector<int>& hosts = *world.hosts;
   const int host = hosts[static_cast<std::size_t>(info.rank)];
   for (int peer = 0; peer < info.size; ++peer)
     if (peer != info.rank && hosts[static_cast<std::size_t>(peer)] == host)
       transport.watch_process(peer, contact_of(introduction_of(peer), info.rank, peer).process);
   transport.look_up_contacts_with([introduction_of, rank = info.rank, size = info.size](int peer) {
-    std::optional<ucx::peer_contact> contact;
+    std::optional<network::peer_contact> contact;
     if (peer < size) contact = contact_of(introduction_of(peer), rank, peer);
     return contact;  // a rank above the job's joins later: admitted, not looked up
   });
@@ -153,8 +153,8 @@ void reach_peers_through(world_state<ucx::ucx_transport>& world, const bootstrap
 // The ranks of this host are watched from the start (a shared-memory
 // collective waits on them without the network, so no endpoint would see
 // them die); every other peer is watched and connected on first use.
-inline void exchange_addresses(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
-  ucx::ucx_transport& transport = *world.transport;
+inline void exchange_addresses(world_state<network::transport>& world, const bootstrap::launch_info& info) {
+  network::transport& transport = *world.transport;
   if (!world.store) {
     transport.connect(0, transport.address());
     return;
@@ -189,7 +189,7 @@ inline std::string reachable_host() {
 // its store listens (for what needs one later: joined on first use); one
 // fence; then the host table from PMIx's node ids and the contacts of
 // peers, all read from this node's PMIx server. No store request.
-inline void exchange_through_pmix(world_state<ucx::ucx_transport>& world, const bootstrap::launch_info& info) {
+inline void exchange_through_pmix(world_state<network::transport>& world, const bootstrap::launch_info& info) {
   pmix::session& pmix = *world.pmix;
   pmix.put("address", introduce(world));
   if (info.rank == 0 && info.size > 1) {
@@ -222,7 +222,7 @@ inline void exchange_through_pmix(world_state<ucx::ucx_transport>& world, const 
 }
 
 // Rank, size and placement from the PMIx server, in place of the variables.
-inline void place_by_pmix(world_state<ucx::ucx_transport>& world, bootstrap::launch_info& info) {
+inline void place_by_pmix(world_state<network::transport>& world, bootstrap::launch_info& info) {
   world.pmix = pmix::open_session();
   const pmix::placement& at = world.pmix->where();
   if (at.size < 1 || at.size > transport::max_ranks || at.rank < 0 || at.rank >= at.size)
@@ -239,7 +239,7 @@ inline void place_by_pmix(world_state<ucx::ucx_transport>& world, bootstrap::lau
 // complete) and to every earlier joiner that published one (one that took
 // a rank and died before publishing is skipped). A peer that died since
 // fails later, as a peer.
-inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::launch_info& info) {
+inline void join_running_job(world_state<network::transport>& world, bootstrap::launch_info& info) {
   store::connection& store = *world.store;
   const auto capacity = static_cast<int>(std::stoll(store.wait(capacity_key)));
   const auto number = store.add(joiners_key, 1);
@@ -250,7 +250,7 @@ inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::
                     " joiners (CHORUS_JOINERS where it started); this is joiner " + std::to_string(number),
                 {info.rank, -1, "join"});
   world.transport =
-      std::make_shared<ucx::ucx_transport>(ucx::config{info.rank, info.rank + 1, world.config.progress, capacity});
+      std::make_shared<network::transport>(network::config{info.rank, info.rank + 1, world.config.progress, capacity});
   world.joined = true;
   publish_address(world, info.rank);
   std::vector<std::string> host_keys(static_cast<std::size_t>(info.rank + 1));
@@ -274,8 +274,8 @@ inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::
   // joiners in work out one layout and choose the same algorithms.
   std::optional<std::vector<int>> hosts;
   if (const std::optional<std::string> table = store.get(hosts_key)) hosts = decode_hosts(*table, info.size);
-  world.hosts = std::make_shared<const std::vector<int>>(
-      hosts ? std::move(*hosts) : number_hosts(host_keys, world.config.ranks_per_host));
+  world.hosts = std::make_shared<const std::vector<int>>(hosts ? std::move(*hosts)
+                                                               : number_hosts(host_keys, world.config.ranks_per_host));
   log::debug(info.rank,
              "joined a running job of " + std::to_string(info.size) + " ranks as rank " + std::to_string(info.rank));
 }
@@ -283,8 +283,8 @@ inline void join_running_job(world_state<ucx::ucx_transport>& world, bootstrap::
 }  // namespace detail
 
 inline communicator connect(const bootstrap::launch_info& launch, const options& given = {}) {
-  ucx::prepare_environment();  // before anything reads it
-  auto world = std::make_shared<world_state<ucx::ucx_transport>>();
+  network::prepare_environment();  // before anything reads it
+  auto world = std::make_shared<world_state<network::transport>>();
   bootstrap::launch_info info = launch;
   if (info.pmix) detail::place_by_pmix(*world, info);
   try {
@@ -304,7 +304,7 @@ inline communicator connect(const bootstrap::launch_info& launch, const options&
   const int capacity = info.size + world->config.joiners;
   const auto make_transport = [&] {
     world->transport =
-        std::make_shared<ucx::ucx_transport>(ucx::config{info.rank, info.size, world->config.progress, capacity});
+        std::make_shared<network::transport>(network::config{info.rank, info.size, world->config.progress, capacity});
   };
   if (info.pmix) {
     make_transport();

@@ -4,10 +4,10 @@
 #pragma once
 
 #include <chorus/comm/communicator.hpp>
-#include <chorus/transport/ucx_transport.hpp>
+#include <chorus/transport/network.hpp>
 
 namespace chorus {
 
-using communicator = basic_communicator<ucx::ucx_transport>;
+using communicator = basic_communicator<network::transport>;
 
 }  // namespace chorus

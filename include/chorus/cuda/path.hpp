@@ -6,7 +6,7 @@
 //   the device; needs a UCX that moves CUDA memory (ucp_context_query
 //   reports it; Debian's UCX 1.13 does not, PyPI's libucx-cu13 does), that
 //   takes the call's buffer for CUDA memory (ucp_mem_query after
-//   ucp_mem_map: transport/ucx/registered_kind.hpp), and the device
+//   ucp_mem_map, in the UCX transport), and the device
 //   kernels (cuda/device_compute.hpp, from an nvcc-compiled file).
 //
 // CHORUS_CUDA_PATH (or router_options::path) chooses: `auto` takes direct

@@ -68,7 +68,7 @@ class staging_hooks {
 // What a transport says of the memory it would be handed on the direct
 // path: the kinds it moves (UCX: ucp_context_query) and, asked per buffer,
 // the kind it registers that buffer as (UCX: ucp_mem_map, then
-// ucp_mem_query; transport/ucx/registered_kind.hpp). A transport that moves
+// ucp_mem_query, in the UCX transport). A transport that moves
 // device memory without registering it with UCX (NCCL) leaves the second
 // question unset.
 struct network_memory {

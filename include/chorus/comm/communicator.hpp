@@ -5,7 +5,10 @@
 // transport's ranks, and hands out per-call sequence numbers that go into the
 // wire tag (see tag.hpp). Every wait is bounded by the communicator's
 // timeout; failures are chorus::error naming the rank, peer and operation.
-// Ranks named in errors are transport (world) ranks.
+// Ranks named in errors are transport (world) ranks. What the world's
+// communicators share, and the order it ends in: world_state.hpp; how a
+// group changes while the job runs (without, with, regrouped, admit):
+// membership.hpp.
 //
 // Not thread-safe: one thread calls a communicator at a time.
 #pragma once
@@ -14,27 +17,25 @@
 #include <chorus/comm/background.hpp>
 #include <chorus/comm/host_layout.hpp>
 #include <chorus/comm/member_list.hpp>
+#include <chorus/comm/membership.hpp>
 #include <chorus/comm/options.hpp>
 #include <chorus/comm/pending_merges.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
 #include <chorus/comm/traffic.hpp>
+#include <chorus/comm/world_state.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/log.hpp>
 #include <chorus/record/call.hpp>
 #include <chorus/record/dump_signal.hpp>
-#include <chorus/record/trace_file.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
-#include <chorus/transport/peer_process.hpp>
 #include <chorus/transport/transport.hpp>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <exception>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -46,100 +47,12 @@
 #include <type_traits>
 #include <vector>
 
-namespace chorus::pmix {
-class session;  // bootstrap/pmix.hpp: only connect() needs its definition
-}  // namespace chorus::pmix
-
 namespace chorus {
 
 using transport::receive_kind;
 
-namespace detail {
-// Where each rank publishes its process identity and worker address (connect.hpp).
-inline std::string address_key(int rank) { return "chorus/address/" + std::to_string(rank); }
-
-// What a rank publishes there, its introduction: "<process identity>\n<UCX
-// worker address>". Empty when the text does not parse.
-struct introduction_parts {
-  transport::process_identity process;
-  std::span<const std::byte> address;  // into the parsed text
-};
-inline std::optional<introduction_parts> parse_introduction(std::string_view text) {
-  const std::size_t split = text.find('\n');
-  if (split == std::string_view::npos) return std::nullopt;
-  auto process = transport::process_identity::decode(text.substr(0, split));
-  if (!process) return std::nullopt;
-  return introduction_parts{std::move(*process), std::as_bytes(std::span(text.substr(split + 1)))};
-}
-}  // namespace detail
-
-// What every communicator of one job on this process shares.
 template <transport::Transport T>
-struct world_state {
-  settings config;
-  std::unique_ptr<store::host> store_host;   // when this rank hosts the store
-  std::unique_ptr<store::connection> store;  // null in a single-rank job
-  std::shared_ptr<pmix::session> pmix;       // when PMIx started the job (bootstrap/pmix.hpp)
-  std::shared_ptr<T> transport;
-  std::uint32_t local_ids = 0;  // id source when there is no store
-  std::mutex background_mutex;
-  std::unique_ptr<background_worker> background;  // started on first use
-  std::unique_ptr<progress_thread> progress;      // started on first use
-  // The host of each transport rank (0, 1, ... in order of first rank), as
-  // connect() learns it; null or empty means one host. Shared, read-only:
-  // a simulation's ranks hold one table (sim/run.hpp).
-  std::shared_ptr<const std::vector<int>> hosts;
-  // The world's ranks grouped by host (host_layout::group(*hosts)), where
-  // the ranks share one (a simulation's: sim/run.hpp); else every world
-  // communicator groups them on its first layout().
-  std::shared_ptr<const host_groups> grouped_hosts;
-  std::uint64_t job = 0;  // a hash of the job's token: names what this job makes on a host
-  // This process joined the job while it ran (CHORUS_JOIN; connect.hpp).
-  bool joined = false;
-  // What this rank published in the store: its process identity and UCX
-  // worker address; a joiner hands it to the ranks that admit it.
-  std::string introduction;
-  // What collectives attach to a group of this job (a shared-memory
-  // channel), by a key of their own; kept until the world ends.
-  std::mutex attachments_mutex;
-  std::map<std::string, std::shared_ptr<void>> attachments;
-  // Asynchronous schemes open on this process (comm/pending_merges.hpp).
-  chorus::pending_merges pending_merges;
-  // This rank's flight record: a ring per communicator (record/journal.hpp).
-  std::shared_ptr<record::journal> journal;
-
-  world_state() = default;
-  world_state(const world_state&) = delete;
-  world_state& operator=(const world_state&) = delete;
-
-  // Leave the store first, then (if hosting) wait for the other ranks to
-  // leave too, so a fast rank 0 does not pull the store from under them;
-  // but not after an error: the others are failing too, and waiting for
-  // them would hold this rank up to a whole timeout. A failing rank closes
-  // its store connection without leaving: the store tells whoever waits in
-  // it (store_protocol.hpp).
-  ~world_state() {
-    const bool failing = std::uncaught_exceptions() > 0 || (transport && transport->failed());
-    if (journal && journal->enabled() && !journal->settings().directory.empty())
-      record::dump(*journal, journal->failure().empty() ? "exit" : "error");
-    if (failing && transport) transport->abandon();
-    background.reset();  // finishes queued collectives while the transport lives
-    if constexpr (requires(T& t) { t.poll_in_waits(nullptr); })
-      if (transport) transport->poll_in_waits(nullptr);
-    progress.reset();
-    if (journal) record::write_trace(*journal);                          // CHORUS_TRACE: every call has ended
-    if constexpr (requires(T& t) { t.look_up_contacts_with(nullptr); })  // the lookup reads this store
-      if (transport) transport->look_up_contacts_with(nullptr);
-    if (store && !failing) store->leave();
-    store.reset();
-    if (store_host && !failing) store_host->wait_until_no_clients(config.timeout);
-    transport.reset();
-    store_host.reset();
-  }
-};
-
-template <transport::Transport T>
-class basic_communicator {
+class basic_communicator : public group_membership<basic_communicator<T>, T> {
  public:
   using transport_type = T;
   using request = typename T::request;
@@ -418,117 +331,6 @@ class basic_communicator {
   // scheme asks before it waits on the peer, to go on without it.
   bool peer_gone(int rank) const { return transport().peer_failure(world_rank(rank)).has_value(); }
 
-  // The group without the members whose transport (world) ranks are in
-  // `lost`, made locally, without a message: every survivor must pass the
-  // same set, which nothing here checks (the caller agrees on it first, as
-  // GoSGD's quiesce() does through its cuts). It keeps this communicator's id and
-  // continues its sequence numbers, so it takes this one's place: the two
-  // must not both run collectives from here on. Not collective.
-  basic_communicator without(std::span<const int> lost) const {
-    basic_communicator survivors = *this;
-    survivors.members_.clear();
-    survivors.layout_.reset();
-    survivors.rank_ = -1;
-    for (int member : members_) {
-      if (std::find(lost.begin(), lost.end(), member) != lost.end()) continue;
-      if (member == world_rank(rank_)) survivors.rank_ = static_cast<int>(survivors.members_.size());
-      survivors.members_.push_back(member);
-    }
-    if (survivors.rank_ < 0)
-      throw error(errc::invalid_argument, "without: this rank is among the lost", {transport().rank(), -1, "without"});
-    if (ring_) ring_->set_members(survivors.members_.to_vector(), survivors.rank_);
-    return survivors;
-  }
-
-  // The group of the members `members` (transport ranks, this process among
-  // them, in that order) under communicator id `id`, its sequence numbers
-  // afresh: what every member makes alike from a list they agreed on, where
-  // a failure left the old group's collectives at different points on
-  // different members (a message still in flight under the old id never
-  // matches the new one's). Not collective.
-  basic_communicator regrouped(std::uint32_t id, std::vector<int> members) const {
-    const auto self = std::find(members.begin(), members.end(), transport().rank());
-    if (self == members.end())
-      throw error(errc::invalid_argument, "regrouped: this process is not among the members",
-                  {transport().rank(), -1, "regrouped"});
-    basic_communicator group;
-    group.world_ = world_;
-    group.id_ = id;
-    group.rank_ = static_cast<int>(self - members.begin());
-    group.members_ = member_list(std::move(members));
-    group.open_ring();
-    return group;
-  }
-
-  // A communicator id that no live group holds, from the job's counter, as
-  // split() takes them. Not collective: the caller tells the members.
-  std::uint32_t fresh_id() const {
-    const std::int64_t counter =
-        world_->store ? world_->store->add("chorus/communicator-ids", 1) : (world_->local_ids += 1);
-    return id_after(static_cast<std::uint32_t>((counter - 1) % tag::max_id), 0);
-  }
-
-  // Whether this process joined the job while it ran (CHORUS_JOIN=1): its
-  // world holds the ranks it found, but they never run a collective with
-  // it; an asynchronous scheme admits it instead (averaging/admission.hpp).
-  bool joined() const noexcept { return world_->joined; }
-  // This rank's process identity and worker address, as published in the
-  // store: what a joiner sends the ranks that admit it.
-  std::span<const std::byte> introduction() const noexcept { return std::as_bytes(std::span(world_->introduction)); }
-
-  // Whether the transport can reach a process that joins the running job.
-  static constexpr bool admits_joiners = requires(T& t, int peer) { t.connected(peer); };
-  // Makes a joiner (transport rank `world_rank`) reachable from this
-  // process, from the introduction it sent. Any thread.
-  void admit(int world_rank, std::span<const std::byte> introduction) {
-    if constexpr (!admits_joiners)
-      throw error(errc::unavailable, "this transport runs a fixed set of ranks (a simulation): nobody joins",
-                  {transport().rank(), world_rank, "admit"});
-    const auto parts =
-        detail::parse_introduction({reinterpret_cast<const char*>(introduction.data()), introduction.size()});
-    if (!parts)
-      throw error(errc::mismatch, "a joiner's introduction does not parse", {transport().rank(), world_rank, "admit"});
-    if constexpr (admits_joiners) transport().admit(world_rank, parts->process, parts->address);
-  }
-  // The same from what the joiner published in the job's store, unless
-  // this process reaches it already.
-  void admit(int world_rank) {
-    if constexpr (admits_joiners)
-      if (transport().connected(world_rank)) return;
-    if (store() == nullptr)
-      throw error(errc::invalid_argument, "admitting a joiner needs the job's store",
-                  {transport().rank(), world_rank, "admit"});
-    const std::string published = store()->wait(detail::address_key(world_rank), timeout());
-    admit(world_rank, std::as_bytes(std::span(published)));
-  }
-
-  // The group with one more member at the end, transport rank `world_rank`
-  // (a joiner this process admitted): the mirror of without(), made
-  // locally; same id, same sequence numbers. Not collective.
-  basic_communicator with(int world_rank) const {
-    basic_communicator grown = *this;
-    grown.members_.push_back(world_rank);
-    grown.layout_.reset();
-    if (ring_) ring_->set_members(grown.members_.to_vector(), grown.rank_);
-    return grown;
-  }
-
-  // A joiner's view of a group it joins: communicator `id` whose members
-  // (transport ranks) are `members`, then this process, last. Point to
-  // point only: the members' own view holds it once they admit it.
-  // `sequence`: the members' next sequence number, for collectives.
-  basic_communicator joined_group(std::uint32_t id, std::vector<int> members, std::uint32_t sequence = 1) const {
-    basic_communicator group;
-    group.world_ = world_;
-    group.id_ = id;
-    group.sequence_ = sequence;
-    group.members_ = member_list(std::move(members));
-    group.rank_ = static_cast<int>(group.members_.size());
-    group.members_.push_back(transport().rank());
-    group.open_ring();
-    return group;
-  }
-
   // Ranks with the same color form a new communicator, ordered by (key, old
   // rank). A negative color yields an empty communicator (valid() false).
   // Collective over this communicator: every rank learns every (color,
@@ -561,7 +363,7 @@ class basic_communicator {
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const auto position = std::find(groups[g].begin(), groups[g].end(), rank_);
       if (position != groups[g].end())
-        return make_child(id_after(first_id, static_cast<std::uint32_t>(g)),
+        return make_child(tag::id_after(first_id, static_cast<std::uint32_t>(g)),
                           static_cast<int>(position - groups[g].begin()), groups[g]);
     }
     return {};  // not reached: a rank of non-negative color is in its group
@@ -694,10 +496,6 @@ class basic_communicator {
     return static_cast<std::uint32_t>(first % tag::max_id);
   }
 
-  static std::uint32_t id_after(std::uint32_t first, std::uint32_t index) {
-    return (first + index) % tag::max_id + 1;  // ids wrap after max_id
-  }
-
   std::shared_ptr<const host_groups> grouped_by_host() const {
     if (members_.is_identity() && world_->grouped_hosts) return world_->grouped_hosts;
     std::vector<int> host_of(members_.size());
@@ -718,6 +516,8 @@ class basic_communicator {
   void open_ring() {
     if (world_->journal) ring_ = world_->journal->ring_of(id_, members_.to_vector(), rank_);
   }
+
+  friend class group_membership<basic_communicator, T>;  // membership.hpp: without, with, regrouped, ...
 
   std::shared_ptr<world_state<T>> world_;
   std::shared_ptr<record::ring> ring_;  // this communicator's flight ring (null: recording off)

@@ -38,6 +38,12 @@ static_assert(id_bits + sequence_bits + step_bits <= transport::user_tag_bits);
 
 inline constexpr std::uint32_t max_id = (1u << id_bits) - 1;
 inline constexpr std::uint32_t max_step = (1u << step_bits) - 1;
+
+// The id `index` places after the job counter's value `first`: 1 to max_id,
+// wrapping (0 is the world's).
+inline constexpr std::uint32_t id_after(std::uint32_t first, std::uint32_t index) {
+  return (first + index) % max_id + 1;
+}
 inline constexpr std::uint32_t sequence_modulus = 1u << sequence_bits;
 inline constexpr std::uint32_t point_to_point = 0;
 // A ring allreduce over every rank the transport can hold fits with two segments.

@@ -3,64 +3,28 @@
 // probability p, it halves a_i and pushes (x_i, a_i) to a random peer; a rank
 // that receives (x_j, a_j) merges it at its next step boundary:
 //   x_i <- (a_i x_i + a_j x_j) / (a_i + a_j),   a_i <- a_i + a_j
-// Invariants: sum a = 1 and sum a x are unchanged by every exchange once the
-// messages in flight have landed (weights are doubles). No global barrier:
-// the communicator's progress thread receives while the trainer computes.
-// No rank waits for a slow receiver either: with max_in_flight pushes still
-// unmerged, a push is skipped (stats().exchanges counts those sent).
+// Invariant: sum a = 1 and sum a x are unchanged by every exchange once the
+// messages in flight have landed. The progress thread receives while the
+// trainer computes; with max_in_flight pushes still unmerged a push is
+// skipped, so no rank waits for a slow receiver.
 //
-// quiesce() is collective and takes a consistent cut: each rank sends every
-// peer a cut message behind its pushes, on the pushes' tag, so the peer
-// matches it right after them (UCP tag matching keeps a sender's order). A
-// rank merges each peer's stream up to that peer's cut and holds what comes
-// after it until its own quiesce() returns: a peer that left first may push
-// again at once, and merging that push before our cut would count its weight
-// on both sides. So sum a = 1 over the ranks' states when quiesce() returns.
-// finish() is quiesce() and then the consensus x = sum a x / sum a over the
-// group, the model to keep. A rank that finished early keeps merging until
-// the last peer finishes; a dead peer is a peer-failure or timeout error.
-// Messages are wire.hpp's: a push carries its weight and its number among
-// the pushes to that peer; a cut carries how many pushes came before it.
+// quiesce() (collective) is a consistent cut: each rank sends every peer a
+// cut behind its pushes, on their tag (UCP keeps a sender's order), merges
+// each peer's stream up to that peer's cut and holds what follows until its
+// own quiesce() returns (a peer that left first may push again at once;
+// merging that push early would count its weight on both sides). finish()
+// is quiesce() and then the consensus sum a x / sum a. Between a step and
+// quiesce() the scheme is open: a collective over its peers raises
+// invalid_argument (comm/pending_merges.hpp).
 //
-// Between its first step and quiesce() the scheme is open (its peers'
-// pushes may wait to be merged here): a collective or another scheme's step
-// over its peers then raises invalid_argument, naming quiesce(), instead of
-// stalling (comm/pending_merges.hpp).
-//
-// A peer that dies mid-training is a peer-failure or timeout error, unless
-// on_peer_failure is continue_ (peer_loss.hpp): then each survivor drops it
-// when an operation with it fails (its receive, a push to it, its cut in
-// quiesce()) and picks its pushes among the others. The dead peer's weight,
-// and that of pushes to it that it never merged, is lost; quiesce()
-// renormalises the survivors' weights to sum 1 (a collective over the
-// survivors), so the consensus weighs them as before, without the lost
-// share. Every survivor must see the same peers dead when it quiesces: a
-// death during quiesce() or finish() is an error.
-//
-// A worker that leaves on purpose calls leave() between steps instead of
-// finish(): nothing is lost, unlike a death. It tells every peer it is
-// leaving; each answers with an ack behind its last push to it (and pushes
-// to it no more); having merged everything up to the acks, it pushes its
-// whole weight and model to a peer that stays, and sends every peer a done.
-// A peer forgets the leaver at its done, after merging that last push, so
-// sum a = 1 over the ranks that stay at every quiesce(), and their finish()
-// is the consensus of all, the leaver's share included. Workers may leave
-// at the same time: a leaver waits for the dones of the leavers of lower
-// rank before handing over (so the last to go holds what they handed it);
-// at least one worker must stay.
-//
-// A process that joins the running job (CHORUS_JOIN; admission.hpp) and
-// makes the same gosgd is admitted by the group's rank 0, between its
-// steps: rank 0 sends it the group as rank 0 sees it (members, those gone,
-// the collectives' sequence number), tells every peer that does not leave
-// (a `joined` note in its stream, so every rank learns of joiners in the
-// one order rank 0 admitted them), and pushes it half its weight with its
-// model, from which the joiner starts (its own weight is 0). A peer that
-// learns of a joiner admits it and gossips with it; in quiesce() it sends
-// it a cut, and waits for its, once it has heard. Since rank 0 admits
-// outside quiesce() only, every rank has heard of the same joiners when it
-// has rank 0's cut: sum a = 1 holds over all, joiners included. A joiner
-// arriving once rank 0 has left or finished times out, alone.
+// Membership (docs/averaging.md, "Workers that leave", "... that join",
+// "Training that survives a lost worker"): a dead peer is dropped under
+// on_peer_failure = continue_ and quiesce() renormalises the survivors'
+// weights; a leaver, acked behind every peer's last push, hands its whole
+// weight and model to a stayer (leavers go in rank order; one must stay);
+// a joiner is admitted by rank 0 between steps, announced to every peer in
+// its stream and handed half of rank 0's weight. sum a = 1 over the members
+// at every quiesce() in each case. Messages: wire.hpp.
 //
 // Cost: p (alpha + S beta) per step on average, one message to one peer,
 // whatever n is; chosen for many ranks and heterogeneous speeds.

@@ -41,25 +41,13 @@
 //
 // Servers work on the communicator's progress thread; finish() waits for
 // every worker's goodbye (bounded by the timeout), then every server sends
-// its shard to every other rank. A worker that serves no shard (dedicated
-// servers) may leave() on purpose instead of finish(): it pushes what it
-// holds (Downpour's sum of the steps since its last push), takes its last
-// fetch and says it is leaving; the servers apply every push it sent once
-// and finish() without it. A dead worker or server is a chorus::error
-// (peer failure or timeout) at the next wait. With on_peer_failure =
-// continue_ (SSP and Downpour; BSP's rounds need every worker) a server
-// goes on without a dead worker: its pushes so far stay applied, it leaves
-// the slowest clock, finish() waits only for the live. A dead server stays
-// an error on every worker: shards are not replicated, so its part of the
-// model is gone (with a shard on every rank, every death is a server's).
-//
-// In SSP and Downpour (pushing and fetching by messages) a process that
-// joins the running job (CHORUS_JOIN; admission.hpp) and makes the same
-// parameter_server becomes one more worker, serving no shard: every server
-// admits it on its progress thread and welcomes it with its shard, from
-// which it assembles its first model; it pushes and pulls like any worker,
-// and finish() waits for it and sends it the model (parameter_shard.hpp
-// says how its clock and pushes count).
+// its shard to every other rank. Membership (docs/averaging.md): a worker
+// that serves no shard may leave() (its pending pushes applied once); under
+// on_peer_failure = continue_ (SSP, Downpour) a server forgets a dead
+// worker, whose pushes so far stay; a dead server is an error on every
+// worker (shards are not replicated); a joiner becomes one more worker,
+// welcomed with every shard (parameter_shard.hpp: how its clock and pushes
+// count).
 #pragma once
 
 #include <chorus/averaging/admission.hpp>

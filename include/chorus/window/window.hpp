@@ -14,60 +14,39 @@
 //   win.free();                              // collective
 //
 // Semantics (docs/windows.md): slot (t, s) on rank t is written by s alone;
-// a put replaces its value, an accumulate adds to it, and each carries the
-// window's associated weight p times the target's weight (push-sum). Reads
-// happen at update(), collect() and get() on the reader's thread, and never
-// see a torn tensor (slot.hpp: double buffer with counters). version(s)
-// counts the entries landed in s's slot since the last update. A put never
-// waits for its target; an accumulate whose target has not yet applied the
-// one two before it is kept (summed) here and written at the next window
-// call that finds room, or at quiesce(). The non-blocking forms keep an
-// entry so too while the link still carries the last one (a slow link
-// then carries sums at its pace); the blocking forms wait for the link.
+// a put replaces its value, an accumulate adds to it, each weighted by the
+// window's p times the target's weight (push-sum). Reads happen at update(),
+// collect() and get() on the reader's thread and never see a torn tensor
+// (slot.hpp). A put never waits for its target; an accumulate whose target
+// has not applied the one two before it is summed here and written when
+// there is room (or at quiesce()), so a slow link carries sums at its pace.
 //
-// Elements are float, a flat vector (a model's tensors concatenated: the
-// averaging schemes flatten). The window's own communicator is split off
-// the one it is given; its memory is registered with the transport once
-// (transport/one_sided.hpp), and the keys are exchanged at creation. Peers
-// on this host are reached by loads and stores into the mapped memory,
-// others by messages the owner's progress thread applies to its memory
-// (relay.hpp; UCX RMA with CHORUS_WINDOW_NETWORK=rma), or by the
-// transport's one-sided operations where they need no help from the target
-// (the simulated transport). Costs: a put writes one entry (header + encoded
-// tensor) per target; a read copies at most two entries per source; memory
-// per rank: 2 entries per source and 2 for the published tensor, plus a
-// decoded view per source and a pending tensor per target.
+// Elements are float, a flat vector. The window's communicator is split off
+// the one it is given; its memory is exposed through the transport's
+// one-sided concept (transport/one_sided.hpp), keys exchanged at creation.
+// Peers on this host are reached by loads and stores into mapped memory,
+// others by messages the owner's progress thread applies (relay.hpp; UCX
+// RMA with CHORUS_WINDOW_NETWORK=rma), or by one-sided operations where the
+// transport needs no help from the target (the simulated one). Cost: a put
+// writes one entry (header + encoded tensor) per target; a read copies at
+// most two entries per source; memory: 2 entries per source and 2 for the
+// published tensor, a decoded view per source, a pending tensor per target.
 //
-// Non-blocking forms return a window_request (request.hpp): a put or an
-// accumulate is written on the caller's thread and completes once sent; a
-// get or an update runs on the communicator's background thread (its
-// network round trips and its combine overlap the caller's work), and the
-// window's next call waits for it: calls complete in the order made.
+// Non-blocking forms return a window_request (request.hpp): a write runs on
+// the caller's thread and completes once sent; a get or an update runs on
+// the background thread, and the window's next call waits for it (calls
+// complete in the order made). Threads: one thread uses a window, except
+// that publish() and set_p() may come from a second while the first only
+// reads (a server publishing on its progress thread: parameter_server's
+// fetch_by_get). Failure: an operation on a dead peer raises peer_failure;
+// drop(rank) forgets it; every wait is bounded by the timeout.
 //
-// Threads: one thread uses a window, except that publish() and set_p() may
-// come from a second while the first only reads (get, collect, version,
-// wait_versions): they touch the published tensor alone (a server that
-// publishes on its progress thread while its trainer fetches:
-// parameter_server's fetch_by_get). An update in flight sets p when done.
-//
-// Failure: an operation on a dead peer raises peer_failure; drop(rank)
-// forgets it (the schemes' continue policy). Every wait is bounded by the
-// communicator's timeout.
-//
-// Device slots: a window made over device memory keeps its slots' and its
-// published tensor's payloads in device memory (device_region.hpp) where
-// the router's direct path takes the tensor on every rank (a UCX that moves
-// device memory and registers it as such, device kernels for the codec;
-// route/direct_path.hpp). A writer encodes on the device and puts the
-// payload by UCX RMA, flushed before the counter that makes it visible; a
-// reader decodes and combines on the device, with the host slots' bits
-// (update's weighted sum in double included). Counters and headers stay in
-// host memory, and the slot protocol with them. The window's tensors (put,
-// accumulate, update, publish) are then device memory, collect() hands
-// device spans, and a write returns once its payload has landed. Where any
-// rank's memory or UCX says no, device tensors are staged through host
-// slots; the debug report says which, and why. The router installed at
-// creation must outlive the window.
+// Device slots (docs/windows.md, "Slots in device memory"): over device
+// memory on the direct path, the payloads live in device memory
+// (device_region.hpp), written by RMA and flushed before the counter that
+// makes them visible, and encoded, decoded and combined on the device;
+// counters and headers stay on the host. Elsewhere device tensors are
+// staged through host slots, and the debug report says why.
 #pragma once
 
 #include <chorus/codec/any_codec.hpp>

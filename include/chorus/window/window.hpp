@@ -52,17 +52,18 @@
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/any_error_feedback.hpp>
 #include <chorus/codec/spec.hpp>
-#include <chorus/collective/allgather.hpp>
-#include <chorus/comm/background.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
 #include <chorus/comm/traffic.hpp>
 #include <chorus/core/error.hpp>
-#include <chorus/core/variables.hpp>
 #include <chorus/record/call.hpp>
 #include <chorus/route/direct_path.hpp>
 #include <chorus/route/memory_router.hpp>
+#include <chorus/window/call_order.hpp>
 #include <chorus/window/device_region.hpp>
+#include <chorus/window/exposure.hpp>
+#include <chorus/window/graph.hpp>
+#include <chorus/window/neighbour_links.hpp>
 #include <chorus/window/peer_region.hpp>
 #include <chorus/window/relay.hpp>
 #include <chorus/window/request.hpp>
@@ -74,8 +75,6 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <exception>
-#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -134,7 +133,7 @@ class window {
   window(const window&) = delete;
   window& operator=(const window&) = delete;
   ~window() {
-    finish_background();
+    calls_.finish();
     *alive_ = nullptr;
     if (!freed_) retire();
   }
@@ -281,7 +280,7 @@ class window {
       for (int rank : watched) {
         source_state& source = named(sources_, rank, "a source", "wait_versions");
         if (source.lost) continue;
-        const bool dead = neighbour_gone(rank);  // first: a relay settles after applying all it had
+        const bool dead = links_.gone(rank);  // first: a relay settles after applying all it had
         if (completed(source) - source.seen + source.gets >= count) continue;
         guarded([&] {
           if (dead) gone(rank, "window wait_versions");
@@ -426,7 +425,7 @@ class window {
         target.drained = {};
         target.quiescing = {};
       }
-    if (const auto found = links_.find(rank); found != links_.end()) found->second->abandon();
+    links_.abandon(rank);
     if (device_) device_->abandon(rank);
   }
   bool lost(int rank) const {
@@ -464,10 +463,7 @@ class window {
       throw;
     }
     for (target_state& target : targets_) target.quiescing = {};  // no notice comes after free()
-    progress_.release();
-    relay_thread_ = nullptr;
-    relay_.reset();
-    links_.clear();
+    links_.close();
     device_.reset();
     region_.release();
   }
@@ -522,63 +518,11 @@ class window {
     bool has_pending() const noexcept { return !lost && !pending.empty(); }
   };
 
-  // A get or update running on the background thread. Its error is raised
-  // by its request, or else by the window's next call.
-  struct background_op {
-    std::future<void> done;
-    std::exception_ptr failure;
-    bool finished = false;
-    bool reported = false;
-    // True once finished (waiting at most `limit`); raises its error if a
-    // request asks, or if no one has been told yet.
-    bool settle(std::chrono::milliseconds limit, bool asked_by_request) {
-      if (!finished) {
-        if (done.wait_for(limit) != std::future_status::ready) return false;
-        finished = true;
-        try {
-          done.get();
-        } catch (...) {
-          failure = std::current_exception();
-        }
-      }
-      if (failure && (asked_by_request || !reported)) {
-        reported = true;
-        std::rethrow_exception(failure);
-      }
-      return true;
-    }
-  };
-
-  // Runs `work` on the communicator's background thread (in the queue of
-  // its non-blocking collectives); device memory orders on the caller's
-  // stream (route/memory_router.hpp).
+  // Calls complete in the order made (call_order.hpp).
+  void in_order() const { calls_.wait_previous(comm_); }
   template <class Work>
   window_request in_background(Work work) {
-    auto op = std::make_shared<background_op>();
-    op->done = comm_.background().submit(on_callers_stream(std::move(work)));
-    background_ = op;
-    const std::chrono::milliseconds limit = background_limit();
-    return {[op] { return op->settle(std::chrono::milliseconds(0), true); },
-            [op, limit, where = error_context{comm_.world_rank(comm_.rank()), -1, "window request"}] {
-              if (!op->settle(limit, true))
-                throw error(errc::timeout, "the window's background operation did not finish", where);
-            }};
-  }
-  // The queue ahead may hold non-blocking collectives, each bounded by the timeout.
-  std::chrono::milliseconds background_limit() const { return background_worker::queued_wait_limit(comm_.timeout()); }
-
-  // Calls complete in the order made: a get or update still running on the
-  // background thread is waited for first.
-  void in_order() const {
-    if (!background_) return;
-    if (!background_->settle(background_limit(), false))
-      throw failure(errc::timeout, "the window's background operation did not finish", -1, "window");
-    background_.reset();
-  }
-  // At teardown: its waits are bounded by the timeout, and it uses this window.
-  void finish_background() noexcept {
-    if (background_ && !background_->finished) background_->done.wait();
-    background_.reset();
+    return calls_.in_background(comm_, std::move(work));
   }
 
   // A put or accumulate's request: complete once everything written so far
@@ -680,59 +624,13 @@ class window {
                     std::string("window ") + operation);
   }
 
-  // Every rank's sources, allgathered, so each rank knows its targets and
-  // where its slot is in each (sources in ascending order), and every rank
-  // raises the same error when the ranks disagree. The slots are in device
-  // memory where every rank's `device` path is direct.
+  // The graph every rank agrees on (graph.hpp), and this rank's sources'
+  // and targets' states from it: where each slot is, host or device.
   void agree_on_graph(const std::optional<std::vector<int>>& given, bool feedback, const path_report& device) {
-    const int n = comm_.size(), me = comm_.rank();
-    std::vector<int> mine;
-    bool valid = true;
-    if (given) {
-      mine = *given;
-      std::sort(mine.begin(), mine.end());
-      for (std::size_t k = 0; k < mine.size(); ++k)
-        valid &= mine[k] >= 0 && mine[k] < n && mine[k] != me && (k == 0 || mine[k] != mine[k - 1]);
-    } else {
-      for (int r = 0; r < n; ++r)
-        if (r != me) mine.push_back(r);
-    }
-    // One record per rank: elements, slot payload bytes, whether its sources
-    // are valid, whether it takes device slots, then a source flag per rank.
-    const std::size_t record = 18 + static_cast<std::size_t>(n);
-    std::vector<std::uint8_t> all(record * static_cast<std::size_t>(n));
-    std::uint8_t* own = all.data() + record * static_cast<std::size_t>(me);
-    const std::uint64_t sizes[2] = {elements_, slot_.payload_bytes};
-    std::memcpy(own, sizes, sizeof sizes);
-    own[16] = valid ? 1 : 0;
-    own[17] = device.direct ? 1 : 0;
-    if (valid)
-      for (int source : mine) own[18 + source] = 1;
-    allgather(comm_, std::span<std::uint8_t>(all));
-    const auto at = [&](int of) { return all.data() + record * static_cast<std::size_t>(of); };
-    const auto is_source = [&](int of, int rank) { return at(of)[18 + static_cast<std::size_t>(rank)] != 0; };
-    // Every rank raises the same error, naming the same rank.
-    for (int r = 0; r < n; ++r)
-      if (at(r)[16] == 0)
-        throw failure(errc::invalid_argument,
-                      "rank " + std::to_string(r) +
-                          " gave sources that are not distinct ranks of the communicator other than itself",
-                      r, "window");
-    std::uint64_t first[2];  // rank 0's
-    std::memcpy(first, at(0), sizeof first);
-    for (int r = 1; r < n; ++r) {
-      std::uint64_t theirs[2];
-      std::memcpy(theirs, at(r), sizeof theirs);
-      if (theirs[0] != first[0] || theirs[1] != first[1])
-        throw failure(errc::mismatch,
-                      "rank " + std::to_string(r) + " made its window of " + std::to_string(theirs[0]) + " elements (" +
-                          std::to_string(theirs[1]) + " bytes a slot), rank 0 of " + std::to_string(first[0]) + " (" +
-                          std::to_string(first[1]) + ")",
-                      r, "window");
-    }
-    choose_slot_memory(device, [&](int r) { return at(r)[17] != 0; });
+    const windows::graph agreed = windows::agree_on_graph(comm_, given, elements_, slot_.payload_bytes, device.direct);
+    choose_slot_memory(device, agreed.refusing_device);
     std::size_t offset = published_.bytes();
-    for (int source : mine) {
+    for (int source : agreed.sources) {
       source_state state;
       state.rank = source;
       state.offset = offset;
@@ -741,14 +639,11 @@ class window {
       sources_.push_back(std::move(state));
       offset += slot_.bytes();
     }
-    for (int target = 0; target < n; ++target) {
-      if (target == me || !is_source(target, me)) continue;
-      std::size_t position = 0;  // this rank among the target's sources, in ascending order
-      for (int r = 0; r < me; ++r) position += is_source(target, r) ? 1 : 0;
+    for (const windows::graph::target& target : agreed.targets) {
       target_state state;
-      state.rank = target;
-      state.offset = published_.bytes() + position * slot_.bytes();
-      state.device_offset = device_layout_.slot_at(position);
+      state.rank = target.rank;
+      state.offset = published_.bytes() + target.position * slot_.bytes();
+      state.device_offset = device_layout_.slot_at(target.position);
       if (codec_ && feedback) state.feedback = std::make_unique<codec::any_error_feedback>(codec_);
       targets_.push_back(std::move(state));
     }
@@ -767,96 +662,19 @@ class window {
     std::sort(neighbours.begin(), neighbours.end());
     neighbours.erase(std::unique(neighbours.begin(), neighbours.end()), neighbours.end());
     const std::uint32_t sequence = comm_.next_sequence();
-    std::vector<std::vector<std::byte>> cards = trade_cards(neighbours, region_.card(), comm_.wire_tag(sequence, 0));
+    std::vector<std::vector<std::byte>> cards =
+        windows::trade_cards(comm_, neighbours, region_.card(), comm_.wire_tag(sequence, 0));
     std::vector<typename transport_type::remote_memory> memories;
     for (std::size_t k = 0; k < neighbours.size(); ++k)
       memories.push_back(network.reach(comm_.world_rank(neighbours[k]), cards[k]));
     if (device_) {
-      cards = trade_cards(neighbours, device_->card(), comm_.wire_tag(sequence, 2));
+      cards = windows::trade_cards(comm_, neighbours, device_->card(), comm_.wire_tag(sequence, 2));
       for (std::size_t k = 0; k < neighbours.size(); ++k)
         device_->reach(neighbours[k], comm_.world_rank(neighbours[k]), cards[k]);
     }
-    const std::vector<windows::reach> ways = agree_on_reach(neighbours, memories, comm_.wire_tag(sequence, 1));
-    const windows::relay_tags tags{comm_.wire_tag(tag::point_to_point, 1), comm_.wire_tag(tag::point_to_point, 2),
-                                   comm_.wire_tag(tag::point_to_point, 3)};
-    std::vector<int> relayed;  // world ranks: the neighbours this rank's relay serves
-    for (std::size_t k = 0; k < neighbours.size(); ++k) {
-      const int peer = comm_.world_rank(neighbours[k]);
-      links_.emplace(neighbours[k], std::make_unique<region>(network, peer, std::move(memories[k]), ways[k], tags));
-      if (ways[k] == windows::reach::messages) relayed.push_back(peer);
-    }
-    for (std::size_t k = 0; k < neighbours.size(); ++k)
-      if (ways[k] == windows::reach::rma) try_remote_atomics(neighbours[k]);
-    // Over the network a neighbour's ops are messages this rank's progress
-    // thread applies (or UCX's emulated RMA its worker answers): keep the
-    // network moving while the trainer computes.
-    if constexpr (transport_type::remote_access_needs_target_progress) {
-      if (!relayed.empty()) {
-        relay_.emplace(network, std::span(region_.data(), region_.size()), tags, relayed,
-                       comm_.world_rank(comm_.rank()));
-        progress_ = comm_.progress_thread().add([this] { return relay_->serve(); });
-        relay_thread_ = &comm_.progress_thread();
-      } else if (std::find(ways.begin(), ways.end(), windows::reach::rma) != ways.end()) {
-        progress_ = comm_.progress_thread().add([] { return false; });
-      }
-    }
-  }
-
-  // Sends `card` to every neighbour and returns theirs, in the same order.
-  std::vector<std::vector<std::byte>> trade_cards(const std::vector<int>& neighbours,
-                                                  const std::vector<std::byte>& card, transport::tag_t tag) {
-    std::vector<std::vector<std::byte>> cards(neighbours.size(), std::vector<std::byte>(max_card_bytes));
-    std::vector<typename Communicator::request> requests;
-    for (std::size_t k = 0; k < neighbours.size(); ++k) {
-      requests.push_back(comm_.irecv_bytes(cards[k], neighbours[k], tag));
-      requests.push_back(comm_.isend_bytes(card, neighbours[k], tag));
-    }
-    comm_.wait_all(requests, "window create");
-    for (std::size_t k = 0; k < neighbours.size(); ++k) cards[k].resize(requests[2 * k].received_bytes());
-    return cards;
-  }
-
-  // How each neighbour is reached: mapped when each of the pair maps the
-  // other's memory (each tells the other), else by messages or RMA
-  // (CHORUS_WINDOW_NETWORK): a pair must agree, since a relayed neighbour
-  // needs this rank to serve it. A transport whose remote accesses need no
-  // help from the target gains nothing from a relay: RMA.
-  std::vector<windows::reach> agree_on_reach(const std::vector<int>& neighbours,
-                                             const std::vector<typename transport_type::remote_memory>& memories,
-                                             transport::tag_t tag) {
-    std::vector<std::uint8_t> mine(neighbours.size()), theirs(neighbours.size());
-    std::vector<typename Communicator::request> requests;
-    for (std::size_t k = 0; k < neighbours.size(); ++k) {
-      mine[k] = memories[k].direct() != nullptr ? 1 : 0;
-      requests.push_back(comm_.irecv_bytes(std::as_writable_bytes(std::span(&theirs[k], 1)), neighbours[k], tag));
-      requests.push_back(comm_.isend_bytes(std::as_bytes(std::span(&mine[k], 1)), neighbours[k], tag));
-    }
-    comm_.wait_all(requests, "window create");
-    const windows::reach remote = !transport_type::remote_access_needs_target_progress || variables::window_rma()
-                                      ? windows::reach::rma
-                                      : windows::reach::messages;
-    std::vector<windows::reach> ways;
-    for (std::size_t k = 0; k < neighbours.size(); ++k)
-      ways.push_back(mine[k] != 0 && theirs[k] != 0 ? windows::reach::mapped : remote);
-    return ways;
-  }
-
-  // UCX RMA to a neighbour (CHORUS_WINDOW_NETWORK=rma) is tried once at
-  // creation: a UCX without remote atomics over the transport it chose (UCX
-  // 1.22 over TCP: its endpoint then times out, which reads as the peer's
-  // death) is an `unavailable` error here, not a peer failure at the first
-  // write. A peer this host sees dead is its failure.
-  void try_remote_atomics(int rank) {
-    try {
-      (void)link(rank).load(windows::completed_at, comm_.deadline());
-    } catch (const error& failed) {
-      if (comm_.transport().peer_gone_now(comm_.world_rank(rank))) throw;
-      throw failure(errc::unavailable,
-                    std::string("UCX RMA to this neighbour failed (") + failed.what() +
-                        "): this UCX has no remote atomics over the transport it chose (UCX 1.22 over TCP has none); "
-                        "without CHORUS_WINDOW_NETWORK=rma the window relays its operations as messages",
-                    rank, "window create");
-    }
+    const std::vector<windows::reach> ways =
+        windows::agree_on_reach(comm_, neighbours, memories, comm_.wire_tag(sequence, 1));
+    links_.connect(neighbours, std::move(memories), ways, std::span(region_.data(), region_.size()));
   }
 
   // Posts the receives for each target's notice that it entered the next
@@ -872,14 +690,12 @@ class window {
     });
   }
 
-  region& link(int rank) { return *links_.at(rank); }
+  region& link(int rank) { return links_[rank]; }
 
   // After a failure (or a window dropped without free()), a peer may still
   // write into this rank's memory: it is unmapped when the worker is gone.
   void retire() noexcept {
-    progress_.release();
-    for (auto& [rank, reached] : links_) reached->abandon();
-    links_.clear();
+    links_.abandon_all();
     if (device_) device_->retire();
     try {
       comm_.transport().retire(std::move(region_));
@@ -910,19 +726,6 @@ class window {
     for (int rank = 0; rank < comm_.size(); ++rank)
       if (rank != comm_.rank() && comm_.world_rank(rank) == failure.peer() && comm_.peer_gone(rank)) return rank;
     throw;
-  }
-
-  // Whether a neighbour is dead. One reached through mapped memory is
-  // written and read without the network, which alone would notice: its
-  // process is asked (at most every watch_interval, for all neighbours).
-  bool neighbour_gone(int rank) {
-    // A relayed neighbour's death is final once the relay has applied all
-    // it sent before (its last entries may still be on their way in).
-    if (comm_.peer_gone(rank)) return !relay_ || relay_->settled(comm_.world_rank(rank));
-    const auto now = transport::clock::now();
-    if (now < next_watch_) return false;
-    next_watch_ = now + watch_interval;
-    return comm_.transport().peer_gone_now(comm_.world_rank(rank));
   }
 
   static double weight_of(const std::vector<neighbour_weight>& weights, int rank) {
@@ -1056,7 +859,7 @@ class window {
   }
 
   void write_pending() {
-    progress_.rethrow_if_failed();  // a neighbour's malformed request, found by the relay
+    links_.rethrow_if_failed();
     if (!any_pending()) return;
     in_device_pass([&] {
       each_live(targets_, [&](target_state& target) {
@@ -1132,7 +935,7 @@ class window {
   // that never waits would never learn of the death.
   bool room_for(target_state& target, windows::entry_kind kind, link_busy busy) {
     if (busy == link_busy::keep_pending && !link(target.rank).test()) return false;
-    if (neighbour_gone(target.rank)) gone(target.rank, "window write");
+    if (links_.gone(target.rank)) gone(target.rank, "window write");
     const std::uint64_t number = target.written + 1;
     const std::uint64_t lag = ordered_ ? 1 : kind == windows::entry_kind::accumulate ? 2 : number;
     return consumed_at_least(target, number > lag ? number - lag : 0, busy);
@@ -1180,18 +983,11 @@ class window {
       if (try_read_new(source)) return;
       comm_.poll_until(
           [&] {
-            serve_relay_if_here();
+            links_.serve_relay_if_here();
             return try_read_new(source);
           },
           "window read", source.rank);
     });
-  }
-
-  // A read that waits on the thread this window's relay runs on (a server
-  // reading its slots from a progress-thread poller) applies the writer's
-  // remaining relayed operations itself: nothing else would.
-  void serve_relay_if_here() {
-    if (relay_thread_ != nullptr && relay_thread_->is_this_thread()) relay_->serve();
   }
 
   // True once the slot's new entries are applied (or there are none);
@@ -1222,7 +1018,7 @@ class window {
     settle_device();  // the payloads' copies are whole before `begun` says whether they were rewritten meanwhile
     std::atomic_thread_fence(std::memory_order_acquire);
     if (windows::counter_at(slot, windows::begun_at).load(std::memory_order_acquire) >= oldest + 2) {
-      if (neighbour_gone(source.rank)) gone(source.rank, "window read (its writer died mid-entry)");
+      if (links_.gone(source.rank)) gone(source.rank, "window read (its writer died mid-entry)");
       return false;
     }
     const auto [last, first] =
@@ -1321,7 +1117,7 @@ class window {
   // value; a copy that was not whole is copied again.
   bool try_read_published(source_state& source, double weight) {
     region& from = link(source.rank);
-    if (neighbour_gone(source.rank)) gone(source.rank, "window get");
+    if (links_.gone(source.rank)) gone(source.rank, "window get");
     const std::uint64_t newest = from.load(windows::completed_at, comm_.deadline());
     std::byte head[sizeof(windows::entry_header)];
     from.read(published_.entry_at(newest), head, comm_.deadline());
@@ -1385,13 +1181,9 @@ class window {
     return router->direct_path(device_view_, spec_, network);
   }
 
-  // Device slots where every rank takes them (`wants(rank)`), else host
+  // Device slots where every rank takes them (none `refusing`), else host
   // slots for all: the layouts differ. The debug report says which.
-  template <class Wants>
-  void choose_slot_memory(const path_report& mine, Wants&& wants) {
-    int refusing = -1;
-    for (int r = 0; r < comm_.size() && refusing < 0; ++r)
-      if (!wants(r)) refusing = r;
+  void choose_slot_memory(const path_report& mine, int refusing) {
     device_slots_ = refusing < 0;
     if (device_slots_) {
       device_layout_ = {elements_ * sizeof(float), slot_.payload_bytes};
@@ -1581,9 +1373,6 @@ class window {
               std::span<std::byte>(on_network(source.device_spare), device_layout_.tensor_bytes), comm_.deadline());
   }
 
-  static constexpr std::size_t max_card_bytes = 4096;
-  static constexpr auto watch_interval = std::chrono::milliseconds(50);
-
   Communicator comm_;  // its own: the card exchange and barrier meet no one else's tags
   std::size_t elements_;
   codec::any_codec codec_;
@@ -1601,19 +1390,15 @@ class window {
   local_arithmetic* where_ = nullptr;
   std::vector<source_state> sources_;
   std::vector<target_state> targets_;
-  std::map<int, std::unique_ptr<region>> links_;                // neighbours' regions, by rank
-  std::optional<windows::relay_server<transport_type>> relay_;  // serves the neighbours that reach it by messages
-  progress_thread::registration progress_;                      // released before relay_ goes
-  const progress_thread* relay_thread_ = nullptr;               // where relay_ is served
-  std::vector<std::byte> copies_;                               // entries copied out of a slot, checked before use
+  windows::neighbour_links<Communicator> links_{comm_};  // each neighbour's region, the relay, the watch
+  std::vector<std::byte> copies_;                        // entries copied out of a slot, checked before use
   bool drop_dead_;
   bool ordered_;
   double p_ = 1.0;
   std::uint32_t quiesce_notice_ = 0;  // the sequence of the next quiesce()'s notices
   std::uint64_t published_count_ = 0;
-  transport::clock::time_point next_watch_{};
   bool freed_ = false;
-  mutable std::shared_ptr<background_op> background_;                 // the get or update in flight
+  windows::call_order calls_;                                         // the get or update in flight
   std::shared_ptr<window*> alive_ = std::make_shared<window*>(this);  // null once gone: for put requests
 };
 

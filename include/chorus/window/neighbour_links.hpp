@@ -3,15 +3,19 @@
 // neighbour, reached the way the pair agreed (exposure.hpp); the relay that
 // applies the operations of the neighbours that reach this rank by messages
 // (relay.hpp), served by the communicator's progress thread while the
-// trainer computes; and the watch on neighbours reached through mapped
-// memory, whose death no network operation would notice: their processes
-// are asked at most every 50 ms, for all of them together.
+// trainer computes; the watch on neighbours reached through mapped memory,
+// whose death no network operation would notice (their processes are asked
+// at most every 50 ms, for all of them together); and which neighbours are
+// lost, under the window's policy: a dead one is an error that ends the
+// job, or, with drop_dead_peers, dropped while the operation goes on with
+// the others.
 #pragma once
 
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/comm/tag.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/transport/transport.hpp>
+#include <chorus/window/device_region.hpp>
 #include <chorus/window/peer_region.hpp>
 #include <chorus/window/relay.hpp>
 #include <chorus/window/slot.hpp>
@@ -37,7 +41,7 @@ class neighbour_links {
   using region = peer_region<transport_type>;
   using remote_memory = typename transport_type::remote_memory;
 
-  explicit neighbour_links(Communicator& comm) : comm_(comm) {}
+  neighbour_links(Communicator& comm, bool drop_dead) : comm_(comm), drop_dead_(drop_dead) {}
   neighbour_links(const neighbour_links&) = delete;
   neighbour_links& operator=(const neighbour_links&) = delete;
 
@@ -94,9 +98,45 @@ class neighbour_links {
     if (relay_thread_ != nullptr && relay_thread_->is_this_thread()) relay_->serve();
   }
 
-  // A dropped neighbour: its link's operations end at once.
-  void abandon(int rank) {
+  // The device region's links end with the host ones when a neighbour is
+  // dropped (device_region.hpp); it outlives these links' use.
+  void include_device_links(device_region<transport_type>& device) { device_ = &device; }
+
+  bool lost(int rank) const { return std::find(lost_.begin(), lost_.end(), rank) != lost_.end(); }
+  bool drops_dead() const noexcept { return drop_dead_; }
+
+  // Forgets a neighbour: its links' operations end at once; operations
+  // skip it from here on.
+  void drop(int rank) {
+    if (!lost(rank)) lost_.push_back(rank);
     if (const auto found = links_.find(rank); found != links_.end()) found->second->abandon();
+    if (device_ != nullptr) device_->abandon(rank);
+  }
+
+  // A dead neighbour: an error that ends the job (teardown then abandons,
+  // bounded), unless the window drops dead neighbours and goes on.
+  [[noreturn]] void fail_gone(int rank, const std::string& operation) const {
+    if (!drop_dead_) comm_.transport().abandon();
+    throw error(errc::peer_failure, "the peer is gone",
+                {comm_.world_rank(comm_.rank()), comm_.world_rank(rank), operation});
+  }
+
+  // f(); with drop_dead_peers a neighbour whose death f reports is dropped
+  // instead of raised.
+  template <class F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (const error& failure) {
+      if (!drop_dead_ || failure.category() != errc::peer_failure) throw;
+      drop(dead_named(failure));
+    }
+  }
+  // f(state) for each state of a neighbour not lost, guarded.
+  template <class States, class F>
+  void each_live(States& states, F&& f) {
+    for (auto& state : states)
+      if (!lost(state.rank)) guarded([&] { f(state); });
   }
 
   // free(): every write has landed and the ranks met; the relay stops.
@@ -117,6 +157,13 @@ class neighbour_links {
  private:
   static constexpr auto watch_interval = std::chrono::milliseconds(50);
 
+  // In a catch block: the dead neighbour `failure` names, or rethrows.
+  int dead_named(const error& failure) const {
+    for (int rank = 0; rank < comm_.size(); ++rank)
+      if (rank != comm_.rank() && comm_.world_rank(rank) == failure.peer() && comm_.peer_gone(rank)) return rank;
+    throw;
+  }
+
   // RMA to a neighbour (CHORUS_WINDOW_NETWORK=rma) is tried once at
   // creation: a UCX without remote atomics over the transport it chose (UCX
   // 1.22 over TCP: its endpoint then times out, which reads as the peer's
@@ -135,7 +182,10 @@ class neighbour_links {
     }
   }
 
-  Communicator& comm_;                                 // the window's own
+  Communicator& comm_;  // the window's own
+  bool drop_dead_;
+  std::vector<int> lost_;                              // dropped, in order
+  device_region<transport_type>* device_ = nullptr;    // device slots' links
   std::map<int, std::unique_ptr<region>> links_;       // by window rank
   std::optional<relay_server<transport_type>> relay_;  // serves the neighbours that reach this rank by messages
   progress_thread::registration progress_;             // released before relay_ goes

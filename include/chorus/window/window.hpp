@@ -123,7 +123,7 @@ class window {
         codec_(std::move(options.codec)),
         slot_{codec_.encoded_bytes(elements_)},
         published_{elements_ * sizeof(float)},
-        drop_dead_(options.drop_dead_peers),
+        links_(comm_, options.drop_dead_peers),
         ordered_(options.ordered) {
     agree_on_graph(options.sources, options.error_feedback, device_slots_path(initial));
     expose(initial);
@@ -279,13 +279,13 @@ class window {
       bool all = true;
       for (int rank : watched) {
         source_state& source = named(sources_, rank, "a source", "wait_versions");
-        if (source.lost) continue;
+        if (links_.lost(rank)) continue;
         const bool dead = links_.gone(rank);  // first: a relay settles after applying all it had
         if (completed(source) - source.seen + source.gets >= count) continue;
         guarded([&] {
           if (dead) gone(rank, "window wait_versions");
         });
-        all &= source.lost;
+        all &= links_.lost(rank);
       }
       return all;
     };
@@ -299,7 +299,7 @@ class window {
     in_order();
     const auto written = [&] {
       write_pending();
-      return std::none_of(targets_.begin(), targets_.end(), [](const target_state& t) { return t.has_pending(); });
+      return std::none_of(targets_.begin(), targets_.end(), [&](const target_state& t) { return has_pending(t); });
     };
     comm_.poll_until(written, "window wait_pending (a target does not read its slot)");
   }
@@ -312,7 +312,7 @@ class window {
     write_pending();
     bool all = true;
     each_live(targets_,
-              [&](target_state& target) { all &= !target.has_pending() && consumed_at_least(target, target.written); });
+              [&](target_state& target) { all &= !has_pending(target) && consumed_at_least(target, target.written); });
     return all;
   }
 
@@ -350,7 +350,7 @@ class window {
     const auto written = [&] {
       write_pending();
       read_all();
-      return std::none_of(targets_.begin(), targets_.end(), [](const target_state& t) { return t.has_pending(); });
+      return std::none_of(targets_.begin(), targets_.end(), [&](const target_state& t) { return has_pending(t); });
     };
     comm_.poll_until(written, "window quiesce (a target is not in quiesce())");
     flush();
@@ -383,8 +383,8 @@ class window {
     in_order();
     target_state& state = named(targets_, target, "a target", "in_quiesce");
     bool heard = false;
-    if (!state.lost) guarded([&] { heard = comm_.test(state.quiescing); });
-    return heard && !state.lost;
+    if (!links_.lost(target)) guarded([&] { heard = comm_.test(state.quiescing); });
+    return heard && !links_.lost(target);
   }
 
   // Whether an accumulate to `target` would be written at once: nothing of
@@ -399,9 +399,9 @@ class window {
     in_order();
     target_state& state = named(targets_, target, "a target", "ready");
     bool writable = false;  // stays false if guarded() drops it
-    if (!state.lost)
+    if (!links_.lost(target))
       guarded([&] {
-        writable = !state.has_pending() && room_for(state, windows::entry_kind::accumulate, link_busy::keep_pending);
+        writable = !has_pending(state) && room_for(state, windows::entry_kind::accumulate, link_busy::keep_pending);
       });
     return writable;
   }
@@ -412,26 +412,22 @@ class window {
   // Forgets a dead neighbour: operations skip it from here on.
   void drop(int rank) {
     in_order();
+    links_.drop(rank);
     for (auto& source : sources_)
       if (source.rank == rank) {
-        source.lost = true;
         source.drained = {};
         source.quiescing = {};
       }
     for (auto& target : targets_)
       if (target.rank == rank) {
-        target.lost = true;
         target.pending.clear();
         target.drained = {};
         target.quiescing = {};
       }
-    links_.abandon(rank);
-    if (device_) device_->abandon(rank);
   }
   bool lost(int rank) const {
     in_order();
-    return std::any_of(sources_.begin(), sources_.end(), [&](const auto& s) { return s.rank == rank && s.lost; }) ||
-           std::any_of(targets_.begin(), targets_.end(), [&](const auto& t) { return t.rank == rank && t.lost; });
+    return links_.lost(rank);
   }
   // The neighbours dropped so far (by drop(), or dead with drop_dead_peers).
   std::vector<int> dropped() const {
@@ -488,7 +484,6 @@ class window {
     std::uint64_t gets = 0;                    // gets since then
     typename Communicator::request drained;    // quiesce(): its "drained" mark
     typename Communicator::request quiescing;  // quiesce(): this rank's notice that it is in
-    bool lost = false;
   };
   struct pending_entry {
     windows::entry_kind kind{};
@@ -514,8 +509,6 @@ class window {
     float* device_residual = nullptr;
     typename Communicator::request drained;    // quiesce(): this rank's "drained" mark
     typename Communicator::request quiescing;  // its notice that it is in quiesce() (posted receive)
-    bool lost = false;
-    bool has_pending() const noexcept { return !lost && !pending.empty(); }
   };
 
   // Calls complete in the order made (call_order.hpp).
@@ -543,7 +536,7 @@ class window {
   bool sent() {
     write_pending();
     bool all = true;
-    each_live(targets_, [&](target_state& target) { all &= link(target.rank).test() && !target.has_pending(); });
+    each_live(targets_, [&](target_state& target) { all &= link(target.rank).test() && !has_pending(target); });
     return all;
   }
 
@@ -563,7 +556,7 @@ class window {
     if (!self_weight) {
       self_weight = 1.0 / static_cast<double>(live_sources() + 1);
       for (const source_state& source : sources_)
-        if (!source.lost) from.push_back({source.rank, *self_weight});
+        if (!links_.lost(source.rank)) from.push_back({source.rank, *self_weight});
     }
     if (device_) {
       require_device(given, "update");
@@ -579,7 +572,7 @@ class window {
       each_live(sources_, [&](source_state& source) { read_new(source); });
       settle_device();
       for (source_state& source : sources_) {
-        if (source.lost) continue;
+        if (links_.lost(source.rank)) continue;
         on_slot(source.rank, value_of(source), source.p);
         settle(source, reset);
       }
@@ -590,8 +583,8 @@ class window {
     write_pending();
     for (int rank : from) {
       source_state& source = named(sources_, rank, "a source", "collect_from");
-      if (!source.lost) guarded([&] { read_new(source); });
-      if (source.lost) continue;
+      if (!links_.lost(rank)) guarded([&] { read_new(source); });
+      if (links_.lost(rank)) continue;
       settle_device();
       on_slot(source.rank, value_of(source), source.p);
       settle(source, reset);
@@ -610,12 +603,6 @@ class window {
 
   error failure(errc code, const std::string& what, int peer, const std::string& operation) const {
     return error(code, what, {comm_.world_rank(comm_.rank()), peer < 0 ? -1 : comm_.world_rank(peer), operation});
-  }
-  // A dead neighbour: an error that ends the job (teardown then abandons,
-  // bounded), unless the window drops dead neighbours and goes on.
-  [[noreturn]] void gone(int peer, const std::string& operation) const {
-    if (!drop_dead_) comm_.transport().abandon();
-    throw failure(errc::peer_failure, "the peer is gone", peer, operation);
   }
   void require_size(std::size_t given, const char* operation) const {
     if (given != elements_)
@@ -704,29 +691,17 @@ class window {
     }
   }
 
-  // f(state) for each live source or target; with drop_dead_peers a
-  // neighbour whose death an operation reports is dropped and the loop
-  // goes on.
+  // Liveness and the drop policy are the links' (neighbour_links.hpp).
   template <class States, class F>
   void each_live(States& states, F&& f) {
-    for (auto& state : states)
-      if (!state.lost) guarded([&] { f(state); });
+    links_.each_live(states, f);
   }
   template <class F>
   void guarded(F&& f) {
-    try {
-      f();
-    } catch (const error& failure) {
-      if (!drop_dead_ || failure.category() != errc::peer_failure) throw;
-      drop(dead_named(failure));
-    }
+    links_.guarded(f);
   }
-  // In a catch block: the dead neighbour `failure` names, or rethrows.
-  int dead_named(const error& failure) const {
-    for (int rank = 0; rank < comm_.size(); ++rank)
-      if (rank != comm_.rank() && comm_.world_rank(rank) == failure.peer() && comm_.peer_gone(rank)) return rank;
-    throw;
-  }
+  [[noreturn]] void gone(int peer, const std::string& operation) const { links_.fail_gone(peer, operation); }
+  bool has_pending(const target_state& target) const { return !target.pending.empty() && !links_.lost(target.rank); }
 
   static double weight_of(const std::vector<neighbour_weight>& weights, int rank) {
     for (const neighbour_weight& entry : weights)
@@ -736,7 +711,7 @@ class window {
 
   std::size_t live_sources() const {
     return static_cast<std::size_t>(
-        std::count_if(sources_.begin(), sources_.end(), [](const source_state& s) { return !s.lost; }));
+        std::count_if(sources_.begin(), sources_.end(), [&](const source_state& s) { return !links_.lost(s.rank); }));
   }
 
   template <class States>
@@ -759,8 +734,8 @@ class window {
     for (const neighbour_weight& entry : weights) {
       State& state =
           named(states, entry.rank, std::is_same_v<State, source_state> ? "a source" : "a target", operation);
-      if (state.lost && !drop_dead_) gone(state.rank, std::string("window ") + operation);
-      if (!state.lost) guarded([&] { f(state, entry.weight); });
+      if (links_.lost(state.rank) && !links_.drops_dead()) gone(state.rank, std::string("window ") + operation);
+      if (!links_.lost(state.rank)) guarded([&] { f(state, entry.weight); });
     }
   }
 
@@ -863,7 +838,7 @@ class window {
     if (!any_pending()) return;
     in_device_pass([&] {
       each_live(targets_, [&](target_state& target) {
-        while (target.has_pending() && write_entry_if_room(target, link_busy::keep_pending)) {}
+        while (has_pending(target) && write_entry_if_room(target, link_busy::keep_pending)) {}
       });
     });
   }
@@ -1207,6 +1182,7 @@ class window {
     on_device([&] {
       local_arithmetic& where = arithmetic();
       device_.emplace(where, comm_.transport(), device_layout_.bytes(sources_.size()));
+      links_.include_device_links(*device_);
       device_view_ = {device_->data(), device_->size(), buffer_use::read_write};
       const std::size_t tensor = device_layout_.published_entry(), payload = device_layout_.slot_entry();
       for (source_state& source : sources_) {
@@ -1256,7 +1232,7 @@ class window {
     if (device_) arithmetic().settle();
   }
   bool any_pending() const {
-    return std::any_of(targets_.begin(), targets_.end(), [](const target_state& t) { return t.has_pending(); });
+    return std::any_of(targets_.begin(), targets_.end(), [&](const target_state& t) { return has_pending(t); });
   }
   void require_device(std::span<const float> values, const char* operation) const {
     if (router_->kind_of(values.data()) != memory_kind::cuda_device)
@@ -1390,9 +1366,8 @@ class window {
   local_arithmetic* where_ = nullptr;
   std::vector<source_state> sources_;
   std::vector<target_state> targets_;
-  windows::neighbour_links<Communicator> links_{comm_};  // each neighbour's region, the relay, the watch
-  std::vector<std::byte> copies_;                        // entries copied out of a slot, checked before use
-  bool drop_dead_;
+  windows::neighbour_links<Communicator> links_;  // each neighbour's region, the relay, the watch
+  std::vector<std::byte> copies_;                 // entries copied out of a slot, checked before use
   bool ordered_;
   double p_ = 1.0;
   std::uint32_t quiesce_notice_ = 0;  // the sequence of the next quiesce()'s notices

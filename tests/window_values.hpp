@@ -1,6 +1,7 @@
 // The values window tests write (different on every rank, round and
 // element, known to every rank), and a ring's sources: shared by the tests
-// over UCX (test_window_threads) and over SimGrid (sim_windows).
+// over UCX (test_window_threads, programs/window_check) and over SimGrid
+// (sim_windows).
 #pragma once
 
 #include <cmath>

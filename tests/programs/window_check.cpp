@@ -7,6 +7,8 @@
 //   chorus-run -n 5 window_check
 #include <chorus/chorus.hpp>
 
+#include "../window_values.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,16 +20,9 @@ namespace avg = chorus::averaging;
 
 namespace {
 
-float value_of(int rank, int round, std::size_t k) {
-  return std::sin(0.37f * static_cast<float>(rank + 1) + 0.011f * static_cast<float>(k)) *
-             static_cast<float>(1 + rank) +
-         0.25f * static_cast<float>(round);
-}
-std::vector<float> values_of(int rank, int round, std::size_t n) {
-  std::vector<float> values(n);
-  for (std::size_t k = 0; k < n; ++k) values[k] = value_of(rank, round, k);
-  return values;
-}
+using chorus_test::value_of;
+using chorus_test::values_of;
+
 bool close(float got, double expected) {
   return std::fabs(static_cast<double>(got) - expected) <= 1e-5 * (1.0 + std::fabs(expected));
 }
@@ -44,10 +39,8 @@ struct checks {
 
 void put_and_update(checks& check, std::size_t size) {
   chorus::communicator& comm = check.comm;
-  const int me = comm.rank(), n = comm.size();
-  std::vector<int> sources;
-  for (int peer : {(me + n - 1) % n, (me + 1) % n})
-    if (peer != me && std::find(sources.begin(), sources.end(), peer) == sources.end()) sources.push_back(peer);
+  const int me = comm.rank();
+  const std::vector<int> sources = chorus_test::ring_sources(me, comm.size());
   std::vector<float> x = values_of(me, 0, size);
   chorus::window win(comm, x, {.sources = sources});
   std::vector<chorus::neighbour_weight> to;

@@ -68,6 +68,18 @@ struct slot_layout {
   std::size_t entry_at(std::uint64_t number) const noexcept { return line_bytes + (number % 2) * entry_bytes(); }
 };
 
+// A window's host region: its published tensor's double buffer (floats),
+// then one slot per source (encoded tensors), sources ascending. Over
+// device slots both carry no payload (device_region.hpp holds it).
+struct region_layout {
+  std::size_t elements = 0;
+  slot_layout slot{};
+  slot_layout published{};
+
+  std::size_t slot_at(std::size_t position) const noexcept { return published.bytes() + position * slot.bytes(); }
+  std::size_t bytes(std::size_t sources) const noexcept { return slot_at(sources); }
+};
+
 // An 8-byte counter in memory other processes write too.
 inline std::atomic_ref<std::uint64_t> counter_at(std::byte* slot, std::size_t offset) noexcept {
   return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(slot + offset));

@@ -829,3 +829,35 @@ TEST_CASE("schemes wait through comm.progress_until: a silent peer is a timeout 
     CHECK(failures.empty());
   }
 }
+
+TEST_CASE("a server's roster: joiners admitted, goodbyes and drops counted once, indices kept") {
+  avg::worker_roster roster({1, 2, 4});
+  CHECK(roster.size() == 3);
+  CHECK(roster.sending_count() == 3);
+  CHECK(roster.index_of(4) == 2);
+  CHECK(roster.index_of(0) == roster.size());  // the server itself is none of its workers
+
+  const std::size_t joiner = roster.admit(5);
+  CHECK(joiner == 3);
+  CHECK(roster.at(joiner) == avg::standing::admitting);
+  CHECK(roster.sending_count() == 4);
+  roster.heard_from(joiner);
+  CHECK(roster.at(joiner) == avg::standing::live);
+
+  roster.said_goodbye(0, false);  // done: it takes the result
+  roster.said_goodbye(1, true);   // leaving: it does not
+  CHECK(roster.at(0) == avg::standing::finished);
+  CHECK(roster.at(1) == avg::standing::departed);
+  CHECK(roster.sending_count() == 2);
+
+  CHECK(roster.drop(4));
+  CHECK_FALSE(roster.drop(4));  // dropped once
+  CHECK_FALSE(roster.drop(7));  // not a worker
+  CHECK(roster.sending_count() == 1);
+  CHECK(roster.drop(2));  // rank 2, the leaver (index 1), dead after its goodbye: lost, counted once
+  CHECK(roster.at(1) == avg::standing::lost);
+  CHECK(roster.at(0) == avg::standing::finished);
+  CHECK(roster.sending_count() == 1);
+  CHECK(roster.sending(joiner));
+  CHECK_FALSE(roster.sending(2));
+}

@@ -81,6 +81,20 @@ typename Communicator::request introduce(Communicator& group, int contact) {
   return group.isend(group.introduction(), contact, hello_tag);
 }
 
+// Steps 2 and 3 on the joiner's side: `welcomes`, the receives it posted
+// for its contacts' welcomes, then its introduction to each contact, all
+// waited for (bounded by the timeout: a contact's death is an error here);
+// the welcomes come back completed, for the bytes each received.
+template <class Communicator>
+void welcomed(Communicator& group, std::span<typename Communicator::request> welcomes, const std::vector<int>& contacts,
+              std::string_view waiting) {
+  std::vector<typename Communicator::request> all;
+  for (auto& welcome : welcomes) all.push_back(std::move(welcome));
+  for (int contact : contacts) all.push_back(introduce(group, contact));
+  group.wait_all(all, waiting);
+  std::move(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(welcomes.size()), welcomes.begin());
+}
+
 // Step 3: a contact's standing receive for introductions, served by its
 // serving side only (one thread at a time).
 template <class Communicator>

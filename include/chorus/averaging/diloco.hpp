@@ -143,7 +143,8 @@ class diloco : public scheme_base<diloco<Communicator>> {
         options_(std::move(options)),
         losses_(options_.on_peer_failure) {
     check_options();
-    if (!options_.clock) options_.clock = [] {
+    if (!options_.clock)
+      options_.clock = [] {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
       };
     std::vector<float> start = model_.snapshot();
@@ -154,9 +155,8 @@ class diloco : public scheme_base<diloco<Communicator>> {
     } else {
       model_.copy_from(start);
       if (losses_.tolerated())
-        membership_.emplace(group_, [&](std::uint64_t& instance) {
-          broadcast(group_, std::span<std::uint64_t>(&instance, 1), 0);
-        });
+        membership_.emplace(
+            group_, [&](std::uint64_t& instance) { broadcast(group_, std::span<std::uint64_t>(&instance, 1), 0); });
       open_to_joiners();
     }
     started_at_ = options_.clock();
@@ -417,8 +417,9 @@ class diloco : public scheme_base<diloco<Communicator>> {
     f.report[samples_per_second] = seconds > 0.0 ? static_cast<double>(f.samples) / seconds : 0.0;
     f.report[stopping] = stopping_ ? 1.0 : 0.0;
     if (!introduced_.empty()) f.report[joiner] = static_cast<double>(introduced_.front()) + 1.0;
-    f.report[member_states + static_cast<std::size_t>(group_.rank())] =
-        leaving_ ? leaving : stopping_ ? finishing : going_on;
+    f.report[member_states + static_cast<std::size_t>(group_.rank())] = leaving_    ? leaving
+                                                                        : stopping_ ? finishing
+                                                                                    : going_on;
     f.own_report = f.report;
     samples_since_any_ = 0;
     f.samples = 0;
@@ -640,11 +641,14 @@ class diloco : public scheme_base<diloco<Communicator>> {
   // syncs so far, and the counters every member holds alike; then every
   // fragment's theta and outer momentum.
   void welcome(int newcomer) {
-    std::vector<std::int64_t> words{group_.id(), group_.sequence(),
+    std::vector<std::int64_t> words{group_.id(),
+                                    group_.sequence(),
                                     static_cast<std::int64_t>(membership_ ? membership_->instance() : 0),
                                     static_cast<std::int64_t>(membership_ ? membership_->generation() : 0),
-                                    static_cast<std::int64_t>(completed_), static_cast<std::int64_t>(last_synced_),
-                                    static_cast<std::int64_t>(job_samples_), bits_of(round_seconds_)};
+                                    static_cast<std::int64_t>(completed_),
+                                    static_cast<std::int64_t>(last_synced_),
+                                    static_cast<std::int64_t>(job_samples_),
+                                    bits_of(round_seconds_)};
     for (int member = 0; member < newcomer; ++member) words.push_back(group_.world_rank(member));
     std::vector<float> state;
     for (const fragment_state& f : fragments_) {
@@ -664,11 +668,11 @@ class diloco : public scheme_base<diloco<Communicator>> {
     std::vector<float> state;
     for (const fragment_state& f : fragments_) state.resize(state.size() + f.global.size() + f.velocity.size());
     this->metered(group_, "diloco join", [&] {
-      std::array<typename Communicator::request, 3> admission{
-          group_.irecv(std::span(words), 0, admission::welcome_tag), group_.irecv(std::span(state), 0, state_tag),
-          admission::introduce(group_, 0)};
-      group_.wait_all(admission, "diloco join, waiting for the welcome of the group's rank 0 (it admits joiners)");
-      words.resize(admission[0].received_bytes() / sizeof(std::int64_t));
+      std::array<typename Communicator::request, 2> welcomes{group_.irecv(std::span(words), 0, admission::welcome_tag),
+                                                             group_.irecv(std::span(state), 0, state_tag)};
+      admission::welcomed(group_, std::span(welcomes), {0},
+                          "diloco join, waiting for the welcome of the group's rank 0 (it admits joiners)");
+      words.resize(welcomes[0].received_bytes() / sizeof(std::int64_t));
     });
     if (words.size() < 9)
       throw error(errc::mismatch, "diloco join: rank 0's welcome is cut short",
@@ -728,7 +732,8 @@ class diloco : public scheme_base<diloco<Communicator>> {
     } catch (const error& failure) {
       if (failure.category() != errc::peer_failure && failure.category() != errc::timeout) throw;
       for (int peer = 0; peer < group_.size(); ++peer)
-        if (peer != group_.rank() && group_.peer_gone(peer)) losses_.record(group_.world_rank(peer), this->stats_.steps);
+        if (peer != group_.rank() && group_.peer_gone(peer))
+          losses_.record(group_.world_rank(peer), this->stats_.steps);
     }
   }
 
@@ -800,8 +805,7 @@ class diloco : public scheme_base<diloco<Communicator>> {
     const std::uint64_t most = verdict.most();
     if (most == verdict.least()) return;
     const int donor = verdict.donor();
-    std::array<double, 3> header{static_cast<double>(last_synced_), static_cast<double>(job_samples_),
-                                 round_seconds_};
+    std::array<double, 3> header{static_cast<double>(last_synced_), static_cast<double>(job_samples_), round_seconds_};
     broadcast(group_, std::span<double>(header), donor);
     fragment_state& f = fragments_.at(static_cast<std::size_t>(header[0]));
     broadcast(group_, std::span<float>(f.global), donor);
@@ -839,23 +843,23 @@ class diloco : public scheme_base<diloco<Communicator>> {
   parameters model_;
   diloco_options options_;
   std::vector<fragment_state> fragments_;
-  std::size_t next_ = 0;              // the fragment that syncs next (every rank the same order)
-  std::size_t last_synced_ = 0;       // the fragment of the last sync applied
+  std::size_t next_ = 0;                       // the fragment that syncs next (every rank the same order)
+  std::size_t last_synced_ = 0;                // the fragment of the last sync applied
   std::uint64_t started_ = 0, completed_ = 0;  // syncs started, applied
-  std::uint64_t samples_ = 0;         // this worker's
+  std::uint64_t samples_ = 0;                  // this worker's
   std::uint64_t samples_since_any_ = 0;
   std::uint64_t job_samples_ = 0;
-  double round_seconds_ = 0.0;        // T, the same bits on every rank
+  double round_seconds_ = 0.0;  // T, the same bits on every rank
   double started_at_ = 0.0, waiting_ = 0.0;
   bool stopping_ = false, leaving_ = false, departed_ = false;
-  std::vector<departure> departures_;  // members that said they leave, and where
-  std::vector<departure> arrivals_;    // joiners named in a report, and where they enter
+  std::vector<departure> departures_;                  // members that said they leave, and where
+  std::vector<departure> arrivals_;                    // joiners named in a report, and where they enter
   std::optional<admission::desk<Communicator>> desk_;  // rank 0's, for joiners' introductions
   std::uint32_t desk_group_ = 0;                       // the group id it serves
-  std::vector<int> introduced_;       // rank 0: joiners (transport ranks) not yet welcomed
+  std::vector<int> introduced_;                        // rank 0: joiners (transport ranks) not yet welcomed
   peer_losses losses_;
   std::optional<round_membership<Communicator>> membership_;  // on_peer_failure = continue_
-  std::atomic<bool> broken_{false};   // a sync failed: the background starts no other
+  std::atomic<bool> broken_{false};                           // a sync failed: the background starts no other
 };
 
 template <class C>

@@ -36,6 +36,7 @@
 #include <chorus/averaging/easgd.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/peer_loss.hpp>
+#include <chorus/averaging/roster.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/collective/broadcast.hpp>
@@ -148,7 +149,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       serving_.stop();  // from here on this thread serves, and alone touches the centre
       const auto all_gone = [&] {
         serve();
-        return workers_left_ == 0;
+        return workers_.sending_count() == 0;
       };
       serving_comm_.progress_until(all_gone, "easgd_async finish, waiting for every worker's last pull and goodbye");
       centre = centre_;
@@ -182,10 +183,6 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     request receive;
     request answer;
     std::uint64_t pulls = 0;  // served so far
-    bool done = false;        // said goodbye (done or leaving), or lost
-    bool lost = false;
-    bool departed = false;   // said leaving: no centre for it
-    bool admitting = false;  // a joiner not yet heard from (admission.hpp)
     std::vector<float> welcome;
   };
 
@@ -195,10 +192,10 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   void join() {
     std::vector<float> centre(elements_);
     this->metered(comm_, "easgd_async join", [&] {
-      std::array<request, 2> admission{comm_.irecv(std::span(centre), options_.server, admission::welcome_tag),
-                                       admission::introduce(comm_, options_.server)};
-      comm_.wait_all(admission, "easgd_async join, waiting for the server's welcome");
-      comm_.expect_bytes(admission[0], bytes_, "easgd_async join");
+      std::array<request, 1> welcomes{comm_.irecv(std::span(centre), options_.server, admission::welcome_tag)};
+      admission::welcomed(comm_, std::span(welcomes), {options_.server},
+                          "easgd_async join, waiting for the server's welcome");
+      comm_.expect_bytes(welcomes[0], bytes_, "easgd_async join");
     });
     model_.copy_from(centre);
   }
@@ -246,22 +243,27 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     centre_ = std::move(centre);
     serving_comm_ = comm_;
     desk_.open(serving_comm_);
-    workers_.resize(static_cast<std::size_t>(comm_.size()));
-    for (int w = 0; w < comm_.size(); ++w) {
-      if (w == options_.server) continue;
-      worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-      slot.incoming = wire::message(bytes_);
-      slot.reply = wire::message(bytes_);
-      post(w);
-    }
-    workers_left_ = comm_.size() - 1;
-    if (workers_left_ > 0 || comm_.store() != nullptr)  // with a store, workers may join
+    std::vector<int> ranks;
+    for (int rank = 0; rank < comm_.size(); ++rank)
+      if (rank != options_.server) ranks.push_back(rank);
+    workers_ = worker_roster(std::move(ranks));
+    for (std::size_t w = 0; w < workers_.size(); ++w) add_slot();
+    if (workers_.size() > 0 || comm_.store() != nullptr)  // with a store, workers may join
       serving_ = comm_.progress_thread().add([this] { return serve(); });
   }
 
-  void post(int w) {
-    worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-    slot.receive = serving_comm_.irecv(slot.incoming.buffer(), w, request_tag, receive_kind::standing);
+  // Worker w's slot, its first receive posted.
+  worker_slot& add_slot() {
+    worker_slot& slot = slots_.emplace_back();
+    slot.incoming = wire::message(bytes_);
+    slot.reply = wire::message(bytes_);
+    post(slots_.size() - 1);
+    return slot;
+  }
+
+  void post(std::size_t w) {
+    slots_[w].receive =
+        serving_comm_.irecv(slots_[w].incoming.buffer(), workers_.rank(w), request_tag, receive_kind::standing);
   }
 
   // Answers every pull that has arrived, and admits joiners (on the
@@ -272,16 +274,12 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
       welcome(*joiner);
       worked = true;
     }
-    for (int w = 0; w < serving_comm_.size(); ++w) {
-      if (w == options_.server || workers_[static_cast<std::size_t>(w)].done) continue;
+    for (std::size_t w = 0; w < workers_.size(); ++w) {
+      if (!workers_.sending(w)) continue;
       try {
         worked = serve_worker(w) || worked;
       } catch (const error& failure) {
-        const std::optional<int> gone = admission::gone_member(serving_comm_, failure);
-        if (gone && workers_[static_cast<std::size_t>(*gone)].admitting)
-          drop(*gone);  // a joiner that died during admission: never a member
-        else
-          drop(losses_.absorb(serving_comm_, failure, merges_.load(std::memory_order_relaxed)));
+        drop(workers_.absorb(serving_comm_, failure, losses_, merges_.load(std::memory_order_relaxed)));
       }
     }
     return worked;
@@ -291,57 +289,48 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   // centre as it is now for its first model.
   void welcome(int joiner) {
     serving_comm_ = serving_comm_.with(joiner);
-    const int w = serving_comm_.size() - 1;
-    worker_slot& slot = workers_.emplace_back();
-    slot.incoming = wire::message(bytes_);
-    slot.reply = wire::message(bytes_);
-    slot.admitting = true;
+    workers_.admit(serving_comm_.size() - 1);
+    worker_slot& slot = add_slot();
     {
       std::lock_guard lock(centre_mutex_);
       slot.welcome = centre_;
     }
     slot.answer =  // standing: a joiner that dies before it takes it fails nothing else
-        serving_comm_.isend(std::span<const float>(slot.welcome), w, admission::welcome_tag, receive_kind::standing);
-    post(w);
-    ++workers_left_;
+        serving_comm_.isend(std::span<const float>(slot.welcome), serving_comm_.size() - 1, admission::welcome_tag,
+                            receive_kind::standing);
   }
 
-  // A dead worker, under continue_: its pulls so far stay in the centre.
-  void drop(int w) {
-    worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-    if (slot.lost) return;
+  // A dead worker (roster.hpp's rule): its pulls so far stay in the centre.
+  void drop(int rank) {
+    if (!workers_.drop(rank)) return;
+    worker_slot& slot = slots_[workers_.index_of(rank)];
     slot.receive = request{};
     slot.answer = request{};
-    if (!slot.done) --workers_left_;
-    slot.done = slot.lost = true;
   }
 
   void send_centre(std::span<float> centre) {
-    for (int w = 0; w < serving_comm_.size(); ++w) {
-      const worker_slot& slot = workers_[static_cast<std::size_t>(w)];
-      if (w == options_.server || slot.lost || slot.departed) continue;
+    for (std::size_t w = 0; w < workers_.size(); ++w) {
+      if (workers_.at(w) != standing::finished) continue;
       try {
-        serving_comm_.send(centre, w, centre_tag);
+        serving_comm_.send(centre, workers_.rank(w), centre_tag);
       } catch (const error& failure) {  // it died after its goodbye
-        drop(losses_.absorb(serving_comm_, failure, merges_.load(std::memory_order_relaxed)));
+        drop(workers_.absorb(serving_comm_, failure, losses_, merges_.load(std::memory_order_relaxed)));
       }
     }
   }
 
   // Worker w's next message, if it has arrived; true if there was one.
-  bool serve_worker(int w) {
-    worker_slot& slot = workers_[static_cast<std::size_t>(w)];
+  bool serve_worker(std::size_t w) {
+    worker_slot& slot = slots_[w];
     if (!serving_comm_.test(slot.receive)) return false;
-    const wire::reader from{serving_comm_.world_rank(serving_comm_.rank()), serving_comm_.world_rank(w),
+    const wire::reader from{serving_comm_.world_rank(serving_comm_.rank()), serving_comm_.world_rank(workers_.rank(w)),
                             "easgd_async serve"};
     const wire::header head = slot.incoming.read(
         slot.receive.received_bytes(), {wire::kind::pull, wire::kind::done, wire::kind::leaving}, bytes_, from);
-    slot.admitting = false;
+    workers_.heard_from(w);
     if (head.what != wire::kind::pull) {
       wire::expect_sequence(head, slot.pulls, from);
-      slot.done = true;
-      slot.departed = head.what == wire::kind::leaving;
-      --workers_left_;
+      workers_.said_goodbye(w, head.what == wire::kind::leaving);
       return true;
     }
     wire::expect_sequence(head, ++slot.pulls, from);
@@ -352,7 +341,7 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
     }
     const auto answer = slot.reply.write(wire::kind::reply, head.sequence, 0.0, bytes_);
     const traffic before = this_thread_traffic();
-    slot.answer = serving_comm_.isend(answer, w, reply_tag);
+    slot.answer = serving_comm_.isend(answer, workers_.rank(w), reply_tag);
     const traffic sent = this_thread_traffic() - before;
     served_bytes_.fetch_add(sent.bytes_sent, std::memory_order_relaxed);
     served_messages_.fetch_add(sent.messages_sent, std::memory_order_relaxed);
@@ -372,10 +361,10 @@ class easgd_async : public scheme_base<easgd_async<Communicator>> {
   Communicator serving_comm_;
   admission::desk<Communicator> desk_;
   std::vector<float> centre_;
-  std::deque<worker_slot> workers_;  // by rank of serving_comm_; grows without moving a slot
+  worker_roster workers_;          // the serving thread's alone
+  std::deque<worker_slot> slots_;  // by the roster's index; grows without moving a slot
   peer_losses losses_;
   std::mutex centre_mutex_;
-  int workers_left_ = 0;  // the serving thread's alone
   std::atomic<std::uint64_t> merges_{0};
   std::atomic<std::uint64_t> served_bytes_{0};
   std::atomic<std::uint64_t> served_messages_{0};

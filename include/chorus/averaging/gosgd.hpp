@@ -34,6 +34,7 @@
 #include <chorus/averaging/consensus.hpp>
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/peer_loss.hpp>
+#include <chorus/averaging/roster.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/codec/any_codec.hpp>
@@ -107,7 +108,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   std::vector<int> departed() const {
     std::vector<int> ranks;
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peers_[static_cast<std::size_t>(peer)].departed) ranks.push_back(peer);
+      if (peers_[static_cast<std::size_t>(peer)].status == standing::departed) ranks.push_back(peer);
     return ranks;
   }
   // The peers this rank went on without (on_peer_failure = continue_).
@@ -144,7 +145,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     for (int waiting = peer_without_cut(); waiting >= 0; waiting = peer_without_cut()) {
       const auto cut_arrived = [&] {
         merge_arrivals();
-        return at(waiting).cut_in || at(waiting).lost || at(waiting).departed;
+        return at(waiting).cut_in || !present(at(waiting));
       };
       comm_.progress_until(cut_arrived, "gosgd quiesce, waiting for the peer's cut (it enters quiesce() or finish())",
                            waiting);
@@ -202,12 +203,12 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     std::uint64_t pushed_to = 0;    // pushes this rank sent the peer, ever
     std::uint64_t merged_from = 0;  // pushes merged from the peer, ever
     bool cut_in = false;            // its cut arrived: hold the rest until our quiesce() returns
-    bool lost = false;              // dead, and dropped (on_peer_failure = continue_)
-    bool leaving = false;           // it leaves: push no more to it; its done follows
-    bool departed = false;          // its done arrived: forgotten
-    bool acked = false;             // (this rank leaving) its ack arrived
-    bool stays = false;             // ... saying it stays
-    bool absent = false;            // (this rank joined) gone before it joined: never heard from
+    // live; leaving (push no more to it, its done follows); departed (its
+    // done arrived: forgotten); lost (dead and dropped, on_peer_failure =
+    // continue_); absent (this rank joined after it was gone: never heard from)
+    standing status = standing::live;
+    bool acked = false;  // (this rank leaving) its ack arrived
+    bool stays = false;  // ... saying it stays
     wire::message cut_out;
     request cut_send;
     wire::message note_out;  // a leaving, an ack or a done (one at a time: each follows the one before)
@@ -221,20 +222,21 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   peer_state& at(int peer) { return peers_[static_cast<std::size_t>(peer)]; }
 
-  // Every peer not dead or departed.
+  // Every peer still sending: live or leaving.
   template <class F>
   void for_each_peer(F&& visit) {
     for (int peer = 0; peer < comm_.size(); ++peer)
       if (peer != comm_.rank() && present(at(peer))) visit(peer, at(peer));
   }
-  static bool present(const peer_state& state) noexcept { return !state.lost && !state.departed && !state.absent; }
+  static bool present(const peer_state& state) noexcept { return still_sending(state.status); }
 
   void require_here(const char* operation) const { this->require_not_left(operation, comm_.world_rank(comm_.rank())); }
 
   std::vector<int> gone_world_ranks() const {
     std::vector<int> gone = losses_.ranks();
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peers_[static_cast<std::size_t>(peer)].departed || peers_[static_cast<std::size_t>(peer)].absent)
+      if (const standing status = peers_[static_cast<std::size_t>(peer)].status;
+          status == standing::departed || status == standing::absent)
         gone.push_back(comm_.world_rank(peer));
     return gone;
   }
@@ -248,7 +250,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     for (int peer = 0; peer < comm_.size(); ++peer) {
       const peer_state& state = peers_[static_cast<std::size_t>(peer)];
       group.members.push_back(comm_.world_rank(peer));
-      if (peer != comm_.rank() && (!present(state) || state.leaving)) group.gone.push_back(group.members.back());
+      if (peer != comm_.rank() && state.status != standing::live) group.gone.push_back(group.members.back());
     }
     return group.words();
   }
@@ -263,7 +265,8 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       welcomes_.back().handle = comm_.isend(std::span<const std::int64_t>(welcomes_.back().words), newcomer,
                                             admission::welcome_tag, receive_kind::standing);
       for_each_peer([&](int peer, peer_state& state) {
-        if (peer != newcomer && !state.leaving) note(peer, wire::kind::joined, static_cast<double>(*joiner));
+        if (peer != newcomer && state.status == standing::live)
+          note(peer, wire::kind::joined, static_cast<double>(*joiner));
       });
       push([&] { return newcomer; });  // half the weight: its start
     }
@@ -297,10 +300,10 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   void join(const Communicator& world) {
     std::vector<std::int64_t> words(3 + 3 * static_cast<std::size_t>(comm_.transport().capacity()));
     this->metered(comm_, "gosgd join", [&] {
-      std::array<request, 2> admission{comm_.irecv(std::span(words), 0, admission::welcome_tag),
-                                       admission::introduce(comm_, 0)};
-      comm_.wait_all(admission, "gosgd join, waiting for the welcome of the group's rank 0 (it admits joiners)");
-      words.resize(admission[0].received_bytes() / sizeof(std::int64_t));
+      std::array<request, 1> welcomes{comm_.irecv(std::span(words), 0, admission::welcome_tag)};
+      admission::welcomed(comm_, std::span(welcomes), {0},
+                          "gosgd join, waiting for the welcome of the group's rank 0 (it admits joiners)");
+      words.resize(welcomes[0].received_bytes() / sizeof(std::int64_t));
     });
     const admission::group_description group =
         admission::group_description::parse(words, comm_.transport().capacity(), comm_.transport().rank(),
@@ -310,7 +313,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
     group_ = world.joined_group(comm_.id(), group.collective, group.sequence);
     peers_.resize(static_cast<std::size_t>(comm_.size()));
     for (int peer = 0; peer + 1 < comm_.size(); ++peer)
-      at(peer).absent = std::find(gone.begin(), gone.end(), comm_.world_rank(peer)) != gone.end();
+      if (std::find(gone.begin(), gone.end(), comm_.world_rank(peer)) != gone.end()) at(peer).status = standing::absent;
     for_each_peer([&](int peer, peer_state&) {
       comm_.admit(comm_.world_rank(peer));  // a joiner after this one's start
       post(peer);
@@ -332,11 +335,11 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // A peer to push to (live, not leaving) chosen uniformly, or -1 when none is left.
   int random_peer() {
     int live = 0;
-    for_each_peer([&](int, peer_state& state) { live += state.leaving ? 0 : 1; });
+    for_each_peer([&](int, peer_state& state) { live += state.status == standing::live ? 1 : 0; });
     if (live == 0) return -1;
     int pick = std::uniform_int_distribution<int>(0, live - 1)(random_);
     for (int peer = 0; peer < comm_.size(); ++peer)
-      if (peer != comm_.rank() && present(at(peer)) && !at(peer).leaving && pick-- == 0) return peer;
+      if (peer != comm_.rank() && at(peer).status == standing::live && pick-- == 0) return peer;
     return -1;
   }
 
@@ -416,7 +419,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   // are let go (the transport closed its endpoint: they cannot complete).
   int drop(int peer) {
     peer_state& state = at(peer);
-    state.lost = true;
+    if (present(state)) state.status = standing::lost;  // a departed peer stays departed
     state.receive = request{};
     state.cut_send = request{};
     state.note_send = request{};
@@ -447,7 +450,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   bool merge_arrivals() {
     bool took = false;
     for_each_peer([&](int peer, peer_state& state) {
-      while (!state.lost && !state.departed && !state.cut_in && arrived(state)) {
+      while (present(state) && !state.cut_in && arrived(state)) {
         take(peer, state);
         took = true;
       }
@@ -501,15 +504,15 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
       return;
     }
     if (head.what == wire::kind::leaving) {
-      state.leaving = true;
+      state.status = standing::leaving;
       note(peer, wire::kind::ack, this->left() ? 0.0 : 1.0);
     } else if (head.what == wire::kind::ack) {
       if (!this->left()) from.fail("gosgd: an ack arrived, and this rank is not leaving");
       state.acked = true;
       state.stays = head.value != 0.0;
     } else {  // done: after its last push
-      if (!state.leaving) from.fail("gosgd: a done arrived from a peer that had not said it leaves");
-      state.departed = true;
+      if (state.status != standing::leaving) from.fail("gosgd: a done arrived from a peer that had not said it leaves");
+      state.status = standing::departed;
       state.receive = request{};
       state.cut_send = request{};
       state.note_send = request{};
@@ -536,7 +539,9 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
   }
 
   // A peer that acked this rank's leaving and does not leave itself.
-  static bool staying(const peer_state& state) noexcept { return state.acked && state.stays && !state.leaving; }
+  static bool staying(const peer_state& state) noexcept {
+    return state.acked && state.stays && state.status == standing::live;
+  }
 
   // Every peer acked; every leaver of lower rank handed over (its done).
   bool all_answered() {
@@ -573,7 +578,7 @@ class gosgd : public scheme_base<gosgd<Communicator>> {
 
   void send_cuts() {
     for_each_peer([&](int peer, peer_state& state) {
-      if (state.leaving) return;  // it takes part in no quiesce()
+      if (state.status == standing::leaving) return;  // it takes part in no quiesce()
       try {
         send_cut(peer, state);
       } catch (const error& failure) {

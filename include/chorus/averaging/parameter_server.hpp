@@ -244,15 +244,17 @@ class parameter_server : public scheme_base<parameter_server<Communicator>> {
                   {comm_.world_rank(comm_.rank()), -1, "parameter_server join"});
     open_links();
     this->metered(comm_, "parameter_server join", [&] {
-      std::vector<request> admission;
+      std::vector<request> welcomes;
+      std::vector<int> servers;
       for (int s = 0; s < servers_; ++s) {
-        admission.push_back(comm_.irecv(link(s).reply.buffer(), s, admission::welcome_tag));
-        admission.push_back(admission::introduce(comm_, s));
+        welcomes.push_back(comm_.irecv(link(s).reply.buffer(), s, admission::welcome_tag));
+        servers.push_back(s);
       }
-      comm_.wait_all(admission, "parameter_server join, waiting for every server's welcome");
+      admission::welcomed(comm_, std::span(welcomes), servers,
+                          "parameter_server join, waiting for every server's welcome");
       for (int s = 0; s < servers_; ++s) {
         const wire::reader reader{comm_.world_rank(comm_.rank()), comm_.world_rank(s), "parameter_server join"};
-        const wire::header head = link(s).reply.read(admission[2 * static_cast<std::size_t>(s)].received_bytes(),
+        const wire::header head = link(s).reply.read(welcomes[static_cast<std::size_t>(s)].received_bytes(),
                                                      {wire::kind::reply}, shard_bytes(s), reader);
         take_shard(s, link(s).reply.template payload_as<float>(), wire::count_of(head, reader));
       }

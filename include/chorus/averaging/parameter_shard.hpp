@@ -42,6 +42,7 @@
 #include <chorus/averaging/admission.hpp>
 #include <chorus/averaging/local_optimizer.hpp>
 #include <chorus/averaging/peer_loss.hpp>
+#include <chorus/averaging/roster.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/transport/transport.hpp>
@@ -132,7 +133,7 @@ class parameter_shard {
   std::size_t bytes() const noexcept { return x_.size() * sizeof(float); }
   std::span<const float> values() const noexcept { return x_; }
   std::uint64_t version() const noexcept { return version_; }
-  bool all_done() const noexcept { return live_ == 0; }
+  bool all_done() const noexcept { return workers_.sending_count() == 0; }
   shard_stats stats() const {
     std::lock_guard lock(stats_mutex_);
     return stats_;
@@ -147,11 +148,7 @@ class parameter_shard {
         try {
           while (serve_one(w)) again = worked = true;
         } catch (const error& failure) {
-          const std::optional<int> gone = admission::gone_member(comm_, failure);
-          if (gone && link_of(*gone) < links_.size() && links_[link_of(*gone)].admitting)
-            drop(*gone);  // a joiner that died during admission: never a member
-          else
-            drop(losses_.absorb(comm_, failure, stats().gradients_applied));
+          drop(workers_.absorb(comm_, failure, losses_, stats().gradients_applied));
           again = true;  // a lost worker leaves the rounds and the slowest clock
         }
       }
@@ -164,8 +161,8 @@ class parameter_shard {
   // `versions`: one optimiser step with their sum (a step per push would
   // differ only with momentum), each push counted for the goodbye.
   void take_summed(int rank, std::span<const float> gradients, std::uint64_t pushes, double versions) {
-    const std::size_t w = link_of(rank);
-    if (w == links_.size() || links_[w].done || pushes == 0) return;
+    const std::size_t w = workers_.index_of(rank);
+    if (w == links_.size() || !workers_.sending(w) || pushes == 0) return;
     record_staleness(static_cast<std::uint64_t>(std::llround(versions / static_cast<double>(pushes))), pushes);
     step_with(gradients);
     links_[w].clock += pushes;
@@ -175,25 +172,23 @@ class parameter_shard {
   // and the shard as it is now (value: its version) as its welcome. Not
   // in BSP, whose rounds need every worker from the start.
   void admit(int rank) {
+    const std::uint64_t clock = workers_.sending_count() > 0 ? slowest_clock() : 0;
+    const std::size_t w = workers_.admit(rank);
     worker_link& link = links_.emplace_back();
-    workers_.push_back(rank);
-    const std::size_t w = links_.size() - 1;
     link.incoming = wire::message(bytes());
     link.reply = wire::message(bytes());
-    link.clock = link.joined_at = live_ > 0 ? slowest_clock() : 0;
-    link.admitting = true;
+    link.clock = link.joined_at = clock;
     std::copy(x_.begin(), x_.end(), link.reply.template payload_as<float>().begin());
     const auto welcome = link.reply.write(wire::kind::reply, 0, static_cast<double>(version_), bytes());
     link.reply_send =  // standing: a joiner that dies before it takes it fails nothing else
         comm_.isend(welcome, rank, admission::welcome_tag, transport::receive_kind::standing);
-    ++live_;
     post(w);
   }
 
   // Whether `rank` is a worker this shard went on without, or one that left.
   bool gone(int rank) const {
-    const std::size_t w = link_of(rank);
-    return w < links_.size() && (links_[w].lost || links_[w].departed);
+    const std::size_t w = workers_.index_of(rank);
+    return w < workers_.size() && (workers_.at(w) == standing::lost || workers_.at(w) == standing::departed);
   }
 
  private:
@@ -208,46 +203,33 @@ class parameter_shard {
     wire::message reply;
     request reply_send;
     std::uint64_t replies = 0;
-    bool done = false;  // said done or leaving, or lost
-    bool lost = false;
-    bool departed = false;        // said leaving
     std::uint64_t joined_at = 0;  // a joiner's clock when admitted (its pushes count from there)
-    bool admitting = false;       // a joiner not yet heard from (admission.hpp)
   };
 
-  // The link of worker `rank` (a rank of the communicator), or links_.size().
-  std::size_t link_of(int rank) const {
-    return static_cast<std::size_t>(std::find(workers_.begin(), workers_.end(), rank) - workers_.begin());
-  }
-
-  // A dead worker, under continue_.
+  // A dead worker (roster.hpp's rule).
   void drop(int rank) {
-    const std::size_t w = link_of(rank);
-    if (w == links_.size() || links_[w].lost) return;
-    worker_link& link = links_[w];
+    if (!workers_.drop(rank)) return;
+    worker_link& link = links_[workers_.index_of(rank)];
     link.receive = request{};
     link.reply_send = request{};
     link.holding = false;
-    link.lost = true;
-    if (!link.done) --live_;
-    link.done = true;
     if (rules_.mode == consistency::bsp) finish_round_if_complete();
   }
 
   void post(std::size_t w) {
     links_[w].receive =
-        comm_.irecv(links_[w].incoming.buffer(), workers_[w], request_tag, transport::receive_kind::standing);
+        comm_.irecv(links_[w].incoming.buffer(), workers_.rank(w), request_tag, transport::receive_kind::standing);
   }
 
   wire::reader reader_for(std::size_t w) const {
-    return {comm_.world_rank(comm_.rank()), comm_.world_rank(workers_[w]), "parameter server"};
+    return {comm_.world_rank(comm_.rank()), comm_.world_rank(workers_.rank(w)), "parameter server"};
   }
 
   // Reads the next message of worker w if none is held, and serves it if
   // its mode allows; true if one was served.
   bool serve_one(std::size_t w) {
     worker_link& link = links_[w];
-    if (link.done) return false;
+    if (!workers_.sending(w)) return false;
     if (!link.holding) {
       if (!comm_.test(link.receive)) return false;
       const std::array<wire::message::expected_kind, 4> kinds{
@@ -255,11 +237,11 @@ class parameter_shard {
       link.head = link.incoming.read(link.receive.received_bytes(), kinds, reader_for(w));
       wire::expect_sequence(link.head, ++link.received, reader_for(w));
       link.holding = true;
-      link.admitting = false;
+      workers_.heard_from(w);
     }
     if (!try_serve(w)) return false;
     link.holding = false;
-    if (!link.done) post(w);
+    if (workers_.sending(w)) post(w);
     return true;
   }
 
@@ -274,9 +256,7 @@ class parameter_shard {
           reader_for(w).fail("parameter server: " + std::string(wire::to_string(link.head.what)) + " after " +
                              std::to_string(claimed) + " pushes, " + std::to_string(link.clock - link.joined_at) +
                              " arrived");
-        link.done = true;
-        link.departed = link.head.what == wire::kind::leaving;
-        --live_;
+        workers_.said_goodbye(w, link.head.what == wire::kind::leaving);
         if (rules_.mode == consistency::bsp) finish_round_if_complete();  // it may have been the last one missing
         return true;
     }
@@ -314,16 +294,16 @@ class parameter_shard {
   // round, summed in rank order, takes one step.
   void finish_round_if_complete() {
     std::size_t contributors = 0;
-    for (const worker_link& link : links_) {
-      if (link.done) continue;
-      if (link.clock != version_ + 1) return;
+    for (std::size_t w = 0; w < links_.size(); ++w) {
+      if (!workers_.sending(w)) continue;
+      if (links_[w].clock != version_ + 1) return;
       ++contributors;
     }
     if (contributors == 0) return;
     std::fill(step_.begin(), step_.end(), 0.0f);
-    for (const worker_link& link : links_)
-      if (!link.done)
-        for (std::size_t k = 0; k < step_.size(); ++k) step_[k] += link.round_gradient[k];
+    for (std::size_t w = 0; w < links_.size(); ++w)
+      if (workers_.sending(w))
+        for (std::size_t k = 0; k < step_.size(); ++k) step_[k] += links_[w].round_gradient[k];
     const auto divisor = static_cast<float>(contributors);
     for (float& value : step_) value /= divisor;
     sgd_step(x_, step_, velocity_, rules_.optimiser);
@@ -348,7 +328,7 @@ class parameter_shard {
     comm_.wait(link.reply_send, "parameter server reply");  // the previous reply, long gone
     std::copy(x_.begin(), x_.end(), link.reply.template payload_as<float>().begin());
     const auto sent = link.reply.write(wire::kind::reply, ++link.replies, static_cast<double>(version_), bytes());
-    link.reply_send = comm_.isend(sent, workers_[w], reply_tag);
+    link.reply_send = comm_.isend(sent, workers_.rank(w), reply_tag);
     std::lock_guard lock(stats_mutex_);
     ++stats_.pulls_served;
     stats_.clock_gap_max = std::max(stats_.clock_gap_max, link.clock > slowest ? link.clock - slowest : 0);
@@ -357,8 +337,8 @@ class parameter_shard {
 
   std::uint64_t slowest_clock() const noexcept {
     std::uint64_t slowest = std::numeric_limits<std::uint64_t>::max();
-    for (const worker_link& link : links_)
-      if (!link.done) slowest = std::min(slowest, link.clock);
+    for (std::size_t w = 0; w < links_.size(); ++w)
+      if (workers_.sending(w)) slowest = std::min(slowest, links_[w].clock);
     return slowest;
   }
 
@@ -375,10 +355,9 @@ class parameter_shard {
   shard_rules rules_;
   std::vector<float> x_, velocity_, step_;
   std::uint64_t version_ = 0;      // optimiser steps taken (BSP: rounds)
-  std::vector<int> workers_;       // their ranks
+  worker_roster workers_;          // their ranks and standing, by link
   std::deque<worker_link> links_;  // grows by joiners without moving a link
   std::size_t initial_workers_;    // W, of every push's 1/W
-  std::size_t live_ = links_.size();
   mutable std::mutex stats_mutex_;
   shard_stats stats_;
 };

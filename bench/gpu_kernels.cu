@@ -7,14 +7,14 @@
 //    float (default 64 MiB), in GB/s of bytes read + written, next to
 //    cudaMemcpy device-to-device of the same N bytes on the same buffers
 //    (2N bytes moved: the HBM ceiling). Target: >= 80% of it.
-// 2. The staged allreduce (cuda/allreduce.hpp) of N bytes on P ranks as
+// 2. The staged allreduce (cuda/device_allreduce.hpp) of N bytes on P ranks as
 //    threads sharing the GPU, next to the host allreduce of the same bytes
 //    in pinned memory plus the copies staging cannot hide (the first chunk
 //    in, the last chunk out, at pinned copy bandwidth). Target: within 1.3x.
 // Without a device it says so and exits 77 (skipped).
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 #include <chorus/comm/run_threads.hpp>
-#include <chorus/cuda/allreduce.hpp>
+#include <chorus/cuda/device_allreduce.hpp>
 #include <chorus/cuda/kernels.cuh>
 #include <chorus/cuda/runtime.hpp>
 

@@ -9,7 +9,7 @@
 //   copy        memcpy(out, in, S)                 traffic 2 S (read, write)
 //   reduce      out[i] = op(out[i], in[i])          traffic 3 S (read two, write one),
 //               float sum at each vector width this CPU runs
-//               (collective/reduce_local.hpp)
+//               (collective/machinery/reduce_local.hpp)
 //   widen       S/2 bytes of half or bfloat16 into float, and narrow, the
 //               other way (core/convert.hpp): how a half or bfloat16 call
 //               enters and leaves its float accumulator; traffic 3/2 S
@@ -17,7 +17,7 @@
 // to copy's GB/s: how near the kernel comes to moving its bytes as fast as
 // memcpy moves the same number. bench/compare's allreduce bound is 2 S of
 // traffic per rank at the fastest of these rates at that size.
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/machinery/reduce_local.hpp>
 #include <chorus/core/bfloat16.hpp>
 #include <chorus/core/convert.hpp>
 #include <chorus/core/env.hpp>

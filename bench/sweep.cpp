@@ -1,6 +1,6 @@
 // Times every algorithm of one collective's list at every size, side by
 // side, and prints the CHORUS_TUNE string the timings imply next to the
-// defaults' choices (collective/selection.hpp), and this machine's cost
+// defaults' choices (collective/machinery/selection.hpp), and this machine's cost
 // model constants (alpha, beta, gamma) fitted to the timings.
 //
 //   chorus-run -n 4 sweep [allreduce|allgather|reduce_scatter|broadcast]

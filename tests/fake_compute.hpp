@@ -7,7 +7,7 @@
 
 #include <chorus/codec/elements.hpp>
 #include <chorus/codec/spec.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/machinery/reduce_local.hpp>
 #include <chorus/compressed/scaling.hpp>
 #include <chorus/cuda/device_compute.hpp>
 

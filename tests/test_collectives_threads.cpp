@@ -628,7 +628,7 @@ TEST_CASE("reduce, gather and scatter from every kind of root") {
   results.report();
 }
 
-// The one ring pipeline (collective/ring_pipeline.hpp) with segments of a
+// The one ring pipeline (collective/machinery/ring_pipeline.hpp) with segments of a
 // few elements and a window of two: many segments per block, the window
 // reused many times, short last segments, empty blocks, and segments that
 // must grow to fit the wire tag (100003 one-element segments at 7 ranks).
@@ -653,14 +653,14 @@ TEST_CASE("ring pipeline: tiny segments through a shallow window, for allreduce,
               const auto expected = reference<float>(all_ranks(n), count, seed, flavour::general, chorus::op::sum{});
               std::vector<float> data = inputs<float>(comm.rank(), count, seed, flavour::general);
               chorus::collective::exchange ring_call(comm, "ring pipeline test");
-              chorus::collective::allreduce_ring(ring_call, std::span<const float>(data), std::span(data),
-                                                 chorus::op::sum{}, settings);
+              chorus::collective::allreduce_by_ring(ring_call, std::span<const float>(data), std::span(data),
+                                                    chorus::op::sum{}, settings);
               results.record("allreduce_ring count=" + std::to_string(count) + shape, count_different(data, expected));
               const auto input = inputs<float>(comm.rank(), count, seed, flavour::general);
               std::vector<float> output(count, -5.0f);
               chorus::collective::exchange out_of_place_call(comm, "ring pipeline test");
-              chorus::collective::allreduce_ring(out_of_place_call, std::span(input), std::span(output),
-                                                 chorus::op::sum{}, settings);
+              chorus::collective::allreduce_by_ring(out_of_place_call, std::span(input), std::span(output),
+                                                    chorus::op::sum{}, settings);
               results.record("allreduce_ring out of place count=" + std::to_string(count) + shape,
                              count_different(output, expected) +
                                  count_different(input, inputs<float>(comm.rank(), count, seed, flavour::general)));
@@ -669,8 +669,8 @@ TEST_CASE("ring pipeline: tiny segments through a shallow window, for allreduce,
               const auto full = reference<float>(all_ranks(n), total, seed + 1, flavour::general, chorus::op::sum{});
               std::vector<float> work = inputs<float>(comm.rank(), total, seed + 1, flavour::general);
               chorus::collective::exchange scatter_call(comm, "ring pipeline test");
-              chorus::collective::reduce_scatter_ring(scatter_call, std::span(work), count, chorus::op::sum{},
-                                                      settings);
+              chorus::collective::reduce_scatter_by_ring(scatter_call, std::span(work), count, chorus::op::sum{},
+                                                         settings);
               const auto mine = [&](const std::vector<float>& all) {
                 const auto first =
                     all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(comm.rank()));
@@ -688,7 +688,7 @@ TEST_CASE("ring pipeline: tiny segments through a shallow window, for allreduce,
                             all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(r)));
               }
               chorus::collective::exchange gather_call(comm, "ring pipeline test");
-              chorus::collective::allgather_ring(gather_call, std::span(all), count, settings);
+              chorus::collective::allgather_by_ring(gather_call, std::span(all), count, settings);
               results.record("allgather_ring count=" + std::to_string(count) + shape,
                              count_different(all, expected_all));
             }
@@ -1297,7 +1297,8 @@ chorus::algorithm measured_table(std::string_view collective, const chorus::work
     if (w.sparse) return algorithm::sparse;
     return w.ranks >= 2 && w.reencodes_well && w.bytes >= (1u << 20) ? algorithm::ring : algorithm::encode_once;
   }
-  return collective == "reduce" ? algorithm::tree : algorithm::pairwise;
+  if (collective == "reduce") return algorithm::tree;
+  return collective == "alltoall" ? algorithm::pairwise : algorithm::linear;
 }
 
 }  // namespace

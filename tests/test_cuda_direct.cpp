@@ -12,10 +12,10 @@
 #include "window_rounds.hpp"
 
 #include <chorus/averaging/dpsgd.hpp>
-#include <chorus/collective/allreduce.hpp>
-#include <chorus/collective/reduce.hpp>
-#include <chorus/compressed/allgather.hpp>
-#include <chorus/compressed/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
+#include <chorus/collective/reduce/reduce.hpp>
+#include <chorus/compressed/compressed_allgather.hpp>
+#include <chorus/compressed/compressed_allreduce.hpp>
 #include <chorus/cuda/path.hpp>
 #include <chorus/cuda/router.hpp>
 
@@ -102,16 +102,10 @@ TEST_CASE("cuda path: staged or direct, and why") {
   CHECK_FALSE(chorus::cuda::choose_path(path_setting::direct, {true, true, false}).direct);  // this call only
 
   // Forced where it cannot be had: a clear error, not a silent fallback.
-  chorus_test::expect_error(
-      [] {
-        chorus::cuda::choose_path(path_setting::direct, {false, true, true});
-      },
-      chorus::errc::unavailable, "UCX reports no CUDA memory support");
-  chorus_test::expect_error(
-      [] {
-        chorus::cuda::choose_path(path_setting::direct, {true, false, false});
-      },
-      chorus::errc::unavailable, "no device kernels");
+  chorus_test::expect_error([] { chorus::cuda::choose_path(path_setting::direct, {false, true, true}); },
+                            chorus::errc::unavailable, "UCX reports no CUDA memory support");
+  chorus_test::expect_error([] { chorus::cuda::choose_path(path_setting::direct, {true, false, false}); },
+                            chorus::errc::unavailable, "no device kernels");
 }
 
 TEST_CASE("cuda path: CHORUS_CUDA_PATH is read, and a bad value is refused") {

@@ -3,7 +3,7 @@
 // real UCX transport: every algorithm gives the same bits as the host
 // allreduce of the same inputs; the copies are ordered after the caller's
 // stream and the result is visible on it; pinned buffers are reused.
-#include <chorus/cuda/allreduce.hpp>
+#include <chorus/cuda/device_allreduce.hpp>
 #include <chorus/cuda/part_staging.hpp>
 
 #include "fake_device.hpp"

@@ -13,7 +13,7 @@
 
 #include <chorus/averaging.hpp>
 #include <chorus/cuda/router.hpp>
-#include <chorus/nccl/compressed_allreduce.hpp>
+#include <chorus/nccl/nccl_compressed_allreduce.hpp>
 #include <chorus/nccl/host_adapter.hpp>
 
 #include <doctest/doctest.h>

@@ -1,7 +1,7 @@
-// The local reduction kernels (collective/reduce_local.hpp) at every vector
+// The local reduction kernels (collective/machinery/reduce_local.hpp) at every vector
 // width this CPU runs, against a serial reference written here: the same
 // bits, for every operator and element type, at sizes around the lane block.
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/machinery/reduce_local.hpp>
 #include <chorus/core/reduce_op.hpp>
 
 #include <doctest/doctest.h>

@@ -8,7 +8,7 @@
 
 #include "expect_error.hpp"
 
-#include <chorus/collective/ring_geometry.hpp>
+#include <chorus/collective/machinery/ring_geometry.hpp>
 #include <chorus/comm/host_layout.hpp>
 #include <chorus/comm/member_list.hpp>
 #include <chorus/comm/tag.hpp>

@@ -30,7 +30,7 @@
 #include "perf/collective.hpp"
 
 #include <chorus/codec/any_codec.hpp>
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 #include <chorus/init.hpp>
 #include <chorus/registry.hpp>
 #if CHORUS_PERF_CUDA

@@ -12,6 +12,6 @@
 #include <chorus/codec/onebit.hpp>
 #include <chorus/codec/randomk.hpp>
 #include <chorus/codec/topk.hpp>
-#include <chorus/compressed/allgather.hpp>
-#include <chorus/compressed/allreduce.hpp>
+#include <chorus/compressed/compressed_allgather.hpp>
+#include <chorus/compressed/compressed_allreduce.hpp>
 #include <chorus/compressed/error_bound.hpp>

@@ -1,20 +1,23 @@
 // Every collective's list by its name, for what asks by name: chorus::choose
 // predicting a call ("allreduce", a workload), a rule checked before any
 // call, the docs' tables (tools/doc_tables), bench/sweep and the Python
-// binding. A front door needs only its own list (collective/*_algorithms.hpp).
+// binding. A front door needs only its own list
+// (collective/<collective>/<collective>_algorithms.hpp).
 //
 //   chorus::choice made = chorus::choose("allreduce", {.ranks = 4, .bytes = 1 << 20});
 //   // on one host: shared_memory, "default allreduce@2-:16K-:shared_memory"
 #pragma once
 
-#include <chorus/collective/allgather_algorithms.hpp>
-#include <chorus/collective/allreduce_algorithms.hpp>
-#include <chorus/collective/alltoall.hpp>
-#include <chorus/collective/broadcast_algorithms.hpp>
-#include <chorus/collective/reduce.hpp>
-#include <chorus/collective/reduce_scatter_algorithms.hpp>
-#include <chorus/collective/selection.hpp>
-#include <chorus/compressed/allreduce_algorithms.hpp>
+#include <chorus/collective/allgather/allgather_algorithms.hpp>
+#include <chorus/collective/allreduce/allreduce_algorithms.hpp>
+#include <chorus/collective/alltoall/alltoall_algorithms.hpp>
+#include <chorus/collective/broadcast/broadcast_algorithms.hpp>
+#include <chorus/collective/gather/gather_algorithms.hpp>
+#include <chorus/collective/machinery/selection.hpp>
+#include <chorus/collective/reduce/reduce_algorithms.hpp>
+#include <chorus/collective/reduce_scatter/reduce_scatter_algorithms.hpp>
+#include <chorus/collective/scatter/scatter_algorithms.hpp>
+#include <chorus/compressed/compressed_allreduce_algorithms.hpp>
 #include <chorus/core/tuning.hpp>
 
 #include <array>
@@ -29,7 +32,8 @@ inline const std::array<const collective_entry*, selecting_collectives.size()>& 
       &entry_of<collective::allreduce_algorithms>(),      &entry_of<collective::allgather_algorithms>(),
       &entry_of<collective::reduce_scatter_algorithms>(), &entry_of<collective::broadcast_algorithms>(),
       &entry_of<compressed::allreduce_algorithms>(),      &entry_of<collective::reduce_algorithms>(),
-      &entry_of<collective::alltoall_algorithms>()};
+      &entry_of<collective::alltoall_algorithms>(),       &entry_of<collective::gather_algorithms>(),
+      &entry_of<collective::scatter_algorithms>()};
   return entries;
 }
 

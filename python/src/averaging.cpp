@@ -18,7 +18,7 @@
 #include <chorus/averaging/topology.hpp>
 #include <chorus/averaging/tree_easgd.hpp>
 #include <chorus/nccl/collectives.hpp>  // the schemes' collectives on an NCCL communicator
-#include <chorus/nccl/compressed_allreduce.hpp>
+#include <chorus/nccl/nccl_compressed_allreduce.hpp>
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>

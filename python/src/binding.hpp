@@ -22,7 +22,7 @@
 #include <chorus/core/element_type.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/nccl/communicator.hpp>
-#include <chorus/window/request.hpp>
+#include <chorus/window/window_request.hpp>
 
 #include <atomic>
 #include <cstddef>

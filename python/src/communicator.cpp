@@ -4,7 +4,7 @@
 // chorus.Request, the handle of every non-blocking call.
 #include "binding.hpp"
 
-#include <chorus/collective/monitored_barrier.hpp>
+#include <chorus/collective/barrier/monitored_barrier.hpp>
 #include <chorus/comm/connect.hpp>
 #include <chorus/record/dump.hpp>
 

@@ -4,12 +4,12 @@
 #include "binding.hpp"
 #include "codecs.hpp"
 
-#include <chorus/collective/allgather.hpp>
-#include <chorus/collective/alltoall.hpp>
-#include <chorus/collective/broadcast.hpp>
-#include <chorus/collective/gather.hpp>
-#include <chorus/collective/scatter.hpp>
-#include <chorus/compressed/allgather.hpp>
+#include <chorus/collective/allgather/allgather.hpp>
+#include <chorus/collective/alltoall/alltoall.hpp>
+#include <chorus/collective/broadcast/broadcast.hpp>
+#include <chorus/collective/gather/gather.hpp>
+#include <chorus/collective/scatter/scatter.hpp>
+#include <chorus/compressed/compressed_allgather.hpp>
 
 #include <chorus/nccl/collectives.hpp>
 

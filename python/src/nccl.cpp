@@ -13,7 +13,7 @@
 #include "device_handoff.hpp"
 
 #include <chorus/nccl/collectives.hpp>
-#include <chorus/nccl/compressed_allreduce.hpp>
+#include <chorus/nccl/nccl_compressed_allreduce.hpp>
 #include <chorus/nccl/host_adapter.hpp>
 
 #include <nanobind/stl/optional.h>

@@ -5,13 +5,13 @@
 #include "binding.hpp"
 #include "codecs.hpp"
 
-#include <chorus/collective/allreduce.hpp>
-#include <chorus/collective/reduce.hpp>
-#include <chorus/collective/reduce_scatter.hpp>
-#include <chorus/compressed/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
+#include <chorus/collective/reduce/reduce.hpp>
+#include <chorus/collective/reduce_scatter/reduce_scatter.hpp>
+#include <chorus/compressed/compressed_allreduce.hpp>
 
 #include <chorus/nccl/collectives.hpp>
-#include <chorus/nccl/compressed_allreduce.hpp>
+#include <chorus/nccl/nccl_compressed_allreduce.hpp>
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>

@@ -3,7 +3,7 @@
 // and a staged allreduce on the kernel's stream. Built, not run (it needs
 // a GPU); tests/gpu/ runs on one.
 #include <chorus/collective.hpp>
-#include <chorus/cuda/allreduce.hpp>
+#include <chorus/cuda/device_allreduce.hpp>
 #include <chorus/cuda/kernels.cuh>
 #include <chorus/cuda/runtime.hpp>
 

@@ -9,7 +9,7 @@
 // orders. The one allowed difference: where both results are NaN, their
 // payloads may differ (the GPU's arithmetic returns a canonical NaN).
 #include <chorus/codec/error_feedback.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/machinery/reduce_local.hpp>
 #include <chorus/compressed/scaling.hpp>
 #include <chorus/cuda/kernels.cuh>
 

@@ -2,7 +2,7 @@
 // buffers allocated with cudaMalloc go through the staged allreduce, ranks as
 // threads sharing the GPU, and give the same bits as the host allreduce.
 // Without a device it exits 77, which ctest reports as skipped, with the reason.
-#include <chorus/cuda/allreduce.hpp>
+#include <chorus/cuda/device_allreduce.hpp>
 #include <chorus/cuda/runtime.hpp>
 
 #include "../support.hpp"

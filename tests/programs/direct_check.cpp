@@ -18,7 +18,7 @@
 #include "../window_rounds.hpp"
 
 #include <chorus/averaging/dpsgd.hpp>
-#include <chorus/compressed/allreduce.hpp>
+#include <chorus/compressed/compressed_allreduce.hpp>
 #include <chorus/cuda/router.hpp>
 
 #if CHORUS_DIRECT_CHECK_GPU

@@ -2,7 +2,7 @@
 // size = n * count * sizeof(T) (the gathered output); busbw = algbw * (n-1)/n.
 #include "collective.hpp"
 
-#include <chorus/collective/allgather.hpp>
+#include <chorus/collective/allgather/allgather.hpp>
 
 namespace perf {
 namespace {

@@ -2,7 +2,7 @@
 // size = count * sizeof(T); busbw = algbw * 2(n-1)/n.
 #include "collective.hpp"
 
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 
 namespace perf {
 namespace {

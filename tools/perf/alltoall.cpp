@@ -2,7 +2,7 @@
 // size = n * count * sizeof(T) (either buffer); busbw = algbw * (n-1)/n.
 #include "collective.hpp"
 
-#include <chorus/collective/alltoall.hpp>
+#include <chorus/collective/alltoall/alltoall.hpp>
 
 namespace perf {
 namespace {

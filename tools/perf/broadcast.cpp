@@ -2,7 +2,7 @@
 // size = count * sizeof(T); busbw = algbw.
 #include "collective.hpp"
 
-#include <chorus/collective/broadcast.hpp>
+#include <chorus/collective/broadcast/broadcast.hpp>
 
 namespace perf {
 namespace {

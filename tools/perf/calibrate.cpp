@@ -15,8 +15,8 @@
 // Rank 0 prints the file, and writes it with --out.
 #include "calibrate.hpp"
 
-#include <chorus/collective/allreduce.hpp>
-#include <chorus/collective/reduce_local.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
+#include <chorus/collective/machinery/reduce_local.hpp>
 #include <chorus/core/machine.hpp>
 
 #include <algorithm>

@@ -21,12 +21,12 @@
 #include "harness.hpp"
 
 #include <chorus/comm/ucx_communicator.hpp>
-#include <chorus/compressed/options.hpp>
+#include <chorus/compressed/compression_options.hpp>
 #include <chorus/core/algorithm.hpp>
 #include <chorus/core/bfloat16.hpp>
 #include <chorus/core/half.hpp>
 #include <chorus/core/reduce_op.hpp>
-#include <chorus/nccl/compressed_allreduce.hpp>
+#include <chorus/nccl/nccl_compressed_allreduce.hpp>
 
 #include <cstring>
 #include <functional>

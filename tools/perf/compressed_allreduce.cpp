@@ -1,12 +1,12 @@
 // allreduce --codec C: a float allreduce whose bytes travel encoded
-// (chorus/compressed/allreduce.hpp), sum or avg. Sizes are the float
+// (chorus/compressed/compressed_allreduce.hpp), sum or avg. Sizes are the float
 // tensor's bytes, so busbw compares directly with uncompressed runs. #wrong
 // counts elements farther from the exact result than the codec's stated
 // bound (chorus/compressed/error_bound.hpp) for the scheme that ran.
 #include "collective.hpp"
 
 #include <chorus/codec/any_codec.hpp>
-#include <chorus/compressed/allreduce.hpp>
+#include <chorus/compressed/compressed_allreduce.hpp>
 #include <chorus/compressed/error_bound.hpp>
 
 #include <cmath>

@@ -2,7 +2,7 @@
 // size = n * count * sizeof(T) (the gathered output); busbw = algbw.
 #include "collective.hpp"
 
-#include <chorus/collective/gather.hpp>
+#include <chorus/collective/gather/gather.hpp>
 
 namespace perf {
 namespace {

@@ -2,7 +2,7 @@
 // size = count * sizeof(T); busbw = algbw.
 #include "collective.hpp"
 
-#include <chorus/collective/reduce.hpp>
+#include <chorus/collective/reduce/reduce.hpp>
 
 namespace perf {
 namespace {

@@ -2,7 +2,7 @@
 // size = n * count * sizeof(T) (the full input); busbw = algbw * (n-1)/n.
 #include "collective.hpp"
 
-#include <chorus/collective/reduce_scatter.hpp>
+#include <chorus/collective/reduce_scatter/reduce_scatter.hpp>
 
 namespace perf {
 namespace {

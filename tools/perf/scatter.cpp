@@ -2,7 +2,7 @@
 // size = n * count * sizeof(T) (the root's input); busbw = algbw.
 #include "collective.hpp"
 
-#include <chorus/collective/scatter.hpp>
+#include <chorus/collective/scatter/scatter.hpp>
 
 namespace perf {
 namespace {

@@ -2,7 +2,7 @@
 // #wrong travel by allreduce of one double or one count.
 #include "collective.hpp"
 
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 
 namespace perf {
 

@@ -18,9 +18,9 @@
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/any_error_feedback.hpp>
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 #include <chorus/collective/fusion.hpp>
-#include <chorus/compressed/allreduce.hpp>
+#include <chorus/compressed/compressed_allreduce.hpp>
 
 #include <cmath>
 #include <span>

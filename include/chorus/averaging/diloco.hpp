@@ -73,9 +73,9 @@
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/codec/any_codec.hpp>
 #include <chorus/codec/any_error_feedback.hpp>
-#include <chorus/collective/broadcast.hpp>
+#include <chorus/collective/broadcast/broadcast.hpp>
 #include <chorus/collective/nonblocking.hpp>
-#include <chorus/compressed/allreduce.hpp>
+#include <chorus/compressed/compressed_allreduce.hpp>
 #include <chorus/core/error.hpp>
 
 #include <algorithm>

@@ -38,7 +38,7 @@
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
 #include <chorus/codec/any_codec.hpp>
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>
 

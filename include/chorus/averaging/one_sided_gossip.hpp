@@ -43,7 +43,7 @@
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/topology.hpp>
 #include <chorus/codec/any_codec.hpp>
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/window/window.hpp>
 

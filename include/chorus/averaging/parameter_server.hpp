@@ -57,7 +57,7 @@
 #include <chorus/averaging/peer_loss.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
-#include <chorus/collective/broadcast.hpp>
+#include <chorus/collective/broadcast/broadcast.hpp>
 #include <chorus/comm/poller_mutex.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/error.hpp>

@@ -27,7 +27,7 @@
 #include <chorus/averaging/parameters.hpp>
 #include <chorus/averaging/scheme.hpp>
 #include <chorus/averaging/wire.hpp>
-#include <chorus/collective/broadcast.hpp>
+#include <chorus/collective/broadcast/broadcast.hpp>
 #include <chorus/core/error.hpp>
 
 #include <array>

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <chorus/codec/codec.hpp>
-#include <chorus/codec/simd.hpp>
+#include <chorus/codec/simd_kernels.hpp>
 #include <chorus/core/error.hpp>
 
 #include <algorithm>

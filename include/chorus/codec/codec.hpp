@@ -42,7 +42,7 @@ concept codec = requires(const C& c, std::span<const float> in, std::span<float>
 };
 
 // Lossy codecs with a narrow range (fp16) want their inputs scaled down
-// before a sum is encoded; see compressed/allreduce.hpp.
+// before a sum is encoded; see compressed/compressed_allreduce.hpp.
 template <class C>
 inline constexpr bool limited_range = false;
 
@@ -56,7 +56,7 @@ inline constexpr bool reencodes_well = false;
 
 // Sparsifying codecs (topk, randomk) send a subset of the elements and
 // choose it across the whole tensor, so a tensor is never cut for them: the
-// compressed allreduce runs its sparse scheme (compressed/allreduce_sparse.hpp)
+// compressed allreduce runs its sparse scheme (compressed/compressed_allreduce_sparse.hpp)
 // instead of the ring or encode-once ones. sparse_indices_agree: every rank
 // picks the same indices on the same call (randomk's shared seed), so the
 // kept values can be summed as they are.

@@ -14,7 +14,7 @@
 // element exactly once per call: a partial sum or, for its own block, the
 // final sum).
 //
-// A device tensor on the direct path (compressed/codec_steps.hpp) keeps its
+// A device tensor on the direct path (compressed/codec_compute.hpp) keeps its
 // residual in device memory, made on first use through residual_elsewhere;
 // residual() then reads nothing, and the object must go before the device
 // runtime that made that memory. One object serves one kind of memory.

@@ -5,7 +5,7 @@
 // decides (two_byte_float.hpp): saturate to +-65504 (default) or infinity.
 // Sums of many gradients exceed that range easily: the compressed allreduce
 // pre-divides by a power of two >= the rank count for fp16 (see
-// compressed/allreduce.hpp). Vectorised with F16C (VCVTPS2PH / VCVTPH2PS).
+// compressed/compressed_allreduce.hpp). Vectorised with F16C (VCVTPS2PH / VCVTPH2PS).
 #pragma once
 
 #include <chorus/codec/two_byte_float.hpp>

@@ -26,7 +26,7 @@
 #include <chorus/codec/blocks.hpp>
 #include <chorus/codec/codec.hpp>
 #include <chorus/codec/elements.hpp>
-#include <chorus/codec/simd.hpp>
+#include <chorus/codec/simd_kernels.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // feedback, codec/error_feedback.hpp): keep k = ceil(ratio n) elements
 // chosen at random, with a seed all ranks share, so that on the same call
 // every rank keeps the same indices and a compressed allreduce sums the kept
-// values as they are (compressed/allreduce_sparse.hpp) instead of gathering
+// values as they are (compressed/compressed_allreduce_sparse.hpp) instead of gathering
 // everyone's indices.
 //
 //   chorus::codec::error_feedback grads_feedback{chorus::codec::randomk{0.01, seed}};

@@ -16,7 +16,7 @@
 // element is larger than the smallest kept one.
 //
 // The kept indices differ from rank to rank, so a compressed allreduce
-// allgathers every rank's parts (compressed/allreduce_sparse.hpp).
+// allgathers every rank's parts (compressed/compressed_allreduce_sparse.hpp).
 #pragma once
 
 #include <chorus/codec/codec.hpp>

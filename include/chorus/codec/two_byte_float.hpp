@@ -10,7 +10,7 @@
 
 #include <chorus/codec/codec.hpp>
 #include <chorus/codec/elements.hpp>
-#include <chorus/codec/simd.hpp>
+#include <chorus/codec/simd_kernels.hpp>
 
 #include <cstddef>
 #include <cstdint>

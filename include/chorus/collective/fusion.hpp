@@ -12,7 +12,7 @@
 // K/M/G), else 25 MiB. Returns the number of allreduce calls made.
 #pragma once
 
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/route/memory_router.hpp>
 

@@ -17,10 +17,10 @@
 // queued ahead of it.
 #pragma once
 
-#include <chorus/collective/allgather.hpp>
-#include <chorus/collective/allreduce.hpp>
-#include <chorus/collective/broadcast.hpp>
-#include <chorus/collective/check.hpp>
+#include <chorus/collective/allgather/allgather.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
+#include <chorus/collective/broadcast/broadcast.hpp>
+#include <chorus/collective/machinery/check.hpp>
 #include <chorus/comm/background.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/record/call.hpp>
@@ -78,8 +78,8 @@ std::uint32_t sequences_per_call(const Communicator& comm) {
 // calls describes it (the Python binding's calls). `collectives`: how many
 // collectives `work` makes (their sequence numbers are taken now).
 template <class Communicator, class Work>
-collective_request start(Communicator& comm, const record::call_description& call, Work work,
-                         bool described = true, std::uint32_t collectives = 1) {
+collective_request start(Communicator& comm, const record::call_description& call, Work work, bool described = true,
+                         std::uint32_t collectives = 1) {
   record::posted_call posted = record::post(record::recorder_of(comm), call, described);
   Communicator forked = comm.fork_sequences(collectives * sequences_per_call(comm));
   // Device buffers order on the caller's stream, not the worker's (route/memory_router.hpp).

@@ -16,7 +16,7 @@
 //   record    CHORUS_RECORD    flight-record entries per communicator
 //             (record/journal.hpp); 0 records nothing    default 2048
 //   CHORUS_ALLREDUCE_ALGO is parsed here too, once, for the collectives
-//   (see collective/selection.hpp); every other CHORUS_* variable is
+//   (see collective/machinery/selection.hpp); every other CHORUS_* variable is
 //   checked here (core/variables.hpp), so a bad one fails init().
 #pragma once
 

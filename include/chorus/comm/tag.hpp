@@ -17,7 +17,7 @@
 //
 // Within a call, each phase of an algorithm (fold in, halving, a ring's
 // hops x segments, ...) reserves its own range of steps, in an order every
-// rank follows (collective/exchange.hpp: `ex.phase(count, name)`), so two
+// rank follows (collective/machinery/exchange.hpp: `ex.phase(count, name)`), so two
 // phases never share a step whatever the rank count, and a call that needs
 // more steps than the field holds is an error, not a silent collision.
 #pragma once

@@ -20,8 +20,8 @@
 #pragma once
 
 #include <chorus/codec/codec.hpp>
-#include <chorus/compressed/allreduce_algorithms.hpp>
-#include <chorus/compressed/options.hpp>
+#include <chorus/compressed/compressed_allreduce_algorithms.hpp>
+#include <chorus/compressed/compression_options.hpp>
 
 #include <algorithm>
 #include <cmath>

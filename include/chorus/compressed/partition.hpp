@@ -5,8 +5,8 @@
 #pragma once
 
 #include <chorus/codec/codec.hpp>
-#include <chorus/collective/blocks.hpp>
-#include <chorus/collective/ring_geometry.hpp>
+#include <chorus/collective/machinery/block_partition.hpp>
+#include <chorus/collective/machinery/ring_geometry.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -38,7 +38,7 @@ class encoded_partition {
 using collective::range;
 
 // One block per rank along the codec's granule, each cut into segments of
-// whole granules (the ring's geometry, collective/ring_geometry.hpp), and
+// whole granules (the ring's geometry, collective/machinery/ring_geometry.hpp), and
 // the encoded bytes of each piece. A ring of up to 2 (n-1) hops takes
 // steps() wire steps (one phase: `ex.phase(geometry.steps(), ...)`).
 template <class Codec>

@@ -26,7 +26,7 @@
 // ones after it.
 #pragma once
 
-#include <chorus/collective/allreduce.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/core/random.hpp>
 

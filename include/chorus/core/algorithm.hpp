@@ -3,7 +3,7 @@
 // it ran. A name is a value any header can define (the header that
 // implements the algorithm does); which collective offers which algorithm,
 // and under which other spellings, is that collective's list
-// (collective/algorithm_list.hpp), not this file.
+// (collective/machinery/algorithm_list.hpp), not this file.
 #pragma once
 
 #include <chorus/core/error.hpp>
@@ -36,7 +36,7 @@ class algorithm {
 
   // The algorithms that ship, by their canonical names.
   static const algorithm automatic, ring, recursive_doubling, rabenseifner, tree, recursive_halving, chain, encode_once,
-      pairwise, nccl, sparse, shared_memory, shared_memory_small, hierarchical;
+      pairwise, linear, nccl, sparse, shared_memory, shared_memory_small, hierarchical;
 
  private:
   std::array<char, max_name + 1> text_{};  // NUL-terminated; all NUL: automatic
@@ -51,6 +51,7 @@ inline constexpr algorithm algorithm::recursive_halving{"recursive_halving"};   
 inline constexpr algorithm algorithm::chain{"chain"};                            // broadcast (pipelined)
 inline constexpr algorithm algorithm::encode_once{"encode_once"};                // compressed allreduce
 inline constexpr algorithm algorithm::pairwise{"pairwise"};                      // alltoall
+inline constexpr algorithm algorithm::linear{"linear"};                          // gather, scatter
 inline constexpr algorithm algorithm::nccl{"nccl"};                              // a chorus::nccl::communicator's own
 inline constexpr algorithm algorithm::sparse{"sparse"};                // compressed allreduce, top-k, random-k
 inline constexpr algorithm algorithm::shared_memory{"shared_memory"};  // every rank on one host
@@ -68,6 +69,7 @@ inline constexpr algorithm recursive_halving = algorithm::recursive_halving;
 inline constexpr algorithm chain = algorithm::chain;
 inline constexpr algorithm encode_once = algorithm::encode_once;
 inline constexpr algorithm pairwise = algorithm::pairwise;
+inline constexpr algorithm linear = algorithm::linear;
 inline constexpr algorithm nccl = algorithm::nccl;
 inline constexpr algorithm sparse = algorithm::sparse;
 inline constexpr algorithm shared_memory = algorithm::shared_memory;

@@ -1,6 +1,6 @@
 // Element-wise conversion between element types, to[i] = To(from[i]): how
 // half and bfloat16 calls widen into their float accumulators and round back
-// once (collective/arguments.hpp, the local steps' copy).
+// once (collective/machinery/arguments.hpp, the local computation's copy).
 //
 // Same bits as the scalar conversions (half.hpp, bfloat16.hpp) at any width,
 // 8 lanes at a time where the CPU allows (AVX2 width: these loops are

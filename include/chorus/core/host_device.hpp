@@ -9,7 +9,7 @@
 // - no std::bit_cast or <cmath> calls, which are host-only for nvcc: the bit
 //   helpers below use the compiler builtin both sides know;
 // - no fused multiply-add: nvcc contracts a * b + c into an FMA by default,
-//   the CPU code does not (see codec/simd.hpp), so products and sums that
+//   the CPU code does not (see codec/simd_kernels.hpp), so products and sums that
 //   meet go through multiply() and add(), which are never fused on device;
 // - rounding to an integer is to nearest even on both sides.
 #pragma once

@@ -95,7 +95,7 @@ struct avg {
 // ncclRedOpCreatePreMulSum, torch's ReduceOp.PREMUL_SUM (FSDP2's gradient
 // divide factor). The multiply is each rank's own and the sum is the sum's,
 // so every rank ends with the same bits. Floating-point elements only; the
-// reducing front doors take the product (collective/premultiply.hpp), and
+// reducing front doors take the product (collective/machinery/premultiply.hpp), and
 // the algorithms see a sum.
 struct premul_sum {
   static constexpr std::string_view name = "premul_sum";

@@ -1,6 +1,6 @@
 // Which vector instructions this CPU runs, asked once: the one check that
-// the reduction kernels (collective/reduce_local.hpp) and the codecs'
-// kernels (codec/simd.hpp) dispatch on. Kernels are compiled for a wider
+// the reduction kernels (collective/machinery/reduce_local.hpp) and the codecs'
+// kernels (codec/simd_kernels.hpp) dispatch on. Kernels are compiled for a wider
 // set with the target attributes below, whatever the caller's -march, and
 // run only after this check says the CPU has it.
 //

@@ -1,6 +1,6 @@
 // CHORUS_TUNE: one string of rules that overrides the measured tables, for
 // any collective, by rank count and size. Parsed once per communicator
-// (init() rejects a bad one); the registry (collective/selection.hpp)
+// (init() rejects a bad one); the registry (collective/machinery/selection.hpp)
 // consults it on every call and reports the rule that chose.
 //
 //   CHORUS_TUNE="allreduce:0-8K:rd,8K-2M:rabenseifner,2M-:ring;allgather@2:64K-:ring"
@@ -12,13 +12,14 @@
 //   bytes := an integer with an optional K, M or G (binary multiples)
 //
 // Sizes are what the collective moves: allreduce and broadcast the buffer,
-// allgather and reduce_scatter all n blocks, compressed_allreduce the
+// allgather, reduce_scatter, alltoall, gather and scatter all n blocks,
+// reduce the buffer, compressed_allreduce the
 // encoded tensor. The first rule that matches wins; where none matches the
 // collective's defaults decide, which are rules in this same grammar
-// (collective/selection.hpp). bench/sweep prints a tuning string it
+// (collective/machinery/selection.hpp). bench/sweep prints a tuning string it
 // measured. Parsing checks the form and the collective's name; whether the
 // collective offers the algorithm a rule names is checked against its list
-// when it chooses (collective/selection.hpp), on every rank alike.
+// when it chooses (collective/machinery/selection.hpp), on every rank alike.
 #pragma once
 
 #include <chorus/core/algorithm.hpp>
@@ -39,9 +40,10 @@
 namespace chorus {
 
 // The collectives that choose among algorithms (each has a list,
-// collective/algorithm_list.hpp): a rule must name one of them.
-inline constexpr std::array<std::string_view, 7> selecting_collectives{
-    "allreduce", "allgather", "reduce_scatter", "broadcast", "compressed_allreduce", "reduce", "alltoall"};
+// collective/machinery/algorithm_list.hpp): a rule must name one of them.
+inline constexpr std::array<std::string_view, 9> selecting_collectives{
+    "allreduce", "allgather", "reduce_scatter", "broadcast", "compressed_allreduce",
+    "reduce",    "alltoall",  "gather",         "scatter"};
 
 // A rule as parsed: where it applies and what it names, with its text as
 // views into what was parsed ("allreduce@3-" and "8K-2M:rabenseifner").

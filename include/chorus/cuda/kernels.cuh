@@ -527,7 +527,7 @@ inline const on_host_thread& launcher_for(const on_host_thread& host) { return h
 // Every call below runs on `where`: a cudaStream_t (default: the legacy
 // default stream), or on_host_thread{} over host memory.
 
-// --- reductions: the device twin of collective/reduce_local.hpp -------------------
+// --- reductions: the device twin of collective/machinery/reduce_local.hpp -------------------
 
 // accumulate[i] = incoming_is_lower ? op(incoming[i], accumulate[i]) : op(accumulate[i], incoming[i]),
 // over the accumulator type (float for half and bfloat16: widen first,

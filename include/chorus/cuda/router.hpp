@@ -21,7 +21,7 @@
 //
 // Direct path (cuda/path.hpp: a UCX that moves CUDA memory, and device
 // kernels given as `compute`): a collective hands the device buffers to the
-// transport as they are and runs its local steps (reductions, a compressed
+// transport as they are and runs its local computation (reductions, a compressed
 // collective's scaling and codecs) on the device, on the caller's stream;
 // no copies. Its cost is the host algorithm's with those steps at device
 // bandwidth, plus one stream synchronisation per piece sent (the transport
@@ -49,13 +49,13 @@ using stream_scope = thread_stream_scope;
 
 namespace detail {
 
-// The direct path's local steps: kernels on the caller's stream, scratch
+// The direct path's local computation: kernels on the caller's stream, scratch
 // in device memory, a wait on the stream before the transport reads.
-class device_steps final : public local_arithmetic {
+class device_arithmetic final : public local_arithmetic {
  public:
   // compute: null for a collective that only moves bytes.
-  device_steps(device& on, device_compute* compute, const device::lease& held, stream_handle stream,
-               memory_router::waiter wait)
+  device_arithmetic(device& on, device_compute* compute, const device::lease& held, stream_handle stream,
+                    memory_router::waiter wait)
       : on_(on), compute_(compute), held_(held), stream_(stream), wait_(wait) {}
 
   void* scratch(std::size_t bytes, std::size_t slot) override {
@@ -202,7 +202,7 @@ class router final : public memory_router {
   void through_direct(const routed_buffer& buffer, function_ref<void(local_arithmetic&)> body, waiter wait) override {
     (void)buffer;
     const device::lease held = on_.acquire(0, 1);
-    detail::device_steps steps(on_, compute_, held, current_stream(), wait);
+    detail::device_arithmetic steps(on_, compute_, held, current_stream(), wait);
     steps.settle();
     body(steps);
     steps.settle();  // the scratch goes back with the lease: no kernel may still read it

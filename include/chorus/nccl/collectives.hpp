@@ -6,7 +6,7 @@
 // Device memory: allreduce, broadcast, reduce, allgather and reduce_scatter
 // are NCCL's own; alltoall, gather and scatter are grouped ncclSend/ncclRecv
 // plans (below), started together so they cannot deadlock; each returns
-// algorithm::nccl, the registry's backend entry (collective/selection.hpp),
+// algorithm::nccl, the registry's backend entry (collective/machinery/selection.hpp),
 // and CHORUS_DEBUG=1 logs "nccl (backend)". Cost: NCCL's (for allreduce,
 // its ring: 2 (n-1) alpha + 2 (n-1)/n S beta over NVLink or the network).
 // Host memory: the chorus communicator's collectives over UCX, with their
@@ -22,16 +22,16 @@
 // with the same bits.
 #pragma once
 
-#include <chorus/collective/allgather.hpp>
-#include <chorus/collective/allreduce.hpp>
-#include <chorus/collective/alltoall.hpp>
-#include <chorus/collective/arguments.hpp>
-#include <chorus/collective/broadcast.hpp>
+#include <chorus/collective/allgather/allgather.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
+#include <chorus/collective/alltoall/alltoall.hpp>
+#include <chorus/collective/broadcast/broadcast.hpp>
 #include <chorus/collective/fusion.hpp>
-#include <chorus/collective/gather.hpp>
-#include <chorus/collective/reduce.hpp>
-#include <chorus/collective/reduce_scatter.hpp>
-#include <chorus/collective/scatter.hpp>
+#include <chorus/collective/gather/gather.hpp>
+#include <chorus/collective/machinery/arguments.hpp>
+#include <chorus/collective/reduce/reduce.hpp>
+#include <chorus/collective/reduce_scatter/reduce_scatter.hpp>
+#include <chorus/collective/scatter/scatter.hpp>
 #include <chorus/nccl/communicator.hpp>
 #include <chorus/record/call.hpp>
 
@@ -284,7 +284,7 @@ algorithm alltoall(communicator& comm, std::span<const T> input, std::span<T> ou
 
 // The root's `all` receives every rank's `mine`, in rank order.
 template <element T>
-void gather(communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
+algorithm gather(communicator& comm, std::span<const T> mine, std::span<T> all, int root) {
   const std::span<T> used = comm.rank() == root ? all : std::span<T>();
   if (!comm.moves("gather", mine, used)) return chorus::gather(comm.host(), mine, all, root);
   const record::recorded_call recorded(comm.host().recorder(), record::collective("gather", mine, {}, root));
@@ -293,14 +293,15 @@ void gather(communicator& comm, std::span<const T> mine, std::span<T> all, int r
       collective::check_output(mine, all, mine.size() * static_cast<std::size_t>(comm.size()),
                                comm.host().transport().rank(), "gather",
                                collective::in_place_form::input_at(mine.size() * static_cast<std::size_t>(root)));
-  detail::begin<T>(comm, "gather", mine.size(), "", root, algorithm::automatic);
+  const algorithm ran = detail::begin<T>(comm, "gather", mine.size(), "", root, algorithm::automatic);
   detail::run_plan(comm, "gather", gather_plan(comm.size(), comm.rank(), root, mine.size(), in_place), mine.data(),
                    used.data());
+  return ran;
 }
 
 // Every rank's `mine` receives block rank() of the root's `all`.
 template <element T>
-void scatter(communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
+algorithm scatter(communicator& comm, std::span<const T> all, std::span<T> mine, int root) {
   const std::span<const T> used = comm.rank() == root ? all : std::span<const T>();
   if (!comm.moves("scatter", used, mine)) return chorus::scatter(comm.host(), all, mine, root);
   const record::recorded_call recorded(comm.host().recorder(), record::collective("scatter", mine, {}, root));
@@ -313,9 +314,10 @@ void scatter(communicator& comm, std::span<const T> all, std::span<T> mine, int 
       comm.rank() == root &&
       collective::check_output(all, mine, mine.size(), comm.host().transport().rank(), "scatter",
                                collective::in_place_form::output_at(mine.size() * static_cast<std::size_t>(root)));
-  detail::begin<T>(comm, "scatter", mine.size(), "", root, algorithm::automatic);
+  const algorithm ran = detail::begin<T>(comm, "scatter", mine.size(), "", root, algorithm::automatic);
   detail::run_plan(comm, "scatter", scatter_plan(comm.size(), comm.rank(), root, mine.size(), in_place), used.data(),
                    mine.data());
+  return ran;
 }
 
 // --- point to point ----------------------------------------------------------------

@@ -29,8 +29,8 @@
 // Not thread-safe, like chorus::communicator: one thread calls it at a time.
 #pragma once
 
-#include <chorus/collective/check.hpp>
-#include <chorus/collective/selection.hpp>
+#include <chorus/collective/machinery/check.hpp>
+#include <chorus/collective/machinery/selection.hpp>
 #include <chorus/comm/progress_thread.hpp>
 #include <chorus/core/env.hpp>
 #include <chorus/nccl/adapter.hpp>

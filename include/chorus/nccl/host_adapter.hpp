@@ -13,11 +13,11 @@
 // avg is chorus's (sum, then divide) rather than a premultiplied sum.
 #pragma once
 
-#include <chorus/collective/allgather.hpp>
-#include <chorus/collective/allreduce.hpp>
-#include <chorus/collective/broadcast.hpp>
-#include <chorus/collective/reduce.hpp>
-#include <chorus/collective/reduce_scatter.hpp>
+#include <chorus/collective/allgather/allgather.hpp>
+#include <chorus/collective/allreduce/allreduce.hpp>
+#include <chorus/collective/broadcast/broadcast.hpp>
+#include <chorus/collective/reduce/reduce.hpp>
+#include <chorus/collective/reduce_scatter/reduce_scatter.hpp>
 #include <chorus/nccl/adapter.hpp>
 
 #include <array>

@@ -15,7 +15,7 @@
 #pragma once
 
 #include <chorus/cuda/runtime.hpp>
-#include <chorus/nccl/compressed_allreduce.hpp>
+#include <chorus/nccl/nccl_compressed_allreduce.hpp>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

@@ -3,8 +3,8 @@
 //
 //   if (run_direct(router, comm, "allgather", {view}, dtype_of<T>, "", [&](local_arithmetic& where) {
 //         exchange ex(comm, "allgather");
-//         network_exchange on_network(ex, where);   // collective/local_steps.hpp
-//         allgather_ring(on_network, all, block);
+//         network_exchange on_network(ex, where);   // collective/machinery/local_compute.hpp
+//         allgather_by_ring(on_network, all, block);
 //       }))
 //     return algorithm::ring;
 //   ... staged ...

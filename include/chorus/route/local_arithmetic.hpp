@@ -1,5 +1,5 @@
-// local_arithmetic: where the direct path runs an algorithm's local steps
-// (reductions, copies, codec steps) for buffers the host cannot touch; the
+// local_arithmetic: where the direct path runs an algorithm's local computation
+// (reductions, copies, encoding) for buffers the host cannot touch; the
 // CUDA layer implements it with kernels on the caller's stream.
 #pragma once
 
@@ -13,7 +13,7 @@
 namespace chorus {
 
 // The direct path: the buffer goes to the transport as it is (a UCX that
-// moves CUDA memory), and an algorithm's local steps run where the memory
+// moves CUDA memory), and an algorithm's local computation runs where the memory
 // lives (cuda/router.hpp: kernels on the caller's stream). Ops are named as
 // op::name_of names them (sum, prod, min, max, avg).
 class local_arithmetic {

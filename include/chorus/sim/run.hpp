@@ -14,7 +14,7 @@
 //
 // Ranks are coroutines on one thread (SimGrid's raw contexts, each with a
 // stack of `stack_kib`): chorus keeps per-rank state across a call's waits
-// (collective/scratch.hpp's buffers, the flight recorder's current call,
+// (collective/machinery/scratch.hpp's buffers, the flight recorder's current call,
 // the memory router's stream), which run() gives each rank its own of
 // (core/rank_local.hpp). A simulated rank costs its stack's touched pages
 // and its buffers, not a thread; --cfg=contexts/factory:thread still works.

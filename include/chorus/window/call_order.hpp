@@ -8,7 +8,7 @@
 #include <chorus/comm/background.hpp>
 #include <chorus/core/error.hpp>
 #include <chorus/route/memory_router.hpp>
-#include <chorus/window/request.hpp>
+#include <chorus/window/window_request.hpp>
 
 #include <chrono>
 #include <exception>

@@ -8,7 +8,7 @@
 // where every rank can. Cost: one allgather of n (18 + n) bytes.
 #pragma once
 
-#include <chorus/collective/allgather.hpp>
+#include <chorus/collective/allgather/allgather.hpp>
 #include <chorus/core/error.hpp>
 
 #include <algorithm>

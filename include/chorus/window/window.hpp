@@ -40,7 +40,7 @@
 // most two entries per source; memory: 2 entries per source and 2 for the
 // published tensor, a decoded view per source, a pending tensor per target.
 //
-// Non-blocking forms return a window_request (request.hpp): a write runs on
+// Non-blocking forms return a window_request (window_request.hpp): a write runs on
 // the caller's thread and completes once sent; a get or an update runs on
 // the background thread, and the window's next call waits for it (calls
 // complete in the order made). Threads: one thread uses a window, except
@@ -68,7 +68,7 @@
 #include <chorus/window/neighbour_links.hpp>
 #include <chorus/window/neighbour_states.hpp>
 #include <chorus/window/reader.hpp>
-#include <chorus/window/request.hpp>
+#include <chorus/window/window_request.hpp>
 #include <chorus/window/slot.hpp>
 #include <chorus/window/writer.hpp>
 

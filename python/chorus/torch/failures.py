@@ -60,7 +60,7 @@ def torch_error(failure: BaseException, message: Optional[str] = None) -> BaseEx
     return made
 
 
-# chorus's monitored_barrier errors (collective/monitored_barrier.hpp), as
+# chorus's monitored_barrier errors (collective/barrier/monitored_barrier.hpp), as
 # rank 0 raises them: the ranks that did not arrive in time, or the first
 # that died.
 _MISSING = re.compile(r"ranks? ([\d, ]+) failed (?:to pass|before passing) monitored_barrier")

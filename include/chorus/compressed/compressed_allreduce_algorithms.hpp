@@ -56,12 +56,7 @@ compression_scheme scheme_for(const Codec& c, int ranks, std::size_t count, cons
 template <class Communicator, class Compute>
 void allreduce_by(Communicator& comm, std::span<float> data, const Compute& compute, algorithm chosen, bool average,
                   float scale, std::size_t chunk_bytes) {
-  allreduce_algorithms::run("compressed_allreduce", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(comm, data, compute, average, scale, chunk_bytes); })
-      Algorithm::run(comm, data, compute, average, scale, chunk_bytes);
-    else
-      cannot_run_here<Algorithm>("compressed_allreduce");
-  });
+  allreduce_algorithms::run_with("compressed_allreduce", chosen, comm, data, compute, average, scale, chunk_bytes);
 }
 
 }  // namespace chorus::compressed

@@ -36,12 +36,7 @@ struct allgather_algorithms : algorithm_list<algorithms::allgather_recursive_dou
 // on the direct path, or a group inside a hierarchical allgather).
 template <class X, class A, class Compute = host_compute>
 void allgather_by(X& ex, std::span<A> all, std::size_t block, algorithm chosen, const Compute& compute = {}) {
-  allgather_algorithms::run("allgather", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(ex, all, block, compute); })
-      Algorithm::run(ex, all, block, compute);
-    else
-      cannot_run_here<Algorithm>("allgather");
-  });
+  allgather_algorithms::run_with("allgather", chosen, ex, all, block, compute);
 }
 
 template <class X, class A>

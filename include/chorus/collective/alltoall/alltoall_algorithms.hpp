@@ -29,12 +29,7 @@ struct alltoall_algorithms : algorithm_list<algorithms::alltoall_pairwise> {
 template <class X, element T, class Compute = host_compute>
 void alltoall_by(X& ex, std::span<const T> input, std::span<T> output, std::size_t block, algorithm chosen,
                  const Compute& compute = {}) {
-  alltoall_algorithms::run("alltoall", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(ex, input, output, block, compute); })
-      Algorithm::run(ex, input, output, block, compute);
-    else
-      cannot_run_here<Algorithm>("alltoall");
-  });
+  alltoall_algorithms::run_with("alltoall", chosen, ex, input, output, block, compute);
 }
 
 }  // namespace chorus::collective

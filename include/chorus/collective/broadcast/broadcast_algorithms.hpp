@@ -37,12 +37,7 @@ struct broadcast_algorithms : algorithm_list<algorithms::broadcast_tree, algorit
 // algorithms only send and receive parts of `data`.
 template <class X, class A>
 void broadcast_by(X& ex, std::span<A> data, int root, algorithm chosen) {
-  broadcast_algorithms::run("broadcast", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(ex, data, root); })
-      Algorithm::run(ex, data, root);
-    else
-      cannot_run_here<Algorithm>("broadcast");
-  });
+  broadcast_algorithms::run_with("broadcast", chosen, ex, data, root);
 }
 
 template <class X, class A>

@@ -27,12 +27,7 @@ struct gather_algorithms : algorithm_list<algorithms::gather_linear> {
 template <class X, class Communicator, element T, class Compute = host_compute>
 void gather_by(X& ex, Communicator& comm, std::span<const T> mine, std::span<T> all, int root, algorithm chosen,
                const Compute& compute = {}) {
-  gather_algorithms::run("gather", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(ex, comm, mine, all, root, compute); })
-      Algorithm::run(ex, comm, mine, all, root, compute);
-    else
-      cannot_run_here<Algorithm>("gather");
-  });
+  gather_algorithms::run_with("gather", chosen, ex, comm, mine, all, root, compute);
 }
 
 }  // namespace chorus::collective

@@ -145,6 +145,15 @@ constexpr algorithm_facts facts_of() {
   return row;
 }
 
+// Runs Algorithm with `args` if its run() takes them here, else says it cannot.
+template <class Algorithm, class... Args>
+void run_if_it_takes(std::string_view collective, Args&... args) {
+  if constexpr (requires { Algorithm::run(args...); })
+    Algorithm::run(args...);
+  else
+    cannot_run_here<Algorithm>(collective);
+}
+
 template <class... Algorithms>
 constexpr bool names_distinct() {
   const std::array<algorithm, sizeof...(Algorithms)> ids{Algorithms::id...};
@@ -169,8 +178,23 @@ struct algorithm_list {
   template <class Visit>
   static void run(std::string_view collective, const algorithm& chosen, Visit&& visit) {
     if (!((Algorithms::id == chosen && (visit.template operator()<Algorithms>(), true)) || ...))
-      throw error(errc::invalid_argument,
-                  std::string(chosen.name()) + " is not an algorithm of " + std::string(collective));
+      not_offered(collective, chosen);
+  }
+
+  // Runs the algorithm named `chosen` with `args`, the collective's own
+  // signature (its list header says); one whose run() does not take them
+  // (shared memory given a group inside a hierarchical form, or the direct
+  // path's exchange) is cannot_run_here's error.
+  template <class... Args>
+  static void run_with(std::string_view collective, const algorithm& chosen, Args&... args) {
+    if (!((Algorithms::id == chosen && (detail::run_if_it_takes<Algorithms>(collective, args...), true)) || ...))
+      not_offered(collective, chosen);
+  }
+
+ private:
+  [[noreturn]] static void not_offered(std::string_view collective, const algorithm& chosen) {
+    throw error(errc::invalid_argument,
+                std::string(chosen.name()) + " is not an algorithm of " + std::string(collective));
   }
 };
 

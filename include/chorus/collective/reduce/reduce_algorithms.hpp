@@ -26,12 +26,7 @@ struct reduce_algorithms : algorithm_list<algorithms::reduce_tree> {
 // the root's, its reductions where `compute` says.
 template <class X, class A, class Op, class Compute = host_compute>
 void reduce_by(X& ex, std::span<A> data, int root, const Op& op, algorithm chosen, const Compute& compute = {}) {
-  reduce_algorithms::run("reduce", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(ex, data, root, op, compute); })
-      Algorithm::run(ex, data, root, op, compute);
-    else
-      cannot_run_here<Algorithm>("reduce");
-  });
+  reduce_algorithms::run_with("reduce", chosen, ex, data, root, op, compute);
 }
 
 }  // namespace chorus::collective

@@ -39,12 +39,7 @@ struct reduce_scatter_algorithms
 template <class X, class A, class Op, class Compute = host_compute>
 void reduce_scatter_by(X& ex, std::span<A> work, std::size_t block, const Op& op, algorithm chosen,
                        const Compute& compute = {}) {
-  reduce_scatter_algorithms::run("reduce_scatter", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(ex, work, block, op, compute); })
-      Algorithm::run(ex, work, block, op, compute);
-    else
-      cannot_run_here<Algorithm>("reduce_scatter");
-  });
+  reduce_scatter_algorithms::run_with("reduce_scatter", chosen, ex, work, block, op, compute);
 }
 
 template <class X, class A, class Op>

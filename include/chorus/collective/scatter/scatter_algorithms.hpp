@@ -27,12 +27,7 @@ struct scatter_algorithms : algorithm_list<algorithms::scatter_linear> {
 template <class X, class Communicator, element T, class Compute = host_compute>
 void scatter_by(X& ex, Communicator& comm, std::span<const T> all, std::span<T> mine, int root, algorithm chosen,
                 const Compute& compute = {}) {
-  scatter_algorithms::run("scatter", chosen, [&]<class Algorithm>() {
-    if constexpr (requires { Algorithm::run(ex, comm, all, mine, root, compute); })
-      Algorithm::run(ex, comm, all, mine, root, compute);
-    else
-      cannot_run_here<Algorithm>("scatter");
-  });
+  scatter_algorithms::run_with("scatter", chosen, ex, comm, all, mine, root, compute);
 }
 
 }  // namespace chorus::collective

@@ -1340,7 +1340,7 @@ TEST_CASE("selection registry: every collective's list, its defaults as the meas
     CHECK(infeasible == 0);
     CHECK(bad_costs == 0);
   }
-  expect_error([] { chorus::registered("gather"); }, chorus::errc::invalid_argument, "'gather' is not a collective");
+  expect_error([] { chorus::registered("barrier"); }, chorus::errc::invalid_argument, "'barrier' is not a collective");
 }
 
 // Where no rule matches (no defaults here), the cost model takes the
